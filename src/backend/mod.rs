@@ -1,0 +1,87 @@
+//! Where the passes over the cube run. A backend prepares a cube (the CUDA backend uploads it, or
+//! decides to stream it), then computes the statistics pass, and later the projection and inverse
+//! passes with matrices computed on the host. The CPU backend is the reference the GPU is tested against.
+
+pub mod cpu;
+pub mod cuda;
+
+use std::sync::Arc;
+
+use crate::cube::Cube;
+use crate::mnf::stats::{Denoise, Moments, Projection, Statistics, StatsSpec};
+use crate::mnf::{BackendChoice, Monitor};
+
+/// Errors of the backend layer.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The requested backend cannot run here (no device, no driver, no NVRTC).
+    #[error("backend unavailable: {0}")]
+    Unavailable(String),
+    /// A CUDA driver, NVRTC or cuBLAS call failed.
+    #[error("CUDA: {0}")]
+    Cuda(String),
+    #[error("canceled")]
+    Canceled,
+    /// The inputs cannot be processed (e.g. too few pixels for the noise estimate).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl BackendError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            BackendError::Unavailable(_) => "backend_unavailable",
+            BackendError::Cuda(_) => "cuda_error",
+            BackendError::Canceled => "canceled",
+            BackendError::Invalid(_) => "invalid_input",
+        }
+    }
+}
+
+/// A compute backend, created once and shared (the CUDA one holds a context and compiled kernels).
+pub trait Backend: Send + Sync {
+    /// `cpu`, `cuda` or `cuda-cublas`.
+    fn name(&self) -> &'static str;
+    /// Human-readable device, e.g. "NVIDIA H100 80GB HBM3" or "CPU (2 threads)".
+    fn device(&self) -> String;
+    /// Gets ready to run passes over `cube` (the CUDA backend uploads it here when it fits).
+    fn prepare<'c>(&'c self, cube: &'c Cube, monitor: &Monitor) -> Result<Box<dyn PreparedCube + 'c>, BackendError>;
+}
+
+/// One cube made ready by a backend; the passes run in the order statistics → project → denoise.
+pub trait PreparedCube {
+    /// Data and noise moments over all bands. `on_noise` is called with the noise moments as soon as they
+    /// are known, before the data moments are finished, so the host can start the noise
+    /// eigen-decomposition while the device computes the data covariance.
+    fn statistics(
+        &mut self,
+        spec: &StatsSpec,
+        on_noise: &mut dyn FnMut(&Moments),
+        monitor: &Monitor,
+    ) -> Result<Statistics, BackendError>;
+
+    /// Z = Tᵀ(x − μ) into `out` (lines × samples × k, BIP); masked pixels NaN.
+    fn project(&mut self, projection: &Projection, out: &mut [f32], monitor: &Monitor) -> Result<(), BackendError>;
+
+    /// The inverse MNF into `out` (lines × samples × bands, BIP).
+    fn denoise(&mut self, denoise: &Denoise, out: &mut [f32], monitor: &Monitor) -> Result<(), BackendError>;
+}
+
+/// Creates the backend asked for. `Auto` tries CUDA and falls back to the CPU, logging why.
+pub fn select(choice: BackendChoice) -> Result<Arc<dyn Backend>, BackendError> {
+    match choice {
+        BackendChoice::Cpu => Ok(Arc::new(cpu::CpuBackend::new())),
+        BackendChoice::Cuda => Ok(Arc::new(cuda::CudaBackend::new(cuda::Route::Kernels)?)),
+        BackendChoice::CudaCublas => Ok(Arc::new(cuda::CudaBackend::new(cuda::Route::Cublas)?)),
+        BackendChoice::Auto => match cuda::CudaBackend::new(cuda::Route::Kernels) {
+            Ok(b) => {
+                tracing::info!(device = %b.device(), "using the CUDA backend");
+                Ok(Arc::new(b))
+            }
+            Err(e) => {
+                tracing::info!("no usable CUDA device ({e}); using the CPU backend");
+                Ok(Arc::new(cpu::CpuBackend::new()))
+            }
+        },
+    }
+}

@@ -1,0 +1,8 @@
+//! `hypermnf bench cpu`. (stub: being written)
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let _ = args;
+    anyhow::bail!("bench cpu is not written yet")
+}

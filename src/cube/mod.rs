@@ -1,0 +1,57 @@
+//! Cubes: the data model (`model`), the ENVI format (`envi`), NumPy `.npy` (`npy`) and synthetic
+//! cubes with a known signal subspace (`synthetic`).
+
+pub mod envi;
+pub mod model;
+pub mod npy;
+pub mod synthetic;
+
+pub use model::{ByteOrder, Cube, CubeMeta, DataType, Interleave};
+
+use std::path::Path;
+
+/// Errors of the cube layer: reading, validating and writing cubes.
+#[derive(Debug, thiserror::Error)]
+pub enum CubeError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("invalid header: {0}")]
+    Header(String),
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    #[error("data does not match header: {0}")]
+    SizeMismatch(String),
+    #[error("cube too large: {0}")]
+    TooLarge(String),
+    #[error("invalid .npy: {0}")]
+    Npy(String),
+}
+
+impl CubeError {
+    pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Self {
+        CubeError::Io { path: path.as_ref().display().to_string(), source }
+    }
+    /// A stable, machine-readable code for the API and the CLI.
+    pub fn code(&self) -> &'static str {
+        match self {
+            CubeError::Io { .. } => "io_error",
+            CubeError::Header(_) => "invalid_header",
+            CubeError::Unsupported(_) => "unsupported",
+            CubeError::SizeMismatch(_) => "size_mismatch",
+            CubeError::TooLarge(_) => "too_large",
+            CubeError::Npy(_) => "invalid_npy",
+        }
+    }
+}
+
+/// Opens a cube by its file name: `.hdr` (ENVI header; the data file beside it) or `.npy`.
+pub fn open(path: &Path) -> Result<Cube, CubeError> {
+    match path.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref() {
+        Some("hdr") => envi::read(path),
+        Some("npy") => npy::read(path),
+        _ => Err(CubeError::Unsupported(format!(
+            "{}: input must be an ENVI header (.hdr) or a NumPy array (.npy)",
+            path.display()
+        ))),
+    }
+}

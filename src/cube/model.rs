@@ -1,0 +1,324 @@
+//! The in-memory cube: raw samples kept in their file data type and byte order, laid out BIP
+//! (line, sample, band) — the same element order as a C-order `.npy` of shape (lines, samples, bands).
+//!
+//! Why raw and not f32: the GPU backend uploads the integer data as it is and converts on the device
+//! (half the PCIe bytes for int16), and the CPU backend widens one chunk of lines at a time, so the cube
+//! is never held twice. Why BIP: a chunk of lines is one contiguous byte range, which is what streaming,
+//! chunked statistics and pinned staging buffers want.
+
+use super::CubeError;
+
+/// ENVI `data type` codes that hypermnf reads. Complex types (6, 9) are refused with a clear error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataType {
+    U8,
+    I16,
+    I32,
+    F32,
+    F64,
+    U16,
+    U32,
+    I64,
+    U64,
+}
+
+impl DataType {
+    pub const ALL: [DataType; 9] = [
+        DataType::U8,
+        DataType::I16,
+        DataType::I32,
+        DataType::F32,
+        DataType::F64,
+        DataType::U16,
+        DataType::U32,
+        DataType::I64,
+        DataType::U64,
+    ];
+
+    /// From the ENVI header's `data type` code.
+    pub fn from_envi_code(code: i64) -> Result<Self, CubeError> {
+        Ok(match code {
+            1 => DataType::U8,
+            2 => DataType::I16,
+            3 => DataType::I32,
+            4 => DataType::F32,
+            5 => DataType::F64,
+            12 => DataType::U16,
+            13 => DataType::U32,
+            14 => DataType::I64,
+            15 => DataType::U64,
+            6 | 9 => {
+                return Err(CubeError::Unsupported(format!(
+                    "ENVI data type {code} is complex; MNF needs real-valued bands"
+                )))
+            }
+            other => return Err(CubeError::Header(format!("unknown ENVI data type {other}"))),
+        })
+    }
+
+    pub fn envi_code(self) -> u8 {
+        match self {
+            DataType::U8 => 1,
+            DataType::I16 => 2,
+            DataType::I32 => 3,
+            DataType::F32 => 4,
+            DataType::F64 => 5,
+            DataType::U16 => 12,
+            DataType::U32 => 13,
+            DataType::I64 => 14,
+            DataType::U64 => 15,
+        }
+    }
+
+    /// Bytes per sample.
+    pub fn size(self) -> usize {
+        match self {
+            DataType::U8 => 1,
+            DataType::I16 | DataType::U16 => 2,
+            DataType::I32 | DataType::U32 | DataType::F32 => 4,
+            DataType::I64 | DataType::U64 | DataType::F64 => 8,
+        }
+    }
+
+    /// Name used in metadata and the API (`u8`, `i16`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DataType::U8 => "u8",
+            DataType::I16 => "i16",
+            DataType::I32 => "i32",
+            DataType::F32 => "f32",
+            DataType::F64 => "f64",
+            DataType::U16 => "u16",
+            DataType::U32 => "u32",
+            DataType::I64 => "i64",
+            DataType::U64 => "u64",
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, DataType::F32 | DataType::F64)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ByteOrder {
+    Little,
+    Big,
+}
+
+impl ByteOrder {
+    /// ENVI `byte order`: 0 little-endian, 1 big-endian.
+    pub fn from_envi(v: i64) -> Result<Self, CubeError> {
+        match v {
+            0 => Ok(ByteOrder::Little),
+            1 => Ok(ByteOrder::Big),
+            other => Err(CubeError::Header(format!("byte order must be 0 or 1, not {other}"))),
+        }
+    }
+    pub fn envi_code(self) -> u8 {
+        match self {
+            ByteOrder::Little => 0,
+            ByteOrder::Big => 1,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Interleave {
+    Bsq,
+    Bil,
+    Bip,
+}
+
+impl Interleave {
+    pub fn name(self) -> &'static str {
+        match self {
+            Interleave::Bsq => "bsq",
+            Interleave::Bil => "bil",
+            Interleave::Bip => "bip",
+        }
+    }
+}
+
+/// What the source said about the bands and the scene, beyond the geometry. Header fields that hypermnf
+/// does not interpret are kept verbatim in `extra` so that outputs carry them on.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CubeMeta {
+    /// Layout of the source file (BIP for C-order .npy, BSQ-like for Fortran-order .npy).
+    pub source_interleave: Option<Interleave>,
+    /// ENVI `bbl`: one flag per band, false = bad band.
+    pub bbl: Option<Vec<bool>>,
+    /// ENVI `data ignore value`: a pixel holding it in any (good) band is no-data.
+    pub ignore_value: Option<f64>,
+    pub wavelength: Option<Vec<f64>>,
+    pub wavelength_units: Option<String>,
+    pub fwhm: Option<Vec<f64>>,
+    pub band_names: Option<Vec<String>>,
+    pub description: Option<String>,
+    pub map_info: Option<String>,
+    /// Header entries not interpreted above, in file order: (key as written, raw value text as written,
+    /// including the braces of a list).
+    pub extra: Vec<(String, String)>,
+}
+
+/// A hyperspectral cube in memory. See the module doc for the layout.
+#[derive(Debug, Clone)]
+pub struct Cube {
+    lines: usize,
+    samples: usize,
+    bands: usize,
+    dtype: DataType,
+    byte_order: ByteOrder,
+    data: Vec<u8>,
+    pub meta: CubeMeta,
+}
+
+/// Largest cube hypermnf accepts by default, in bytes of raw samples (a header claiming more is refused
+/// before anything is allocated). The service sets its own, lower, limit.
+pub const MAX_CUBE_BYTES: u64 = 1 << 40;
+
+/// Checks dimensions from an untrusted source and returns the byte size they imply.
+pub fn checked_cube_bytes(lines: u64, samples: u64, bands: u64, dtype: DataType) -> Result<u64, CubeError> {
+    if lines == 0 || samples == 0 || bands == 0 {
+        return Err(CubeError::Header(format!(
+            "cube dimensions must be positive (lines {lines}, samples {samples}, bands {bands})"
+        )));
+    }
+    lines
+        .checked_mul(samples)
+        .and_then(|p| p.checked_mul(bands))
+        .and_then(|v| v.checked_mul(dtype.size() as u64))
+        .filter(|&b| b <= MAX_CUBE_BYTES)
+        .ok_or_else(|| {
+            CubeError::TooLarge(format!(
+                "{lines} lines x {samples} samples x {bands} bands of {} exceeds the {} TiB limit",
+                dtype.name(),
+                MAX_CUBE_BYTES >> 40
+            ))
+        })
+}
+
+impl Cube {
+    /// Wraps raw BIP bytes. `data.len()` must equal lines × samples × bands × dtype size.
+    pub fn from_raw(
+        lines: usize,
+        samples: usize,
+        bands: usize,
+        dtype: DataType,
+        byte_order: ByteOrder,
+        data: Vec<u8>,
+        meta: CubeMeta,
+    ) -> Result<Self, CubeError> {
+        let want = checked_cube_bytes(lines as u64, samples as u64, bands as u64, dtype)?;
+        if data.len() as u64 != want {
+            return Err(CubeError::SizeMismatch(format!(
+                "{} bytes of samples for {lines} x {samples} x {bands} {} (expected {want})",
+                data.len(),
+                dtype.name()
+            )));
+        }
+        Ok(Cube { lines, samples, bands, dtype, byte_order, data, meta })
+    }
+
+    /// A float32 cube in native byte order from BIP values (synthetic data, tests, notebooks).
+    pub fn from_f32(lines: usize, samples: usize, bands: usize, values: &[f32]) -> Result<Self, CubeError> {
+        let mut data = Vec::with_capacity(values.len() * 4);
+        for v in values {
+            data.extend_from_slice(&v.to_le_bytes());
+        }
+        Cube::from_raw(lines, samples, bands, DataType::F32, ByteOrder::Little, data, CubeMeta::default())
+    }
+
+    /// An int16 cube (little-endian) from BIP values.
+    pub fn from_i16(lines: usize, samples: usize, bands: usize, values: &[i16]) -> Result<Self, CubeError> {
+        let mut data = Vec::with_capacity(values.len() * 2);
+        for v in values {
+            data.extend_from_slice(&v.to_le_bytes());
+        }
+        Cube::from_raw(lines, samples, bands, DataType::I16, ByteOrder::Little, data, CubeMeta::default())
+    }
+
+    pub fn lines(&self) -> usize {
+        self.lines
+    }
+    pub fn samples(&self) -> usize {
+        self.samples
+    }
+    pub fn bands(&self) -> usize {
+        self.bands
+    }
+    pub fn pixels(&self) -> usize {
+        self.lines * self.samples
+    }
+    pub fn dtype(&self) -> DataType {
+        self.dtype
+    }
+    pub fn byte_order(&self) -> ByteOrder {
+        self.byte_order
+    }
+    /// Raw BIP bytes in the cube's byte order (what the GPU backend uploads).
+    pub fn raw(&self) -> &[u8] {
+        &self.data
+    }
+    /// Bytes of one line (samples × bands samples).
+    pub fn line_bytes(&self) -> usize {
+        self.samples * self.bands * self.dtype.size()
+    }
+    /// Raw bytes of lines `first..first + count`.
+    pub fn raw_lines(&self, first: usize, count: usize) -> &[u8] {
+        let lb = self.line_bytes();
+        &self.data[first * lb..(first + count) * lb]
+    }
+
+    /// Widens lines `first..first + count` into `out` (BIP order, length count × samples × bands).
+    pub fn decode_lines_f64(&self, first: usize, count: usize, out: &mut [f64]) {
+        decode_into(self.raw_lines(first, count), self.dtype, self.byte_order, out)
+    }
+
+    /// Widens the whole cube to f64 BIP (tests and references only: it doubles memory).
+    pub fn to_f64(&self) -> Vec<f64> {
+        let mut out = vec![0.0; self.pixels() * self.bands];
+        self.decode_lines_f64(0, self.lines, &mut out);
+        out
+    }
+}
+
+/// Decodes raw samples of `dtype` in `order` into f64 values. `out.len()` must be `raw.len() / size`.
+pub fn decode_into(raw: &[u8], dtype: DataType, order: ByteOrder, out: &mut [f64]) {
+    assert_eq!(raw.len(), out.len() * dtype.size(), "decode_into: length mismatch");
+    macro_rules! dec {
+        ($t:ty, $n:expr) => {{
+            let chunks = raw.chunks_exact($n);
+            match order {
+                ByteOrder::Little => {
+                    for (o, c) in out.iter_mut().zip(chunks) {
+                        *o = <$t>::from_le_bytes(c.try_into().unwrap()) as f64;
+                    }
+                }
+                ByteOrder::Big => {
+                    for (o, c) in out.iter_mut().zip(chunks) {
+                        *o = <$t>::from_be_bytes(c.try_into().unwrap()) as f64;
+                    }
+                }
+            }
+        }};
+    }
+    match dtype {
+        DataType::U8 => {
+            for (o, &b) in out.iter_mut().zip(raw) {
+                *o = b as f64;
+            }
+        }
+        DataType::I16 => dec!(i16, 2),
+        DataType::U16 => dec!(u16, 2),
+        DataType::I32 => dec!(i32, 4),
+        DataType::U32 => dec!(u32, 4),
+        DataType::F32 => dec!(f32, 4),
+        DataType::I64 => dec!(i64, 8),
+        DataType::U64 => dec!(u64, 8),
+        DataType::F64 => dec!(f64, 8),
+    }
+}

@@ -1,0 +1,1 @@
+//! Synthetic cubes with a known signal subspace plus white noise. (stub: being written)

@@ -1,0 +1,10 @@
+//! hypermnf: Maximum Noise Fraction reduction of hyperspectral cubes, on the GPU (CUDA through cudarc)
+//! or the CPU, as an HTTP service (`hypermnf serve`) and a command-line tool (`hypermnf run`).
+
+pub mod api;
+pub mod backend;
+pub mod bench;
+pub mod config;
+pub mod cube;
+pub mod mnf;
+pub mod output;

@@ -1,0 +1,113 @@
+//! The `hypermnf` command: `serve` (the HTTP service), `run` (one cube from the command line),
+//! `bench` (benchmark programs) and `info` (backends and devices).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "hypermnf", version, about = "Maximum Noise Fraction reduction of hyperspectral cubes, on the GPU or the CPU")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP service (SQLite and local storage in the data dir by default).
+    Serve(hypermnf::config::ServeArgs),
+    /// Reduce one cube from the command line, without a server.
+    Run(RunArgs),
+    /// Benchmark programs; their numbers go to BENCHMARKS.md.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+    /// Show the version, the backends and the devices found.
+    Info,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// The CPU backend on a synthetic 1087 × 614 × 224 int16 cube.
+    Cpu(hypermnf::bench::cpu::Args),
+    /// The GPU backends side by side.
+    Gpu(hypermnf::bench::gpu::Args),
+    /// The GPU hash table of the job cache.
+    Hashtable(hypermnf::bench::hashtable::Args),
+    /// The HTTP service over loopback.
+    Service(hypermnf::bench::service::Args),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Input cube: an ENVI header (.hdr, data file beside it) or a NumPy array (.npy, shape (lines, samples, bands)).
+    input: PathBuf,
+    /// Number of components to keep (default 10).
+    #[arg(long, conflicts_with = "snr")]
+    components: Option<usize>,
+    /// Keep the components whose eigenvalue is at least 1 + S.
+    #[arg(long)]
+    snr: Option<f64>,
+    /// Noise estimator: mean-filter (default) or shift-difference.
+    #[arg(long, default_value = "mean-filter")]
+    noise: hypermnf::mnf::NoiseEstimator,
+    /// Also write the inverse MNF (denoised cube) next to OUT as OUT-stem-denoised.
+    #[arg(long)]
+    inverse: bool,
+    /// 0-based bands to exclude, comma-separated (e.g. 0,5,7).
+    #[arg(long, value_delimiter = ',')]
+    bad_bands: Vec<usize>,
+    /// No-data value (overrides the header's `data ignore value`).
+    #[arg(long, allow_hyphen_values = true)]
+    ignore_value: Option<f64>,
+    /// Compute the noise statistics only in columns x0..x1 and rows y0..y1 (end excluded).
+    #[arg(long)]
+    noise_window: Option<hypermnf::mnf::Window>,
+    /// auto (CUDA if a device is found), cpu, cuda or cuda-cublas.
+    #[arg(long, default_value = "auto")]
+    backend: hypermnf::mnf::BackendChoice,
+    /// Output: OUT.npy (float32 (lines, samples, k)) or OUT.hdr (ENVI float32 BSQ + OUT.img).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "hypermnf=info,tower_http=info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => tokio::runtime::Runtime::new()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(hypermnf::api::serve(args))),
+        Command::Run(args) => run(args),
+        Command::Bench { which } => match which {
+            BenchCommand::Cpu(a) => hypermnf::bench::cpu::run(&a),
+            BenchCommand::Gpu(a) => hypermnf::bench::gpu::run(&a),
+            BenchCommand::Hashtable(a) => hypermnf::bench::hashtable::run(&a),
+            BenchCommand::Service(a) => hypermnf::bench::service::run(&a),
+        },
+        Command::Info => info(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hypermnf: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(_args: RunArgs) -> anyhow::Result<()> {
+    anyhow::bail!("run is not written yet")
+}
+
+fn info() -> anyhow::Result<()> {
+    println!("hypermnf {}", env!("CARGO_PKG_VERSION"));
+    Ok(())
+}

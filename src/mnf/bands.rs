@@ -1,0 +1,1 @@
+//! Band selection. (stub: being written)

@@ -1,0 +1,1 @@
+//! Generalized symmetric eigenproblem. (stub: being written)

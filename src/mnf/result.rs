@@ -1,0 +1,3 @@
+//! Result metadata. (stub: being written)
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Metadata {}

@@ -1,0 +1,190 @@
+//! First and second moments of a set of B-dimensional samples, accumulated per chunk and merged.
+//!
+//! Each chunk is centred on its own mean before its cross-products are formed, and chunks are merged
+//! with the pairwise update of Chan, Golub and LeVeque, so the covariance stays accurate over millions
+//! of pixels (no Σxy − ΣxΣy/n cancellation). The same merge serves CPU threads, GPU tiles, streamed
+//! chunks and several GPUs.
+
+use super::params::NoiseEstimator;
+
+/// Count, mean and centred co-moment M2 = Σ (x − mean)(x − mean)ᵀ of B-dimensional samples.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Moments {
+    pub bands: usize,
+    pub n: u64,
+    pub mean: Vec<f64>,
+    /// B × B, row-major, symmetric (both triangles filled).
+    pub m2: Vec<f64>,
+}
+
+impl Moments {
+    pub fn new(bands: usize) -> Self {
+        Moments { bands, n: 0, mean: vec![0.0; bands], m2: vec![0.0; bands * bands] }
+    }
+
+    /// From sums of shifted samples d = x − shift: n, Σd and Σddᵀ (B × B row-major, both triangles).
+    /// For backends that accumulate raw sums per tile; pick `shift` near the data so the subtraction
+    /// below does not cancel.
+    pub fn from_shifted_sums(n: u64, shift: &[f64], sum: &[f64], cross: &[f64]) -> Self {
+        let b = shift.len();
+        let mut m = Moments::new(b);
+        if n == 0 {
+            return m;
+        }
+        m.n = n;
+        let nf = n as f64;
+        for i in 0..b {
+            m.mean[i] = shift[i] + sum[i] / nf;
+        }
+        for i in 0..b {
+            for j in 0..b {
+                m.m2[i * b + j] = cross[i * b + j] - sum[i] * sum[j] / nf;
+            }
+        }
+        m
+    }
+
+    /// Adds `rows` samples given row-major in `x` (rows × B). Uses a centred matrix product.
+    pub fn add_rows(&mut self, x: &[f64], rows: usize) {
+        if rows == 0 {
+            return;
+        }
+        let b = self.bands;
+        debug_assert_eq!(x.len(), rows * b);
+        let mut mean = vec![0.0; b];
+        for r in x.chunks_exact(b) {
+            for (m, v) in mean.iter_mut().zip(r) {
+                *m += v;
+            }
+        }
+        for m in mean.iter_mut() {
+            *m /= rows as f64;
+        }
+        let mut centred = Vec::with_capacity(x.len());
+        for r in x.chunks_exact(b) {
+            centred.extend(r.iter().zip(&mean).map(|(v, m)| v - m));
+        }
+        let mut m2 = vec![0.0; b * b];
+        // m2 = centredᵀ · centred: centred is rows × B row-major (row stride B, column stride 1).
+        unsafe {
+            matrixmultiply::dgemm(
+                b,
+                rows,
+                b,
+                1.0,
+                centred.as_ptr(),
+                1,
+                b as isize,
+                centred.as_ptr(),
+                b as isize,
+                1,
+                0.0,
+                m2.as_mut_ptr(),
+                b as isize,
+                1,
+            );
+        }
+        self.merge(&Moments { bands: b, n: rows as u64, mean, m2 });
+    }
+
+    /// Merges another set of moments into this one (Chan et al.).
+    pub fn merge(&mut self, other: &Moments) {
+        assert_eq!(self.bands, other.bands, "merging moments of different band counts");
+        if other.n == 0 {
+            return;
+        }
+        if self.n == 0 {
+            *self = other.clone();
+            return;
+        }
+        let b = self.bands;
+        let (na, nb) = (self.n as f64, other.n as f64);
+        let n = na + nb;
+        let delta: Vec<f64> = other.mean.iter().zip(&self.mean).map(|(o, s)| o - s).collect();
+        let f = na * nb / n;
+        for i in 0..b {
+            for j in 0..b {
+                self.m2[i * b + j] += other.m2[i * b + j] + delta[i] * delta[j] * f;
+            }
+        }
+        for i in 0..b {
+            self.mean[i] += delta[i] * nb / n;
+        }
+        self.n += other.n;
+    }
+
+    /// Unbiased covariance (divides by n − 1), B × B row-major. None with fewer than 2 samples.
+    pub fn covariance(&self) -> Option<Vec<f64>> {
+        if self.n < 2 {
+            return None;
+        }
+        let d = (self.n - 1) as f64;
+        Some(self.m2.iter().map(|v| v / d).collect())
+    }
+
+    /// Variance of band i (unbiased); 0 with fewer than 2 samples.
+    pub fn variance(&self, i: usize) -> f64 {
+        if self.n < 2 {
+            return 0.0;
+        }
+        self.m2[i * self.bands + i] / (self.n - 1) as f64
+    }
+}
+
+/// Everything the eigen step needs from one pass over the cube.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Statistics {
+    /// Moments of the valid pixels.
+    pub data: Moments,
+    /// Moments of the noise residuals (unscaled: divide the covariance by the estimator's scale).
+    pub noise: Moments,
+    /// Pixels excluded as no-data.
+    pub masked_pixels: u64,
+}
+
+/// What the statistics pass must compute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatsSpec {
+    pub noise: NoiseEstimator,
+    /// Noise residuals are taken only at pixels inside this window (their neighbours may lie outside).
+    pub window: Option<super::params::Window>,
+    /// No-data value: a pixel equal to it in any of `mask_bands` is excluded everywhere.
+    pub ignore_value: Option<f64>,
+    /// Bands checked for the no-data value (the bands not already excluded by `bbl` or the user).
+    pub mask_bands: Vec<usize>,
+}
+
+/// What the projection pass computes: Z = Tᵀ (x − μ) over the used bands, k components per pixel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Projection {
+    pub bands_used: Vec<usize>,
+    /// Mean of each used band.
+    pub means: Vec<f64>,
+    /// bands_used.len() × k, row-major (row = used band, column = component).
+    pub transform: Vec<f64>,
+    pub k: usize,
+    /// Pixels equal to it in any of `mask_bands` are written as NaN.
+    pub ignore_value: Option<f64>,
+    pub mask_bands: Vec<usize>,
+}
+
+/// The inverse transform: x̂ = μ + A (x − μ) on the used bands, where A = T_k T_kᵀ C_N; other bands pass
+/// through unchanged; masked pixels are NaN. Output is BIP with all input bands.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Denoise {
+    pub bands_used: Vec<usize>,
+    pub means: Vec<f64>,
+    /// used × used, row-major.
+    pub matrix: Vec<f64>,
+    pub ignore_value: Option<f64>,
+    pub mask_bands: Vec<usize>,
+}
+
+/// True when pixel `px` (B values) holds the no-data value in any of the mask bands.
+#[inline]
+pub fn is_masked(px: &[f64], ignore: Option<f64>, mask_bands: &[usize]) -> bool {
+    match ignore {
+        Some(v) => mask_bands.iter().any(|&b| px[b] == v),
+        None => false,
+    }
+}

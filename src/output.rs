@@ -1,0 +1,1 @@
+//! Writing a result to disk. (stub: being written)
