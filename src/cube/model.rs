@@ -322,3 +322,48 @@ pub fn decode_into(raw: &[u8], dtype: DataType, order: ByteOrder, out: &mut [f64
         DataType::F64 => dec!(f64, 8),
     }
 }
+
+impl Cube {
+    /// SHA-256 of the decoded cube: its shape, data type and samples in little-endian BIP order, plus
+    /// the metadata that changes results (bbl, data ignore value). The same cube gives the same digest
+    /// whatever file layout or byte order it arrived in (an ENVI BIL upload and a .npy of the same values
+    /// are the same cube), which is what the job cache keys on.
+    pub fn content_digest(&self) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(b"hypermnf-cube-v1");
+        for v in [self.lines as u64, self.samples as u64, self.bands as u64] {
+            h.update(v.to_le_bytes());
+        }
+        h.update([self.dtype.envi_code()]);
+        let size = self.dtype.size();
+        if self.byte_order == ByteOrder::Little || size == 1 {
+            h.update(&self.data);
+        } else {
+            // Swap to little-endian a bounded chunk at a time (never a second copy of the cube).
+            let mut buf = Vec::with_capacity(1 << 20);
+            for chunk in self.data.chunks(1 << 20) {
+                buf.clear();
+                for s in chunk.chunks_exact(size) {
+                    buf.extend(s.iter().rev());
+                }
+                h.update(&buf);
+            }
+        }
+        match &self.meta.bbl {
+            Some(bbl) => {
+                h.update(b"bbl");
+                h.update(bbl.iter().map(|&g| g as u8).collect::<Vec<u8>>());
+            }
+            None => h.update(b"nobbl"),
+        }
+        match self.meta.ignore_value {
+            Some(v) => {
+                h.update(b"ignore");
+                h.update(v.to_le_bytes());
+            }
+            None => h.update(b"noignore"),
+        }
+        h.finalize().into()
+    }
+}
