@@ -204,7 +204,13 @@ pub fn write_from_bip<W: Write>(
     if order.same_as_bip(dims) && (!swap || elem == 1) {
         return w.write_all(src);
     }
-    fn gather<W: Write, const N: usize>(w: &mut W, order: FileOrder, dims: Dims, src: &[u8], swap: bool) -> io::Result<()> {
+    fn gather<W: Write, const N: usize>(
+        w: &mut W,
+        order: FileOrder,
+        dims: Dims,
+        src: &[u8],
+        swap: bool,
+    ) -> io::Result<()> {
         write_in_file_order::<W, N>(w, order, dims, |i| {
             let mut e: [u8; N] = src[i * N..i * N + N].try_into().expect("element slice has N bytes");
             if swap {

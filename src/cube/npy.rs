@@ -44,7 +44,9 @@ fn parse_descr(descr: &str) -> Result<(DataType, ByteOrder), CubeError> {
         Some('|') => (None, chars.as_str()),
         _ => (Some(native), descr),
     };
-    let unsupported = |what: &str| Err(CubeError::Unsupported(format!(".npy dtype '{descr}' ({what}): MNF needs real numbers of a supported type (u1, i2, u2, i4, u4, i8, u8, f4, f8)")));
+    let unsupported = |what: &str| {
+        Err(CubeError::Unsupported(format!(".npy dtype '{descr}' ({what}): MNF needs real numbers of a supported type (u1, i2, u2, i4, u4, i8, u8, f4, f8)")))
+    };
     let dtype = match code {
         "u1" | "B" => DataType::U8,
         "i2" => DataType::I16,
@@ -112,7 +114,11 @@ impl<'a> DictParser<'a> {
     }
     fn error(&self, what: &str) -> CubeError {
         let rest = String::from_utf8_lossy(&self.s[self.pos.min(self.s.len())..]);
-        npy_err(format!("header dict: {what} at byte {} (near '{}')", self.pos, rest.chars().take(30).collect::<String>()))
+        npy_err(format!(
+            "header dict: {what} at byte {} (near '{}')",
+            self.pos,
+            rest.chars().take(30).collect::<String>()
+        ))
     }
     fn string(&mut self) -> Result<String, CubeError> {
         let quote = self.peek().filter(|&q| q == b'\'' || q == b'"').ok_or_else(|| self.error("expected a string"))?;
@@ -314,7 +320,9 @@ pub fn read(path: &Path) -> Result<Cube, CubeError> {
     );
     let len = usize::try_from(need).map_err(|_| too_big())?;
     let mut bytes = Vec::new();
-    bytes.try_reserve_exact(len).map_err(|_| CubeError::TooLarge(format!("cannot allocate {len} bytes for {geometry}")))?;
+    bytes
+        .try_reserve_exact(len)
+        .map_err(|_| CubeError::TooLarge(format!("cannot allocate {len} bytes for {geometry}")))?;
     bytes.resize(len, 0);
     let order = if header.fortran_order { FileOrder::FORTRAN } else { FileOrder::BIP };
     read_into_bip(&mut file, order, Dims::new(lines, samples, bands), header.dtype.size(), &mut bytes)
@@ -396,7 +404,8 @@ pub fn write_f32_to(w: &mut dyn Write, shape: &[usize], values: &[f32]) -> io::R
 pub fn write_cube(path: &Path, cube: &Cube) -> Result<(), CubeError> {
     let file = File::create(path).map_err(|e| CubeError::io(path, e))?;
     let mut w = io::BufWriter::with_capacity(1 << 16, file);
-    let header = header_bytes(&descr_of(cube.dtype(), cube.byte_order()), &[cube.lines(), cube.samples(), cube.bands()]);
+    let header =
+        header_bytes(&descr_of(cube.dtype(), cube.byte_order()), &[cube.lines(), cube.samples(), cube.bands()]);
     w.write_all(&header)
         .and_then(|()| w.write_all(cube.raw()))
         .and_then(|()| w.flush())
@@ -409,7 +418,8 @@ mod tests {
 
     #[test]
     fn dict_parser_is_tolerant() {
-        let (dt, bo, f, shape) = parse_dict("{ \"shape\" : (3L, 4,5 ,),'fortran_order':True ,'descr':'>u2' ,}  \n").unwrap();
+        let (dt, bo, f, shape) =
+            parse_dict("{ \"shape\" : (3L, 4,5 ,),'fortran_order':True ,'descr':'>u2' ,}  \n").unwrap();
         assert_eq!((dt, bo, f, shape), (DataType::U16, ByteOrder::Big, true, vec![3, 4, 5]));
         assert!(parse_dict("{'descr': '<f4', 'fortran_order': False}").unwrap_err().to_string().contains("shape"));
         assert!(parse_dict("{'descr': '<f4', 'fortran_order': Nope, 'shape': ()}").is_err());

@@ -22,16 +22,8 @@ pub(crate) const GEOMETRY_KEYS: [&str; 9] = [
 ];
 
 /// Keys interpreted into `CubeMeta` fields (not kept in `extra` either).
-pub(crate) const META_KEYS: [&str; 8] = [
-    "bbl",
-    "data ignore value",
-    "wavelength",
-    "fwhm",
-    "wavelength units",
-    "band names",
-    "description",
-    "map info",
-];
+pub(crate) const META_KEYS: [&str; 8] =
+    ["bbl", "data ignore value", "wavelength", "fwhm", "wavelength units", "band names", "description", "map info"];
 
 /// A parsed ENVI header.
 #[derive(Debug, Clone, PartialEq)]
@@ -177,9 +169,7 @@ impl<'a> Lookup<'a> {
 }
 
 fn parse_int(key: &str, value: &str) -> Result<i64, CubeError> {
-    unbrace(value)
-        .parse::<i64>()
-        .map_err(|_| header_err(format!("{key} = '{}' is not an integer", excerpt(value))))
+    unbrace(value).parse::<i64>().map_err(|_| header_err(format!("{key} = '{}' is not an integer", excerpt(value))))
 }
 
 fn parse_dimension(key: &str, value: &str) -> Result<usize, CubeError> {
@@ -210,10 +200,15 @@ fn float_list(key: &str, value: &str, bands: usize) -> Result<Vec<f64>, CubeErro
 fn parse_bbl(value: &str, bands: usize) -> Result<Vec<bool>, CubeError> {
     per_band("bbl", value, bands)?
         .into_iter()
-        .map(|item| match parse_float("bbl", item)? {
-            v if v == 1.0 => Ok(true),
-            v if v == 0.0 => Ok(false),
-            _ => Err(header_err(format!("bbl: '{}' is not 0 or 1", excerpt(item)))),
+        .map(|item| {
+            let v = parse_float("bbl", item)?;
+            if v == 1.0 {
+                Ok(true)
+            } else if v == 0.0 {
+                Ok(false)
+            } else {
+                Err(header_err(format!("bbl: '{}' is not 0 or 1", excerpt(item))))
+            }
         })
         .collect()
 }
@@ -323,10 +318,7 @@ mod tests {
         assert_eq!(h.meta.ignore_value, Some(-9999.0));
         assert_eq!(
             h.meta.extra,
-            vec![
-                ("sensor type".to_string(), "AVIRIS".to_string()),
-                ("my list".to_string(), "{a,\n  b}".to_string())
-            ]
+            vec![("sensor type".to_string(), "AVIRIS".to_string()), ("my list".to_string(), "{a,\n  b}".to_string())]
         );
     }
 

@@ -47,7 +47,8 @@ pub(super) fn find_data_file(hdr: &Path) -> Result<PathBuf, CubeError> {
     if let Some(found) = candidates.iter().find(|p| p.is_file() && p.as_path() != hdr) {
         return Ok(found.clone());
     }
-    let tried: Vec<String> = candidates.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
+    let tried: Vec<String> =
+        candidates.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
     Err(CubeError::io(
         hdr,
         std::io::Error::new(
@@ -74,7 +75,11 @@ pub(super) fn read_data(header: EnviHeader, data: &Path) -> Result<Cube, CubeErr
         header.samples,
         header.bands,
         header.data_type.name(),
-        if header.header_offset > 0 { format!(" after a {}-byte header offset", header.header_offset) } else { String::new() }
+        if header.header_offset > 0 {
+            format!(" after a {}-byte header offset", header.header_offset)
+        } else {
+            String::new()
+        }
     );
     if have < total {
         return Err(CubeError::SizeMismatch(format!(
