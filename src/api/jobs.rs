@@ -74,14 +74,24 @@ async fn owned_job(ctx: &ApiContext, caller: &Caller, id: &str) -> ApiResult<Job
 // ---------------------------------------------------------------------------------------------------
 // POST /v1/jobs
 
-pub async fn create(State(ctx): State<ApiContext>, caller: Caller, RawQuery(query): RawQuery, req: Request) -> Response {
-    let r = create_inner(&ctx, &caller, query, req).await;
-    if let Err(e) = &r {
-        if e.status() != StatusCode::INTERNAL_SERVER_ERROR {
-            ApiMetrics::add(&ctx.metrics.uploads_refused, 1);
+pub async fn create(State(ctx): State<ApiContext>, caller: Result<Caller, Error>, RawQuery(query): RawQuery, req: Request) -> Response {
+    let outcome = match caller {
+        Ok(caller) => create_inner(&ctx, &caller, query, req).await,
+        Err(e) => Err(e),
+    };
+    match outcome {
+        Ok(r) => r,
+        Err(e) => {
+            if e.status() != StatusCode::INTERNAL_SERVER_ERROR {
+                ApiMetrics::add(&ctx.metrics.uploads_refused, 1);
+            }
+            // A refused upload is answered before its body was read to the end: the connection cannot
+            // carry another request, and saying so keeps clients from reusing it.
+            let mut r = e.into_response();
+            r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            r
         }
     }
-    r.unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn create_inner(ctx: &ApiContext, caller: &Caller, query: Option<String>, req: Request) -> ApiResult<Response> {
