@@ -392,6 +392,29 @@ async fn malformed_and_hostile_requests_get_their_documented_errors() {
     srv.stop().await;
 }
 
+/// Finished jobs and their files go once they are older than --retention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_jobs_expire_after_the_retention_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(dir.path().join("data"));
+    args.retention = Duration::from_secs(1);
+    let srv = TestServer::start(args).await;
+    let (s, j) = srv.post_npy(&npy_bytes(&synthetic_cube(24, 20, 10, 9)), "components=2").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let id = j["id"].as_str().unwrap().to_string();
+    assert_eq!(srv.wait(&id).await["status"], "succeeded");
+    let results = dir.path().join(format!("data/objects/results/{id}"));
+    assert!(results.join("components.npy").is_file());
+    // not yet old enough
+    assert_eq!(hypermnf::api::expire_once(&srv.server.ctx).await.unwrap(), 0);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // the server's own expiry task runs every second too, so it may have been first
+    assert!(hypermnf::api::expire_once(&srv.server.ctx).await.unwrap() <= 1);
+    assert_eq!(srv.get_json(&format!("/v1/jobs/{id}")).await.0, StatusCode::NOT_FOUND);
+    assert!(!results.join("components.npy").exists());
+    srv.stop().await;
+}
+
 /// A real `hypermnf serve` process killed with SIGKILL while its job runs; started again on the same
 /// data dir, it runs the job to the end (nothing accepted is lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

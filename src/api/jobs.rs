@@ -149,7 +149,12 @@ async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req:
     if let Some(sha) = &claimed_sha {
         if let Some(job) = ctx.runner.store.find_live_by_upload(&caller.owner, sha, &canonical).await? {
             ApiMetrics::add(&ctx.metrics.cache_hits, 1);
-            return Ok(job_response(StatusCode::OK, &job, true));
+            let mut r = job_response(StatusCode::OK, &job, true);
+            if content_length(req.headers()) != Some(0) {
+                // The body is left unread (with `Expect: 100-continue` it is never sent).
+                r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            return Ok(r);
         }
     }
     let dir = ctx.runner.storage.scratch_dir(token)?;
