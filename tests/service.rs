@@ -353,10 +353,12 @@ async fn malformed_and_hostile_requests_get_their_documented_errors() {
     std::fs::write(outside.join("cube.npy"), &good).unwrap();
     std::os::unix::fs::symlink(outside.join("cube.npy"), root.join("escape.npy")).unwrap();
     std::fs::write(root.join("notes.txt"), "x").unwrap();
+    std::fs::write(root.join("lonely.hdr"), "ENVI\nsamples = 4\nlines = 4\nbands = 4\ndata type = 2\ninterleave = bsq\nbyte order = 0\n").unwrap();
     let href = |h: String| srv.client.post(srv.url("/v1/jobs")).json(&json!({"input": {"href": h}}));
     cases.push(("href outside the roots", href(format!("file://{}", outside.join("cube.npy").display())), StatusCode::FORBIDDEN, "forbidden_path"));
     cases.push(("href through a symlink out of the root", href(format!("file://{}", root.join("escape.npy").display())), StatusCode::FORBIDDEN, "forbidden_path"));
     cases.push(("href with ..", href(format!("file://{}/../outside/cube.npy", root.display())), StatusCode::BAD_REQUEST, "invalid_href"));
+    cases.push(("href to a header without its data file", href(format!("file://{}", root.join("lonely.hdr").display())), StatusCode::BAD_REQUEST, "input_not_found"));
     cases.push(("href to a missing file", href(format!("file://{}", root.join("nope.npy").display())), StatusCode::BAD_REQUEST, "input_not_found"));
     cases.push(("href that is not file://", href("http://example.com/cube.npy".into()), StatusCode::BAD_REQUEST, "invalid_href"));
     cases.push(("href to a file that is no cube", href(format!("file://{}", root.join("notes.txt").display())), StatusCode::UNPROCESSABLE_ENTITY, "unsupported"));

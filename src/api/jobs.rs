@@ -112,7 +112,10 @@ async fn create_inner(ctx: &ApiContext, caller: &Caller, query: Option<String>, 
         }
     }
     let token = format!("upload-{}", uuid::Uuid::now_v7());
-    let result = match mime.as_str() {
+    // Removes the upload's scratch files however the request ends (answered, refused, timed out or
+    // dropped with its connection); accepted inputs were moved out of scratch before this runs.
+    let _scratch = ScratchGuard { storage: ctx.runner.storage.clone(), token: token.clone() };
+    match mime.as_str() {
         "application/x-npy" | "application/octet-stream" => create_npy(ctx, caller, query.as_deref(), req, &token).await,
         "multipart/form-data" => create_multipart(ctx, caller, query.as_deref(), req, &token).await,
         "application/json" => create_href(ctx, caller, query.as_deref(), req).await,
@@ -124,9 +127,18 @@ async fn create_inner(ctx: &ApiContext, caller: &Caller, query: Option<String>, 
                 content_type
             ),
         )),
-    };
-    ctx.runner.storage.remove_scratch(&token);
-    result
+    }
+}
+
+struct ScratchGuard {
+    storage: crate::storage::Storage,
+    token: String,
+}
+
+impl Drop for ScratchGuard {
+    fn drop(&mut self) {
+        self.storage.remove_scratch(&self.token);
+    }
 }
 
 fn content_length(h: &HeaderMap) -> Option<u64> {
@@ -382,7 +394,13 @@ async fn decode_and_validate(ctx: &ApiContext, kind: InputKind, location: String
     let storage = ctx.runner.storage.clone();
     let cube = tokio::task::spawn_blocking(move || crate::jobs::worker::load_cube(kind, &location, &storage))
         .await
-        .map_err(Error::internal)??;
+        .map_err(Error::internal)?
+        .map_err(|e| match e {
+            // A file the client named (an ENVI header's missing data file, say) is the client's
+            // problem; our own upload files failing to read is ours.
+            crate::cube::CubeError::Io { .. } if kind == InputKind::Href => Error::bad_request("input_not_found", e.to_string()),
+            other => Error::from(other),
+        })?;
     params.validate(cube.lines(), cube.samples(), cube.bands())?;
     Ok((Arc::new(cube), params))
 }
