@@ -188,6 +188,53 @@ impl Planes {
     }
 }
 
+/// A file whose middle axis is the band (BIL) is a run of slabs, one per index of the outer axis, each
+/// a bands x inner matrix. Whole slabs are read in file order and transposed so that each pixel's
+/// spectrum is written whole (an element-by-element scatter would write with a stride of a spectrum).
+struct Slabs {
+    bands: usize,
+    outer: usize,
+    inner: usize,
+    /// BIP pixel strides of the outer and inner axes.
+    outer_stride: usize,
+    inner_stride: usize,
+    /// Slabs per staging chunk (at least one, whatever its size: one slab is one line of a BIL cube).
+    per_chunk: usize,
+}
+
+impl Slabs {
+    fn of(order: FileOrder, dims: Dims, elem: usize) -> Option<Self> {
+        if order.0[1] != Axis::Band {
+            return None;
+        }
+        let pixel_stride = |a: Axis| dims.bip_stride(a) / dims.bands;
+        let (outer, inner) = (dims.extent(order.0[0]), dims.extent(order.0[2]));
+        Some(Slabs {
+            bands: dims.bands,
+            outer,
+            inner,
+            outer_stride: pixel_stride(order.0[0]),
+            inner_stride: pixel_stride(order.0[2]),
+            per_chunk: (STAGING_BYTES / (dims.bands * inner * elem)).clamp(1, outer),
+        })
+    }
+
+    fn slab_elements(&self) -> usize {
+        self.bands * self.inner
+    }
+
+    /// Chunks as (first slab, number of slabs).
+    fn chunks(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (0..self.outer).step_by(self.per_chunk).map(|o0| (o0, self.per_chunk.min(self.outer - o0)))
+    }
+
+    /// BIP pixel index of position `i` of slab `o`.
+    #[inline]
+    fn pixel(&self, o: usize, i: usize) -> usize {
+        o * self.outer_stride + i * self.inner_stride
+    }
+}
+
 fn staging_len(elem: usize) -> usize {
     (STAGING_BYTES / elem).max(1) * elem
 }
@@ -241,6 +288,26 @@ fn read_permuted<R: Read + Seek, const N: usize>(
         }
         return Ok(());
     }
+    if let Some(slabs) = Slabs::of(order, dims, N) {
+        r.seek(SeekFrom::Start(base))?;
+        let slab_len = slabs.slab_elements() * N;
+        let mut staging = vec![0u8; slabs.per_chunk * slab_len];
+        for (o0, k) in slabs.chunks() {
+            let chunk = &mut staging[..k * slab_len];
+            r.read_exact(chunk)?;
+            for (j, slab) in chunk.chunks_exact(slab_len).enumerate() {
+                for i in 0..slabs.inner {
+                    let first = slabs.pixel(o0 + j, i) * slabs.bands * N;
+                    let spectrum = &mut out[first..first + slabs.bands * N];
+                    for (b, dst) in spectrum.chunks_exact_mut(N).enumerate() {
+                        let at = (b * slabs.inner + i) * N;
+                        dst.copy_from_slice(&slab[at..at + N]);
+                    }
+                }
+            }
+        }
+        return Ok(());
+    }
     // Any other order: stream the file in order and scatter each element to its BIP place.
     r.seek(SeekFrom::Start(base))?;
     let mut staging = vec![0u8; staging_len(N).min(out.len())];
@@ -285,6 +352,24 @@ pub fn write_elements<W: Write + Seek, const N: usize>(
         return Ok(());
     }
     w.seek(SeekFrom::Start(base))?;
+    if let Some(slabs) = Slabs::of(order, dims, N) {
+        let slab_len = slabs.slab_elements() * N;
+        let mut staging = vec![0u8; slabs.per_chunk * slab_len];
+        for (o0, k) in slabs.chunks() {
+            let chunk = &mut staging[..k * slab_len];
+            for (j, slab) in chunk.chunks_exact_mut(slab_len).enumerate() {
+                for i in 0..slabs.inner {
+                    let first = slabs.pixel(o0 + j, i) * slabs.bands;
+                    for b in 0..slabs.bands {
+                        let at = (b * slabs.inner + i) * N;
+                        slab[at..at + N].copy_from_slice(&element(first + b));
+                    }
+                }
+            }
+            w.write_all(chunk)?;
+        }
+        return Ok(());
+    }
     let mut staging = Vec::with_capacity(staging_len(N).min(dims.elements() * N));
     for i in BipWalk::new(order, dims) {
         staging.extend_from_slice(&element(i));
@@ -348,6 +433,7 @@ mod tests {
             FileOrder::BIL => (l * d.bands + b) * d.samples + s,
             FileOrder::BSQ => (b * d.lines + l) * d.samples + s,
             FileOrder::FORTRAN => l + d.lines * (s + d.samples * b),
+            SAMPLE_MAJOR => (s * d.lines + l) * d.bands + b,
             _ => unreachable!(),
         }
     }
@@ -373,7 +459,9 @@ mod tests {
         assert!(back.into_inner() == file, "{order:?} {d:?}: write");
     }
 
-    const ORDERS: [FileOrder; 4] = [FileOrder::BIP, FileOrder::BIL, FileOrder::BSQ, FileOrder::FORTRAN];
+    /// No file format uses it, but it is the one order left to the element-by-element walk.
+    const SAMPLE_MAJOR: FileOrder = FileOrder([Axis::Sample, Axis::Line, Axis::Band]);
+    const ORDERS: [FileOrder; 5] = [FileOrder::BIP, FileOrder::BIL, FileOrder::BSQ, FileOrder::FORTRAN, SAMPLE_MAJOR];
 
     #[test]
     fn permutations_match_offset_formulas() {
@@ -390,6 +478,8 @@ mod tests {
         let d = Dims::new(520, 430, 5);
         let planes = Planes::of(FileOrder::BSQ, d, 4).unwrap();
         assert!(planes.blocks().count() == 2 && planes.block < planes.plane);
+        let slabs = Slabs::of(FileOrder::BIL, d, 4).unwrap();
+        assert!(slabs.chunks().count() > 2 && slabs.outer % slabs.per_chunk != 0, "a partial last chunk");
         for order in ORDERS {
             check(order, d, 7);
         }
