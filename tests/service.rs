@@ -79,6 +79,19 @@ async fn every_real_cube_through_every_upload_form_gives_the_cli_bytes() {
             let want: Value = serde_json::from_slice(&std::fs::read(&reference.metadata).unwrap()).unwrap();
             assert_eq!(without_timings(meta), without_timings(want), "{name} {tag}: metadata");
 
+            if tag == "href" && i == 0 {
+                // and the command line itself, for once: `hypermnf run` on the same file
+                let cli_out = refdir.join("cli.npy");
+                let st = std::process::Command::new(env!("CARGO_BIN_EXE_hypermnf"))
+                    .args(["run", "--snr", "1", "--noise", "shift-difference", "--backend", "cpu", "--out"])
+                    .arg(&cli_out)
+                    .arg(&hdr)
+                    .env("RUST_LOG", "warn")
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+                assert!(got.1 == std::fs::read(&cli_out).unwrap(), "{name}: the service's bytes differ from `hypermnf run`");
+            }
             if tag == "envi" {
                 // ?format=envi: a zip of exactly the .hdr and .img `hypermnf run --out X.hdr` writes
                 let envi_dir = refdir.join("envi");
