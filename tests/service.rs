@@ -123,8 +123,9 @@ async fn every_real_cube_through_every_upload_form_gives_the_cli_bytes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identical_requests_return_the_existing_job() {
     let data = test_data();
+    let root = tempfile::tempdir().unwrap();
     let mut args = hypermnf::config::ServeArgs::with_data_dir(tempfile::tempdir().unwrap().keep());
-    args.input_roots = vec![data.clone()];
+    args.input_roots = vec![data.clone(), root.path().to_path_buf()];
     let srv = TestServer::start(args).await;
     let hdr = data.join("jasper_ridge_r198_bil.hdr");
     let img = data.join("jasper_ridge_r198_bil.img");
@@ -176,16 +177,29 @@ async fn identical_requests_return_the_existing_job() {
         .header("x-content-sha256", "0".repeat(64)).body(npy.clone()).send().await.unwrap();
     assert_eq!(error_of(r).await, (StatusCode::BAD_REQUEST, "digest_mismatch".into()));
 
+    // a little-endian .npy is digested while it streams in; the same file named by href is decoded
+    // and digested by the cube: both must give the same job
+    let syn = npy_bytes(&synthetic_cube(40, 30, 12, 11));
+    std::fs::write(root.path().join("syn.npy"), &syn).unwrap();
+    let (s, streamed) = srv.post_npy(&syn, "components=2").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let body = json!({"input": {"href": format!("file://{}", root.path().join("syn.npy").display())}, "params": {"components": 2}});
+    let r = srv.client.post(srv.url("/v1/jobs")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().await.unwrap()["id"], streamed["id"]);
+
     // the listing shows the caller's jobs newest first, paginated
     let page = srv.get_json("/v1/jobs?limit=2").await.1;
     assert_eq!(page["jobs"].as_array().unwrap().len(), 2);
-    assert_eq!(page["jobs"][0]["id"].as_str(), Some(npy_id.as_str()));
+    assert_eq!(page["jobs"][0]["id"], streamed["id"]);
+    assert_eq!(page["jobs"][1]["id"].as_str(), Some(npy_id.as_str()));
     let next = page["next"].as_str().unwrap().to_string();
     let page2 = srv.get_json(&format!("/v1/jobs?limit=2&after={next}")).await.1;
-    assert_eq!(page2["jobs"].as_array().unwrap().len(), 1);
+    assert_eq!(page2["jobs"].as_array().unwrap().len(), 2);
+    assert_eq!(page2["jobs"][1]["id"].as_str(), Some(id.as_str()));
     assert!(page2["next"].is_null());
     let metrics = srv.client.get(srv.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("hypermnf_cache_hits_total 3"), "{metrics}");
+    assert!(metrics.contains("hypermnf_cache_hits_total 4"), "{metrics}");
     srv.stop().await;
 }
 
@@ -427,6 +441,28 @@ async fn finished_jobs_expire_after_the_retention_time() {
     assert!(hypermnf::api::expire_once(&srv.server.ctx).await.unwrap() <= 1);
     assert_eq!(srv.get_json(&format!("/v1/jobs/{id}")).await.0, StatusCode::NOT_FOUND);
     assert!(!results.join("components.npy").exists());
+    srv.stop().await;
+}
+
+/// An upload slower than --request-timeout is answered 408 in the JSON error shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_upload_times_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(dir.path().join("data"));
+    args.request_timeout = Duration::from_secs(1);
+    let srv = TestServer::start(args).await;
+    let npy = npy_bytes(&synthetic_cube(24, 20, 10, 10));
+    let first = npy[..200].to_vec();
+    let body = futures::stream::once(async move { Ok::<_, std::io::Error>(first) })
+        .chain(futures::stream::once(async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok::<_, std::io::Error>(vec![0u8; 10])
+        }));
+    use futures::StreamExt;
+    let r = srv.client.post(srv.url("/v1/jobs")).header("content-type", "application/x-npy")
+        .body(reqwest::Body::wrap_stream(body)).send().await.unwrap();
+    assert_eq!(error_of(r).await, (StatusCode::REQUEST_TIMEOUT, "timeout".into()));
+    assert_eq!(srv.get_json("/healthz").await.0, StatusCode::OK);
     srv.stop().await;
 }
 

@@ -148,7 +148,7 @@ pub async fn jsonify_errors(resp: Response) -> Response {
     let message = status.canonical_reason().unwrap_or("error").to_string();
     let mut out = json_error(status, code, &message);
     for (k, v) in resp.headers() {
-        if k != header::CONTENT_TYPE && k != header::CONTENT_LENGTH {
+        if k != header::CONTENT_TYPE && k != header::CONTENT_LENGTH && k != header::CONTENT_ENCODING {
             out.headers_mut().insert(k.clone(), v.clone());
         }
     }

@@ -172,8 +172,12 @@ async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req:
     let dir = ctx.runner.storage.scratch_dir(token)?;
     let limit = ctx.config.max_upload_bytes;
     let announced = content_length(req.headers());
-    let mut check = move |prefix: &[u8]| -> ApiResult<Option<Claim>> {
+    let claim_seen = std::sync::Mutex::new(None::<Claim>);
+    let mut check = |prefix: &[u8]| -> ApiResult<Option<Claim>> {
         let claim = upload::npy_claim(prefix, limit)?;
+        if let Ok(mut seen) = claim_seen.lock() {
+            *seen = claim;
+        }
         if let (Some(c), Some(len)) = (claim, announced) {
             if c.total() != len {
                 return Err(Error::bad_request(
@@ -186,7 +190,9 @@ async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req:
     };
     let mut budget = Budget::new(limit);
     let stream = req.into_body().into_data_stream();
+    let t = std::time::Instant::now();
     let got = upload::receive(stream, dir.join("cube.npy"), &mut budget, Some(&mut check), None).await?;
+    tracing::debug!(bytes = got.bytes, secs = t.elapsed().as_secs_f64(), "npy upload received and hashed");
     ApiMetrics::add(&ctx.metrics.bytes_in, got.bytes);
     let sha = hex::encode(got.sha256);
     if let Some(claimed) = &claimed_sha {
@@ -194,9 +200,18 @@ async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req:
             return Err(Error::bad_request("digest_mismatch", "the body's SHA-256 differs from X-Content-SHA256"));
         }
     }
+    if let (Some(content), Some((lines, samples, bands, dtype))) = (got.content_digest, claim_seen.lock().ok().and_then(|c| c.and_then(|c| c.bip_le))) {
+        // A little-endian C-order .npy: its header was checked, its size is exact, and its content
+        // digest was computed on the way, so it is not decoded here (the worker decodes it).
+        let (lines, samples, bands) = (lines as usize, samples as usize, bands as usize);
+        params.validate(lines, samples, bands)?;
+        let input = InputSummary { lines, samples, bands, data_type: dtype.name().to_string(), interleave: "bip".into() };
+        return enqueue(ctx, caller, content, input, params, InputKind::Npy, Some(sha), token).await;
+    }
     let location = format!("scratch/{token}");
     let (cube, params) = decode_and_validate(ctx, InputKind::Npy, location, params).await?;
-    enqueue(ctx, caller, &cube, params, InputKind::Npy, Some(sha), Some(token)).await
+    let (digest, input) = digest_and_summary(&cube).await?;
+    enqueue(ctx, caller, digest, input, params, InputKind::Npy, Some(sha), token).await
 }
 
 async fn create_multipart(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req: Request, token: &str) -> ApiResult<Response> {
@@ -253,7 +268,8 @@ async fn create_multipart(ctx: &ApiContext, caller: &Caller, query: Option<&str>
     };
     let location = format!("scratch/{token}");
     let (cube, params) = decode_and_validate(ctx, InputKind::Envi, location, params).await?;
-    enqueue(ctx, caller, &cube, params, InputKind::Envi, None, Some(token)).await
+    let (digest, input) = digest_and_summary(&cube).await?;
+    enqueue(ctx, caller, digest, input, params, InputKind::Envi, None, token).await
 }
 
 /// Reads a small multipart part (header or params) into memory, within SMALL_BODY_MAX.
@@ -311,7 +327,8 @@ async fn create_href(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req
     precheck_file(&path, limit)?;
     let location = path.to_str().ok_or_else(|| Error::bad_request("invalid_href", "the path is not UTF-8"))?.to_string();
     let (cube, params) = decode_and_validate(ctx, InputKind::Href, location.clone(), params).await?;
-    enqueue_at(ctx, caller, &cube, params, InputKind::Href, None, location, None).await
+    let (digest, input) = digest_and_summary(&cube).await?;
+    enqueue_at(ctx, caller, digest, input, params, InputKind::Href, None, location, None).await
 }
 
 /// Checks a `file://` href: an absolute path without `..`, existing, and (after resolving symlinks)
@@ -392,6 +409,7 @@ fn precheck_file(path: &Path, limit: u64) -> ApiResult<()> {
 /// Decodes the cube (off the async threads) and checks the parameters against its shape.
 async fn decode_and_validate(ctx: &ApiContext, kind: InputKind, location: String, params: MnfParams) -> ApiResult<(Arc<Cube>, MnfParams)> {
     let storage = ctx.runner.storage.clone();
+    let t = std::time::Instant::now();
     let cube = tokio::task::spawn_blocking(move || crate::jobs::worker::load_cube(kind, &location, &storage))
         .await
         .map_err(Error::internal)?
@@ -401,6 +419,7 @@ async fn decode_and_validate(ctx: &ApiContext, kind: InputKind, location: String
             crate::cube::CubeError::Io { .. } if kind == InputKind::Href => Error::bad_request("input_not_found", e.to_string()),
             other => Error::from(other),
         })?;
+    tracing::debug!(secs = t.elapsed().as_secs_f64(), "input decoded");
     params.validate(cube.lines(), cube.samples(), cube.bands())?;
     Ok((Arc::new(cube), params))
 }
@@ -414,24 +433,48 @@ fn job_digest(cube_digest: &[u8; 32], canonical_params: &str) -> String {
     hex::encode(h.finalize())
 }
 
+/// The cube's content digest (off the async threads) and what the API shows about it.
+async fn digest_and_summary(cube: &Arc<Cube>) -> ApiResult<([u8; 32], InputSummary)> {
+    let t = std::time::Instant::now();
+    let digest = {
+        let cube = cube.clone();
+        tokio::task::spawn_blocking(move || cube.content_digest()).await.map_err(Error::internal)?
+    };
+    tracing::debug!(secs = t.elapsed().as_secs_f64(), "content digest");
+    let input = InputSummary {
+        lines: cube.lines(),
+        samples: cube.samples(),
+        bands: cube.bands(),
+        data_type: cube.dtype().name().to_string(),
+        interleave: cube.meta.source_interleave.map(|i| i.name()).unwrap_or("bip").to_string(),
+    };
+    Ok((digest, input))
+}
+
+/// Enqueues an upload held in scratch under `token`.
+#[allow(clippy::too_many_arguments)]
 async fn enqueue(
     ctx: &ApiContext,
     caller: &Caller,
-    cube: &Arc<Cube>,
+    cube_digest: [u8; 32],
+    input: InputSummary,
     params: MnfParams,
     kind: InputKind,
     upload_sha256: Option<String>,
-    scratch_token: Option<&str>,
+    scratch_token: &str,
 ) -> ApiResult<Response> {
     let id = uuid::Uuid::now_v7().to_string();
-    enqueue_at(ctx, caller, cube, params, kind, upload_sha256, format!("uploads/{id}"), scratch_token.map(|t| (t, id))).await
+    enqueue_at(ctx, caller, cube_digest, input, params, kind, upload_sha256, format!("uploads/{id}"), Some((scratch_token, id))).await
 }
 
+/// Answers with the caller's live job of the same digest, or stores the input at `location` (from
+/// scratch, for uploads) and inserts a queued job.
 #[allow(clippy::too_many_arguments)]
 async fn enqueue_at(
     ctx: &ApiContext,
     caller: &Caller,
-    cube: &Arc<Cube>,
+    cube_digest: [u8; 32],
+    input: InputSummary,
     params: MnfParams,
     kind: InputKind,
     upload_sha256: Option<String>,
@@ -439,11 +482,7 @@ async fn enqueue_at(
     scratch: Option<(&str, String)>,
 ) -> ApiResult<Response> {
     let canonical = params::canonical(&params);
-    let digest = {
-        let cube = cube.clone();
-        tokio::task::spawn_blocking(move || cube.content_digest()).await.map_err(Error::internal)?
-    };
-    let digest = job_digest(&digest, &canonical);
+    let digest = job_digest(&cube_digest, &canonical);
     if let Some(job) = ctx.runner.store.find_live_by_digest(&caller.owner, &digest).await? {
         ApiMetrics::add(&ctx.metrics.cache_hits, 1);
         return Ok(job_response(StatusCode::OK, &job, true));
@@ -462,13 +501,6 @@ async fn enqueue_at(
             }
         }
     }
-    let input = InputSummary {
-        lines: cube.lines(),
-        samples: cube.samples(),
-        bands: cube.bands(),
-        data_type: cube.dtype().name().to_string(),
-        interleave: cube.meta.source_interleave.map(|i| i.name()).unwrap_or("bip").to_string(),
-    };
     let new = NewJob {
         id,
         owner: caller.owner.clone(),

@@ -64,9 +64,10 @@ pub fn app(ctx: ApiContext) -> Router {
         // Uploads enforce --max-upload-bytes themselves while streaming (with JSON errors); the
         // extractors' own 2 MB default would cut multipart uploads short.
         .layer(DefaultBodyLimit::disable())
+        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout))
+        // Outside the timeout (so its 408 becomes JSON too), inside the compression.
         .layer(axum::middleware::map_response(error::jsonify_errors))
         .layer(CompressionLayer::new().compress_when(compress))
-        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout))
         .layer(TraceLayer::new_for_http())
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))

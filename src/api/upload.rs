@@ -4,7 +4,7 @@
 //! budget, so that a header claiming 10¹² pixels is refused at once.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use super::error::Error;
 use crate::cube::model::checked_cube_bytes;
-use crate::cube::DataType;
+use crate::cube::{ByteOrder, DataType};
 
 /// Bytes the writer thread receives at once: big enough that hashing and writing run in long strides.
 const WRITE_CHUNK: usize = 4 << 20;
@@ -39,14 +39,6 @@ impl Budget {
     }
 }
 
-/// A file received into scratch.
-#[derive(Debug)]
-pub struct Received {
-    pub path: PathBuf,
-    pub bytes: u64,
-    pub sha256: [u8; 32],
-}
-
 /// What a header says the payload holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Claim {
@@ -54,6 +46,10 @@ pub struct Claim {
     pub offset: u64,
     /// Bytes of samples.
     pub data: u64,
+    /// For a C-order `.npy` whose samples are little-endian (or single bytes): the shape and type, so
+    /// that the cube's content digest can be computed while the body streams in (the bytes after the
+    /// header are then exactly the cube's BIP samples as `Cube::content_digest` hashes them).
+    pub bip_le: Option<(u64, u64, u64, DataType)>,
 }
 
 impl Claim {
@@ -65,7 +61,7 @@ impl Claim {
 /// Checks a claim against the limit and the cube-size sanity checks.
 pub fn check_claim(lines: u64, samples: u64, bands: u64, dtype: DataType, offset: u64, limit: u64) -> Result<Claim, Error> {
     let data = checked_cube_bytes(lines, samples, bands, dtype)?;
-    let claim = Claim { offset, data };
+    let claim = Claim { offset, data, bip_le: None };
     if claim.total() > limit {
         return Err(Error::too_large(format!(
             "the header claims {lines} x {samples} x {bands} {} ({} bytes), more than the limit of {limit} bytes",
@@ -76,9 +72,31 @@ pub fn check_claim(lines: u64, samples: u64, bands: u64, dtype: DataType, offset
     Ok(claim)
 }
 
+/// A file received into scratch.
+#[derive(Debug)]
+pub struct Received {
+    pub path: PathBuf,
+    pub bytes: u64,
+    /// SHA-256 of the bytes as received.
+    pub sha256: [u8; 32],
+    /// `Cube::content_digest` of the cube, when the claim allowed computing it on the way.
+    pub content_digest: Option<[u8; 32]>,
+}
+
+type Sink = (tokio::sync::mpsc::Sender<Bytes>, tokio::task::JoinHandle<std::io::Result<Vec<u8>>>);
+
+/// A blocking thread fed chunks through a short channel (so a slow disk or hash slows the upload
+/// instead of filling memory).
+fn sink(work: impl FnOnce(tokio::sync::mpsc::Receiver<Bytes>) -> std::io::Result<Vec<u8>> + Send + 'static) -> Sink {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    (tx, tokio::task::spawn_blocking(move || work(rx)))
+}
+
 /// Streams `stream` into `dest`. `prefix_check` is called once with the first bytes (at least enough
 /// for a `.npy` header, or all of a short body) and may refuse the upload or return a claim; when it
-/// returns one, a body longer than the claim is refused early as a size mismatch.
+/// returns one, a body longer than the claim is refused early as a size mismatch. Writing, hashing
+/// the bytes and (for a little-endian C-order `.npy`) hashing the cube's content run on three threads
+/// side by side.
 pub async fn receive<S, E>(
     mut stream: S,
     dest: PathBuf,
@@ -90,13 +108,28 @@ where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
-    let writer = {
-        let dest = dest.clone();
-        tokio::task::spawn_blocking(move || write_hashed(&dest, rx))
-    };
+    let file = std::fs::File::create(&dest).map_err(Error::internal)?;
+    let writer = sink(move |mut rx| {
+        let mut f = file;
+        while let Some(b) = rx.blocking_recv() {
+            f.write_all(&b)?;
+        }
+        // The job must survive a crash once it is accepted: the data reaches the disk before the 202.
+        f.sync_data()?;
+        Ok(Vec::new())
+    });
+    let hasher = sink(|mut rx| {
+        let mut h = Sha256::new();
+        while let Some(b) = rx.blocking_recv() {
+            h.update(&b);
+        }
+        Ok(h.finalize().to_vec())
+    });
+    let mut content: Option<Sink> = None;
+    let mut sinks = vec![writer, hasher];
     let mut pending = BytesMut::new();
     let mut total: u64 = 0;
+    let mut sent: u64 = 0;
     let mut prefix_done = prefix_check.is_none();
     let outcome: Result<(), Error> = async {
         loop {
@@ -117,6 +150,24 @@ where
                 if let Some(check) = prefix_check.as_deref_mut() {
                     if let Some(c) = check(&pending)? {
                         claim = Some(c);
+                        if let Some((l, s, b, dt)) = c.bip_le {
+                            content = Some(sink(move |mut rx| {
+                                // The same bytes, in the same order, as Cube::content_digest hashes
+                                // for a cube without bbl or data ignore value (a .npy has neither).
+                                let mut h = Sha256::new();
+                                h.update(b"hypermnf-cube-v1");
+                                for v in [l, s, b] {
+                                    h.update(v.to_le_bytes());
+                                }
+                                h.update([dt.envi_code()]);
+                                while let Some(b) = rx.blocking_recv() {
+                                    h.update(&b);
+                                }
+                                h.update(b"nobbl");
+                                h.update(b"noignore");
+                                Ok(h.finalize().to_vec())
+                            }));
+                        }
                     }
                 }
             }
@@ -129,9 +180,20 @@ where
                 }
             }
             if prefix_done && (pending.len() >= WRITE_CHUNK || (finished && !pending.is_empty())) {
-                if tx.send(pending.split().freeze()).await.is_err() {
-                    break; // the writer failed; its error is reported below
+                let block = pending.split().freeze();
+                for (tx, _) in &sinks {
+                    if tx.send(block.clone()).await.is_err() {
+                        return Ok(()); // a writer failed; its error is reported below
+                    }
                 }
+                if let (Some((tx, _)), Some(c)) = (&content, claim) {
+                    // Only the samples: skip what is left of the header.
+                    let skip = c.offset.saturating_sub(sent).min(block.len() as u64) as usize;
+                    if skip < block.len() && tx.send(block.slice(skip..)).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                sent += block.len() as u64;
             }
             if finished {
                 break;
@@ -140,34 +202,31 @@ where
         Ok(())
     }
     .await;
-    drop(tx);
-    let written = writer.await.map_err(Error::internal)?;
+    if let Some(c) = content.take() {
+        sinks.push(c);
+    }
+    let mut results = Vec::new();
+    for (tx, task) in sinks {
+        drop(tx);
+        results.push(task.await.map_err(Error::internal)?);
+    }
     outcome?;
-    let (bytes, sha256) = written.map_err(Error::internal)?;
+    let mut results = results.into_iter();
+    results.next().expect("writer").map_err(Error::internal)?;
+    let sha256: [u8; 32] = results.next().expect("hasher").map_err(Error::internal)?.try_into().expect("32 bytes");
+    let content_digest = match results.next() {
+        Some(r) => Some(r.map_err(Error::internal)?.try_into().expect("32 bytes")),
+        None => None,
+    };
     if let Some(c) = claim {
-        if bytes != c.total() {
+        if total != c.total() {
             return Err(Error::bad_request(
                 "size_mismatch",
-                format!("the data holds {bytes} bytes but its header claims {}", c.total()),
+                format!("the data holds {total} bytes but its header claims {}", c.total()),
             ));
         }
     }
-    Ok(Received { path: dest, bytes, sha256 })
-}
-
-fn write_hashed(dest: &Path, mut rx: tokio::sync::mpsc::Receiver<Bytes>) -> std::io::Result<(u64, [u8; 32])> {
-    let mut f = std::fs::File::create(dest)?;
-    let mut h = Sha256::new();
-    let mut n = 0u64;
-    while let Some(b) = rx.blocking_recv() {
-        h.update(&b);
-        f.write_all(&b)?;
-        n += b.len() as u64;
-    }
-    f.flush()?;
-    // The job must survive a crash once it is accepted: the data reaches the disk before the 202.
-    f.sync_data()?;
-    Ok((n, h.finalize().into()))
+    Ok(Received { path: dest, bytes: total, sha256, content_digest })
 }
 
 /// True once `buf` holds a whole `.npy` header (or clearly is not one).
@@ -197,7 +256,11 @@ pub fn npy_claim(buf: &[u8], limit: u64) -> Result<Option<Claim>, Error> {
             format!("invalid .npy: the shape must be (lines, samples, bands), got {} dimensions", h.shape.len()),
         ));
     };
-    check_claim(lines, samples, bands, h.dtype, h.data_offset, limit).map(Some)
+    let mut claim = check_claim(lines, samples, bands, h.dtype, h.data_offset, limit)?;
+    if !h.fortran_order && (h.byte_order == ByteOrder::Little || h.dtype.size() == 1) {
+        claim.bip_le = Some((lines, samples, bands, h.dtype));
+    }
+    Ok(Some(claim))
 }
 
 /// The size an ENVI header claims, read with the cube reader's own header parser and checked against
@@ -226,7 +289,7 @@ mod tests {
     #[test]
     fn npy_claims() {
         let p = npy_prefix("<i2", "(3, 4, 5)");
-        assert_eq!(npy_claim(&p, 1 << 20).unwrap(), Some(Claim { offset: p.len() as u64, data: 120 }));
+        assert_eq!(npy_claim(&p, 1 << 20).unwrap(), Some(Claim { offset: p.len() as u64, data: 120, bip_le: Some((3, 4, 5, DataType::I16)) }));
         let e = npy_claim(&npy_prefix("<f4", "(100000, 100000, 400)"), 1 << 30).unwrap_err();
         assert_eq!(e.code(), "too_large");
         let e = npy_claim(&npy_prefix("<f8", "(18446744073709551615, 2, 2)"), u64::MAX).unwrap_err();
@@ -238,10 +301,38 @@ mod tests {
         assert!(!npy_header_complete(&p[..p.len() - 1]));
     }
 
+    /// The digest computed while streaming equals `Cube::content_digest` of the decoded file, however
+    /// the body is cut into chunks (here: 7 bytes, so the header and samples straddle chunks).
+    #[tokio::test]
+    async fn streamed_content_digest_matches_the_decoded_cube() {
+        let dir = tempfile::tempdir().unwrap();
+        let values: Vec<i16> = (0..5 * 4 * 3).map(|i| (i * 37 % 101 - 50) as i16).collect();
+        for (n, cube) in [
+            crate::cube::Cube::from_i16(5, 4, 3, &values).unwrap(),
+            crate::cube::Cube::from_f32(5, 4, 3, &values.iter().map(|&v| v as f32 * 0.5).collect::<Vec<_>>()).unwrap(),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let p = dir.path().join(format!("c{n}.npy"));
+            crate::cube::npy::write_cube(&p, &cube).unwrap();
+            let bytes = std::fs::read(&p).unwrap();
+            let chunks: Vec<Result<Bytes, std::io::Error>> = bytes.chunks(7).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+            let mut budget = Budget::new(1 << 20);
+            let mut check = |prefix: &[u8]| npy_claim(prefix, 1 << 20);
+            let got = receive(futures::stream::iter(chunks), dir.path().join(format!("r{n}")), &mut budget, Some(&mut check), None)
+                .await
+                .unwrap();
+            assert_eq!(got.bytes, bytes.len() as u64);
+            assert_eq!(std::fs::read(&got.path).unwrap(), bytes);
+            assert_eq!(got.content_digest, Some(crate::cube::npy::read(&p).unwrap().content_digest()));
+        }
+    }
+
     #[test]
     fn envi_claims() {
         let h = "ENVI\ndescription = {\n lines = 99999999 }\nsamples = 4\nlines = 3\nbands = 2\ndata type = 12\nheader offset = 10\ninterleave = bsq\nbyte order = 0\n";
-        assert_eq!(envi_claim(h, 1 << 20).unwrap(), Some(Claim { offset: 10, data: 48 }));
+        assert_eq!(envi_claim(h, 1 << 20).unwrap(), Some(Claim { offset: 10, data: 48, bip_le: None }));
         let huge = "ENVI\nsamples = 1000000\nlines = 1000000\nbands = 1000\ndata type = 4\ninterleave = bsq\nbyte order = 0\n";
         assert_eq!(envi_claim(huge, 1 << 30).unwrap_err().code(), "too_large");
         assert_eq!(envi_claim("ENVI\nsamples = 4\n", 1 << 20).unwrap_err().code(), "invalid_header");
