@@ -92,6 +92,9 @@ fn sink(work: impl FnOnce(tokio::sync::mpsc::Receiver<Bytes>) -> std::io::Result
     (tx, tokio::task::spawn_blocking(move || work(rx)))
 }
 
+/// Looks at the first bytes of a body: refuses it, or says what its header claims.
+pub type PrefixCheck<'a> = dyn FnMut(&[u8]) -> Result<Option<Claim>, Error> + Send + 'a;
+
 /// Streams `stream` into `dest`. `prefix_check` is called once with the first bytes (at least enough
 /// for a `.npy` header, or all of a short body) and may refuse the upload or return a claim; when it
 /// returns one, a body longer than the claim is refused early as a size mismatch. Writing, hashing
@@ -101,7 +104,7 @@ pub async fn receive<S, E>(
     mut stream: S,
     dest: PathBuf,
     budget: &mut Budget,
-    mut prefix_check: Option<&mut (dyn FnMut(&[u8]) -> Result<Option<Claim>, Error> + Send)>,
+    mut prefix_check: Option<&mut PrefixCheck<'_>>,
     mut claim: Option<Claim>,
 ) -> Result<Received, Error>
 where
