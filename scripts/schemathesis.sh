@@ -62,11 +62,14 @@ done
 [ -n "$url" ] || { echo "the server did not report its address" >&2; exit 1; }
 echo "server at $url" >&2
 
+spec="$PWD/openapi.yaml"
+case "$st" in /*) ;; */*) st="$PWD/$st" ;; esac
 set +e
-"$st" run openapi.yaml --url "$url" \
+# From the temp dir: schemathesis keeps a cache (.schemathesis/) in the current directory.
+(cd "$tmp" && "$st" run "$spec" --url "$url" \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
     --max-examples "$max_examples" --max-time "$max_time" --workers 1 --request-timeout 30 \
-    --suppress-health-check all --generation-database none --no-color
+    --suppress-health-check all --generation-database none --no-color)
 rc=$?
 set -e
 if grep -q "panicked" "$tmp/server.log"; then
