@@ -5,6 +5,8 @@ pub mod api;
 pub mod backend;
 pub mod bench;
 pub mod config;
+pub mod cache;
 pub mod cube;
+pub mod hashtable;
 pub mod mnf;
 pub mod output;
