@@ -198,53 +198,52 @@ __device__ u32 group_erase(const Group& g, Cell* table, u64 bucket_mask, u64 key
     return ST_FAILED;
 }
 
-// Lane 0 takes the insert lock of a primary bucket (bounded spin); the result is broadcast.
-__device__ bool group_lock(const Group& g, Cell* bucket) {
+// Lane 0 takes the insert lock of a primary bucket with 16-bit CASes on the control word alone
+// (the stamps beside it are plain 16-bit stores, so no access ever straddles them). The first CAS
+// guesses "unlocked, no overflow"; a failed CAS returns the actual word for the next try. Bounded.
+// `held` (lane 0 only) is the control word as this group holds it.
+__device__ bool group_lock(const Group& g, Cell* bucket, u16& held) {
     bool got = false;
     if (g.lane == 0) {
         u16* ctl = reinterpret_cast<u16*>(bucket);
-        u16 cur = *reinterpret_cast<volatile u16*>(ctl);
+        u16 expect = 0;
         for (u32 i = 0; i < MAX_LOCK_SPINS; ++i) {
-            if (!(cur & CTL_LOCK)) {
-                u16 prev = atomicCAS(ctl, cur, (u16)(cur | CTL_LOCK));
-                if (prev == cur) {
-                    got = true;
-                    break;
-                }
-                cur = prev;
-            } else {
-                __nanosleep(64);
-                cur = *reinterpret_cast<volatile u16*>(ctl);
+            u16 prev = atomicCAS(ctl, expect, (u16)(expect | CTL_LOCK));
+            if (prev == expect) {
+                held = (u16)(expect | CTL_LOCK);
+                got = true;
+                break;
             }
+            if (prev & CTL_LOCK) __nanosleep(32);
+            expect = (u16)(prev & ~CTL_LOCK);
         }
         __threadfence();
     }
     return gshfl(g, (int)got, 0) != 0;
 }
 
-// Only the lock holder changes ctl while it holds the lock, so these CASes succeed at once;
-// the loops are bounded anyway.
-__device__ void ctl_update(Cell* bucket, u16 set, u16 clear) {
-    u16* ctl = reinterpret_cast<u16*>(bucket);
-    u16 cur = *reinterpret_cast<volatile u16*>(ctl);
-    for (int i = 0; i < 64; ++i) {
-        u16 next = (u16)((cur | set) & ~clear);
-        u16 prev = atomicCAS(ctl, cur, next);
-        if (prev == cur) return;
-        cur = prev;
+// Lane 0, holding the lock: set the overflow bit (only the holder changes the word, so the CAS
+// succeeds), then fence so that the bit is visible before the key can appear in b2.
+__device__ __forceinline__ void set_overflow(const Group& g, Cell* bucket, u16& held) {
+    if (g.lane == 0 && !(held & CTL_OVERFLOW)) {
+        u16 next = (u16)(held | CTL_OVERFLOW);
+        atomicCAS(reinterpret_cast<u16*>(bucket), held, next);
+        held = next;
+        __threadfence();
     }
+    __syncwarp(g.mask);
 }
 
-__device__ void group_unlock(const Group& g, Cell* bucket) {
+__device__ __forceinline__ void group_unlock(const Group& g, Cell* bucket, u16 held) {
     __syncwarp(g.mask);
     if (g.lane == 0) {
         __threadfence();
-        ctl_update(bucket, 0, CTL_LOCK);
+        atomicCAS(reinterpret_cast<u16*>(bucket), held, (u16)(held & ~CTL_LOCK));
     }
-    __syncwarp(g.mask);
 }
 
-// Insert-or-assign. out_key/out_val: the evicted entry (ST_EVICTED) or the previous value (ST_UPDATED).
+// Insert-or-assign under the primary bucket's lock. out_key/out_val: the evicted entry
+// (ST_EVICTED) or the previous value (ST_UPDATED).
 __device__ u32 group_insert(const Group& g, Cell* table, u64 bucket_mask, u64 key, u64 val, u32 clk,
                             u64& out_key, u64& out_val) {
     if (key == EMPTY_KEY || key == RESERVED_KEY) return ST_REJECTED;
@@ -252,7 +251,8 @@ __device__ u32 group_insert(const Group& g, Cell* table, u64 bucket_mask, u64 ke
     bucket_pair(key, bucket_mask, b[0], b[1]);
     Cell* B1 = table + b[0] * GROUP;
     Cell* B2 = table + b[1] * GROUP;
-    bool locked = false;
+    u16 held = 0;
+    if (!group_lock(g, B1, held)) return ST_FAILED;
     u32 status = ST_FAILED;
     for (int attempt = 0; attempt < MAX_ATTEMPTS; ++attempt) {
         View v1 = read_bucket(g, B1, key);
@@ -262,7 +262,7 @@ __device__ u32 group_insert(const Group& g, Cell* table, u64 bucket_mask, u64 ke
             v2 = read_bucket(g, B2, key);
             have2 = true;
         }
-        // 1. The key is present: replace its value in place (no lock needed: this never adds a slot).
+        // 1. The key is present: replace its value in place.
         if (v1.hit || v2.hit) {
             bool in1 = v1.hit != 0;
             Cell* bucket = in1 ? B1 : B2;
@@ -279,15 +279,9 @@ __device__ u32 group_insert(const Group& g, Cell* table, u64 bucket_mask, u64 ke
                 status = ST_UPDATED;
                 break;
             }
-            continue;
+            continue;  // erased or evicted meanwhile: read again
         }
-        // 2. Absent: a new slot is claimed only under the primary bucket's lock, and the buckets
-        //    are read again under it (another inserter of the same key may have just finished).
-        if (!locked) {
-            if (!group_lock(g, B1)) break;  // ST_FAILED
-            locked = true;
-            continue;
-        }
+        // 2. Absent: the lowest empty slot of b1.
         if (v1.empty) {
             u32 s = __ffs(v1.empty) - 1;
             bool ok = false;
@@ -304,14 +298,10 @@ __device__ u32 group_insert(const Group& g, Cell* table, u64 bucket_mask, u64 ke
         }
         if (!have2) v2 = read_bucket(g, B2, key);
         if (v2.hit) continue;  // cannot happen with the overflow rule; read again to be safe
+        // 3. Else the lowest empty slot of b2, the overflow bit published first.
         if (v2.empty) {
             u32 s = __ffs(v2.empty) - 1;
-            // Publish the overflow flag before the key can appear in its secondary bucket.
-            if (g.lane == 0 && !(v1.meta_lo & CTL_OVERFLOW)) {
-                ctl_update(B1, CTL_OVERFLOW, 0);
-                __threadfence();
-            }
-            __syncwarp(g.mask);
+            set_overflow(g, B1, held);
             bool ok = false;
             if (g.lane == s) {
                 ok = cas_cell(B2 + s, EMPTY_KEY, 0ull, key, val);
@@ -324,8 +314,8 @@ __device__ u32 group_insert(const Group& g, Cell* table, u64 bucket_mask, u64 ke
             }
             continue;
         }
-        // 3. Both buckets full: evict the least recently used of the 14 entries (oldest stamp,
-        //    ties to the primary bucket, then to the lower slot).
+        // 4. Both buckets full: evict the least recently used of the 14 entries (largest stamp
+        //    age, ties to the primary bucket, then to the lower slot).
         u32 best = 0;
         if (g.lane != 0) {
             u32 a1 = (clk - stamp_of(v1.meta_lo, v1.meta_hi, g.lane)) & 0xffffu;
@@ -345,11 +335,7 @@ __device__ u32 group_insert(const Group& g, Cell* table, u64 bucket_mask, u64 ke
         u64 vk = gshfl(g, in2 ? v2.c.key : v1.c.key, s);
         u64 vv = gshfl(g, in2 ? v2.c.val : v1.c.val, s);
         Cell* bucket = in2 ? B2 : B1;
-        if (in2 && g.lane == 0 && !(v1.meta_lo & CTL_OVERFLOW)) {
-            ctl_update(B1, CTL_OVERFLOW, 0);
-            __threadfence();
-        }
-        __syncwarp(g.mask);
+        if (in2) set_overflow(g, B1, held);
         bool ok = false;
         if (g.lane == s) {
             ok = cas_cell(bucket + s, vk, vv, key, val);
@@ -363,7 +349,7 @@ __device__ u32 group_insert(const Group& g, Cell* table, u64 bucket_mask, u64 ke
             break;
         }
     }
-    if (locked) group_unlock(g, B1);
+    group_unlock(g, B1, held);
     return status;
 }
 
@@ -649,4 +635,9 @@ extern "C" __global__ void ceil_read(const Cell* buf, u64 cell_mask, u64 n, u32 
     u64 line = (mix64(r ^ seed) & cell_mask) & ~(u64)(lanes - 1);
     Cell c = ld_cell(buf + line + lane);
     if ((c.key ^ c.val) == 0x0123456789abcdefull) sink[0] = c.key;
+}
+
+extern "C" __global__ void fill_u32(u32* p, u64 n, u32 v) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = v;
 }

@@ -62,6 +62,7 @@ pub(crate) struct Kernels {
     pub lp_tally: CudaFunction,
     pub ceil_cas128: CudaFunction,
     pub ceil_read: CudaFunction,
+    pub fill_u32: CudaFunction,
 }
 
 impl std::fmt::Debug for Device {
@@ -138,6 +139,7 @@ impl Device {
             lp_tally: f("lp_tally")?,
             ceil_cas128: f("ceil_cas128")?,
             ceil_read: f("ceil_read")?,
+            fill_u32: f("fill_u32")?,
         };
         let name = ctx.name().unwrap_or_else(|_| "unknown CUDA device".into());
         let stream = ctx.default_stream();
@@ -374,6 +376,8 @@ fn decode(op: &Op, st: u32, okey: u64, oval: u64) -> Result<OpResult, HashTableE
         (Op::Erase(_), status::ERASED) => OpResult::Erase(EraseOutcome::Erased { value: oval }),
         (Op::Erase(_), status::MISS) => OpResult::Erase(EraseOutcome::Missing),
         (Op::Erase(_), status::FAILED) => OpResult::Erase(EraseOutcome::Failed),
+        // The host rejects reserved keys before launching; the kernels' own check is a second line.
+        (_, status::REJECTED) => return Err(HashTableError::ReservedKey { index: usize::MAX, key: op.key() }),
         (_, other) => return Err(HashTableError::BadStatus(other)),
     })
 }

@@ -27,13 +27,16 @@
 //! # Operations
 //! * **find**: read b1; a hit returns its value (and, for cache lookups, refreshes the slot's stamp);
 //!   a miss in b1 is final unless b1's overflow bit is set, else read b2. Finds never lock.
-//! * **insert-or-assign**: read b1 (and b2 if b1 overflowed). If the key is there, one 128-bit CAS
-//!   replaces its value in place (no lock). Otherwise take b1's insert lock, read both again, and
-//!   claim: the lowest empty slot of b1; else the lowest empty slot of b2 (setting b1's overflow bit
-//!   *before* the key can appear in b2); else evict the least recently used of the 14 entries
-//!   (largest stamp age, ties to b1 then the lower slot), again setting the overflow bit first if the
-//!   victim lies in b2. Every claim is one 128-bit CAS that publishes key and value together, from the
-//!   exact old slot contents, so a slot changed by anyone in between makes it fail and re-read.
+//! * **insert-or-assign**: take b1's insert lock (one 16-bit CAS on the control word, which also
+//!   brings the bucket's line into L2), read b1 (and b2 if b1 overflowed); if the key is there, one
+//!   128-bit CAS replaces its value in place. Otherwise claim: the lowest empty slot of b1; else
+//!   the lowest empty slot of b2 (setting b1's overflow bit *before* the key can appear in b2); else
+//!   evict the least recently used of the 14 entries (largest stamp age, ties to b1 then the lower
+//!   slot), again setting the overflow bit first if the victim lies in b2. Every claim is one 128-bit
+//!   CAS that publishes key and value together, from the exact old slot contents, so a slot changed
+//!   by anyone in between makes it fail and re-read. Release the lock. Taking the lock first, rather
+//!   than after a lock-free check, saves two dependent L2 round trips on the common path of a
+//!   cache (insert after a miss); finds and erases never lock.
 //! * **erase**: find the key and CAS its slot back to all zeros. No tombstones: an erased slot is
 //!   plain empty and reusable at once. The overflow bit is sticky (cleared only by `clear`), which
 //!   keeps lookups correct after erases at the price of a second bucket read.
@@ -42,11 +45,11 @@
 //! [`InsertOutcome::Failed`] / [`EraseOutcome::Failed`] instead of spinning for ever.
 //!
 //! # Why a key is never stored twice
-//! 1. A new slot for key `k` is claimed only by an insert that holds the lock of `b1(k)` and has read
+//! 1. A slot for key `k` is claimed only by an insert that holds the lock of `b1(k)` and has read
 //!    both candidate buckets *after* taking it. All inserts of `k` take the same lock, so no other
 //!    insert of `k` is between its check and its claim.
-//! 2. Nothing else creates a copy of `k`: updates CAS a slot that already holds `k` (from `(k, old)`
-//!    to `(k, new)`), erases and evictions only remove keys, and entries never move.
+//! 2. Nothing else creates a copy of `k`: erases and evictions only remove keys, and entries never
+//!    move.
 //! 3. The check under the lock sees every stored copy of `k`: a copy in b1 is read directly; a copy
 //!    in b2 was placed there only after its inserter set b1's overflow bit (under the same lock,
 //!    followed by a fence), so the check reads b2 whenever such a copy can exist.
