@@ -243,3 +243,29 @@ fn churn_on_a_larger_table_keeps_every_key() {
         assert!(found.iter().zip(model.values()).all(|(f, v)| *f == Some(*v)));
     }
 }
+
+/// Entries stamped in the same batch have equal ages: the victim is then the first slot of the
+/// primary bucket (the GPU's reduction order), read here from the cell layout.
+#[test]
+fn equal_ages_evict_the_primary_buckets_first_slot() {
+    let mut t = CpuHashTable::new(16).unwrap();
+    let keys: Vec<u64> = (1..=14).collect();
+    let vals: Vec<u64> = keys.iter().map(|k| k + 1000).collect();
+    assert!(t.insert_batch(&keys, &vals).unwrap().iter().all(|o| *o == InsertOutcome::Inserted));
+    let newcomer = 99u64;
+    let (b1, _) = t.geometry().bucket_pair(newcomer);
+    let first = t.cells()[b1 as usize * BUCKET_CELLS + 1];
+    assert_eq!(t.insert(newcomer, 1).unwrap(), InsertOutcome::Evicted { key: first[0], value: first[1] });
+}
+
+/// Without a usable GPU, creating the device table is a clean error, never a panic.
+#[test]
+fn gpu_table_without_a_device_is_an_error_not_a_panic() {
+    match hypermnf::hashtable::GpuHashTable::new(64) {
+        Ok(t) => assert_eq!(t.geometry().cells(), 64),
+        Err(e) => assert!(
+            matches!(e, HashTableError::NoDevice(_) | HashTableError::OldDevice(..)),
+            "unexpected error {e}"
+        ),
+    }
+}
