@@ -44,6 +44,9 @@ pub struct Args {
     /// Timed repetitions of each find row (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
+    /// Skip measuring the device ceilings (for sanitizer runs; % of ceiling is then not shown).
+    #[arg(long)]
+    pub no_ceilings: bool,
     /// Also write the rows as JSON lines to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -136,7 +139,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         json,
     };
     println!("device: {}", dev.name());
-    b.ceil = b.measure_ceilings()?;
+    if args.no_ceilings {
+        b.ceil = Ceilings { cas128: f64::NAN, read64: f64::NAN, read128: f64::NAN };
+    } else {
+        b.ceil = b.measure_ceilings()?;
+    }
     println!(
         "ceilings over a 4 GiB buffer: random 128-bit CAS {:.2} G/s, random 64-byte reads {:.2} G/s, random 128-byte reads {:.2} G/s",
         b.ceil.cas128, b.ceil.read64, b.ceil.read128
