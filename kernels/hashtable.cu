@@ -101,6 +101,27 @@ __device__ __forceinline__ void store_stamp(Cell* bucket, u32 s, u32 clk) {
     st[s] = (u16)clk;
 }
 
+// 16-bit CAS with acquire / release semantics at GPU scope: the lock needs ordering, not the
+// sequentially consistent fence that __threadfence() (fence.sc.gpu) would cost on every insert.
+__device__ __forceinline__ u16 cas16_acquire(u16* p, u16 cmp, u16 val) {
+    u16 old;
+    asm volatile("atom.acquire.gpu.global.cas.b16 %0, [%1], %2, %3;" : "=h"(old) : "l"(p), "h"(cmp), "h"(val) : "memory");
+    return old;
+}
+
+__device__ __forceinline__ u16 cas16_release(u16* p, u16 cmp, u16 val) {
+    u16 old;
+    asm volatile("atom.release.gpu.global.cas.b16 %0, [%1], %2, %3;" : "=h"(old) : "l"(p), "h"(cmp), "h"(val) : "memory");
+    return old;
+}
+
+// Start fetching a bucket's line into L2 (fire and forget): each lane prefetches the primary
+// bucket of its own operation, so the group's 8 operations overlap their DRAM latency instead of
+// paying it one after the other.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 struct Group {
     u32 lane;   // 0..7 inside the group
     u32 base;   // first warp lane of the group
@@ -208,7 +229,7 @@ __device__ bool group_lock(const Group& g, Cell* bucket, u16& held) {
         u16* ctl = reinterpret_cast<u16*>(bucket);
         u16 expect = 0;
         for (u32 i = 0; i < MAX_LOCK_SPINS; ++i) {
-            u16 prev = atomicCAS(ctl, expect, (u16)(expect | CTL_LOCK));
+            u16 prev = cas16_acquire(ctl, expect, (u16)(expect | CTL_LOCK));
             if (prev == expect) {
                 held = (u16)(expect | CTL_LOCK);
                 got = true;
@@ -217,9 +238,10 @@ __device__ bool group_lock(const Group& g, Cell* bucket, u16& held) {
             if (prev & CTL_LOCK) __nanosleep(32);
             expect = (u16)(prev & ~CTL_LOCK);
         }
-        __threadfence();
     }
-    return gshfl(g, (int)got, 0) != 0;
+    got = gshfl(g, (int)got, 0) != 0;
+    __syncwarp(g.mask);  // orders the other lanes' reads after lane 0's acquire
+    return got;
 }
 
 // Lane 0, holding the lock: set the overflow bit (only the holder changes the word, so the CAS
@@ -235,11 +257,8 @@ __device__ __forceinline__ void set_overflow(const Group& g, Cell* bucket, u16& 
 }
 
 __device__ __forceinline__ void group_unlock(const Group& g, Cell* bucket, u16 held) {
-    __syncwarp(g.mask);
-    if (g.lane == 0) {
-        __threadfence();
-        atomicCAS(reinterpret_cast<u16*>(bucket), held, (u16)(held & ~CTL_LOCK));
-    }
+    __syncwarp(g.mask);  // the lanes' slot CASes happen before lane 0's release
+    if (g.lane == 0) cas16_release(reinterpret_cast<u16*>(bucket), held, (u16)(held & ~CTL_LOCK));
 }
 
 // Insert-or-assign under the primary bucket's lock. out_key/out_val: the evicted entry
@@ -358,82 +377,105 @@ __device__ u32 group_insert(const Group& g, Cell* table, u64 bucket_mask, u64 ke
 // lanes' operations one after the other, all 8 lanes cooperating on each. Launch with a block size
 // that is a multiple of 32.
 
-#define FOR_EACH_GROUP_OP(n)                                                   \
+// Each lane loads its own operation (coalesced) and prefetches its primary bucket; the group then
+// serves the pending lanes one after the other, broadcasting key and value with __shfl_sync, and
+// the owning lane keeps the result in registers so that all results are written at the end in one
+// coalesced store per array.
+#define GROUP_PROLOGUE(n)                                                      \
     Group g = make_group();                                                    \
     u64 my = (u64)blockIdx.x * blockDim.x + threadIdx.x;                       \
-    u32 pending = gballot(g, my < (n));                                        \
+    bool active = my < (n);                                                    \
+    u64 mykey = active ? keys[my] : EMPTY_KEY;                                 \
+    if (active) prefetch_l2(table + (mix64(mykey) & bucket_mask) * GROUP);     \
+    u32 pending = gballot(g, active);                                          \
+    u32 my_st = ST_MISS;                                                       \
+    u64 my_ok = 0, my_ov = 0;
+
+#define FOR_EACH_PENDING                                                       \
     while (pending) {                                                          \
         u32 j = __ffs(pending) - 1;                                            \
         pending &= pending - 1;                                                \
-        u64 i = my - g.lane + j;
+        u64 key = gshfl(g, mykey, j);
 
-#define END_FOR_EACH }
+#define KEEP_RESULT(st, ok, ov)                                                \
+        if (g.lane == j) {                                                     \
+            my_st = (st);                                                      \
+            my_ok = (ok);                                                      \
+            my_ov = (ov);                                                      \
+        }                                                                      \
+    }
 
 extern "C" __global__ void ht_insert(Cell* table, u64 bucket_mask, const u64* keys, const u64* vals, u64 n,
                                      u32 clk, u32* status, u64* out_key, u64* out_val) {
-    FOR_EACH_GROUP_OP(n)
-        u64 key = keys[i];
-        u64 val = vals[i];
+    GROUP_PROLOGUE(n)
+    u64 myval = active ? vals[my] : 0ull;
+    FOR_EACH_PENDING
+        u64 val = gshfl(g, myval, j);
         u64 ok = 0, ov = 0;
         u32 st = group_insert(g, table, bucket_mask, key, val, clk, ok, ov);
-        if (g.lane == j) {
-            status[i] = st;
-            out_key[i] = ok;
-            out_val[i] = ov;
-        }
-    END_FOR_EACH
+    KEEP_RESULT(st, ok, ov)
+    if (active) {
+        status[my] = my_st;
+        out_key[my] = my_ok;
+        out_val[my] = my_ov;
+    }
 }
 
 extern "C" __global__ void ht_find(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32 clk, u32 touch,
                                    u32* status, u64* out_val) {
-    FOR_EACH_GROUP_OP(n)
-        u64 key = keys[i];
+    GROUP_PROLOGUE(n)
+    FOR_EACH_PENDING
         u64 v = 0;
         u32 st = group_find(g, table, bucket_mask, key, clk, touch != 0, v);
-        if (g.lane == j) {
-            status[i] = st;
-            out_val[i] = v;
-        }
-    END_FOR_EACH
+    KEEP_RESULT(st, 0ull, v)
+    if (active) {
+        status[my] = my_st;
+        out_val[my] = my_ov;
+    }
+    (void)my_ok;
 }
 
 extern "C" __global__ void ht_erase(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32* status,
                                     u64* out_val) {
-    FOR_EACH_GROUP_OP(n)
-        u64 key = keys[i];
+    GROUP_PROLOGUE(n)
+    FOR_EACH_PENDING
         u64 v = 0;
         u32 st = group_erase(g, table, bucket_mask, key, v);
-        if (g.lane == j) {
-            status[i] = st;
-            out_val[i] = v;
-        }
-    END_FOR_EACH
+    KEEP_RESULT(st, 0ull, v)
+    if (active) {
+        status[my] = my_st;
+        out_val[my] = my_ov;
+    }
+    (void)my_ok;
 }
 
 // Interleaved finds, inserts and erases of one batch, all running concurrently.
 extern "C" __global__ void ht_mixed(Cell* table, u64 bucket_mask, const u32* ops, const u64* keys,
                                     const u64* vals, u64 n, u32 clk, u32 touch, u32* status, u64* out_key,
                                     u64* out_val) {
-    FOR_EACH_GROUP_OP(n)
-        u32 op = ops[i];
-        u64 key = keys[i];
+    GROUP_PROLOGUE(n)
+    u32 myop = active ? ops[my] : OP_FIND;
+    u64 myval = active ? vals[my] : 0ull;
+    FOR_EACH_PENDING
+        u32 op = gshfl(g, myop, j);
+        u64 val = gshfl(g, myval, j);
         u64 ok = 0, ov = 0;
         u32 st;
         if (op == OP_FIND) {
             st = group_find(g, table, bucket_mask, key, clk, touch != 0, ov);
         } else if (op == OP_INSERT) {
-            st = group_insert(g, table, bucket_mask, key, vals[i], clk, ok, ov);
+            st = group_insert(g, table, bucket_mask, key, val, clk, ok, ov);
         } else if (op == OP_ERASE) {
             st = group_erase(g, table, bucket_mask, key, ov);
         } else {
             st = ST_REJECTED;
         }
-        if (g.lane == j) {
-            status[i] = st;
-            out_key[i] = ok;
-            out_val[i] = ov;
-        }
-    END_FOR_EACH
+    KEEP_RESULT(st, ok, ov)
+    if (active) {
+        status[my] = my_st;
+        out_key[my] = my_ok;
+        out_val[my] = my_ov;
+    }
 }
 
 // ---------------------------------------------------------------- checks (tests and benchmark)
