@@ -421,94 +421,18 @@ extern "C" __global__ void ht_insert(Cell* table, u64 bucket_mask, const u64* ke
     }
 }
 
-// Finds need no lock, so a group does not serve its 8 lookups one after the other: it issues the
-// primary-bucket loads of all 8 back to back (8 independent 16-byte loads in flight per lane), then
-// resolves them, then does the same for the few that must read their secondary bucket. Same
-// results as group_find, which the mixed kernel uses.
 extern "C" __global__ void ht_find(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32 clk, u32 touch,
                                    u32* status, u64* out_val) {
-    Group g = make_group();
-    u64 my = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    bool active = my < n;
-    u64 mykey = active ? keys[my] : EMPTY_KEY;
-    u32 my_st = ST_MISS;
-    u64 my_ov = 0;
-    Cell c[GROUP];
-    u32 valid = 0;
-#pragma unroll
-    for (u32 j = 0; j < GROUP; ++j) {
-        u64 key = gshfl(g, mykey, j);
-        if (key != EMPTY_KEY && key != RESERVED_KEY) {
-            valid |= 1u << j;
-            c[j] = ld_cell(table + (mix64(key) & bucket_mask) * GROUP + g.lane);
-        } else {
-            c[j].key = EMPTY_KEY;
-            c[j].val = 0;
-        }
-    }
-    u32 need2 = 0;
-#pragma unroll
-    for (u32 j = 0; j < GROUP; ++j) {
-        u64 key = gshfl(g, mykey, j);
-        bool ok = (valid >> j) & 1u;
-        u32 hit = ok ? gballot(g, g.lane != 0 && c[j].key == key) : 0u;
-        u64 meta_lo = gshfl(g, c[j].key, 0);
-        u64 meta_hi = gshfl(g, c[j].val, 0);
-        if (hit) {
-            u32 s = __ffs(hit) - 1;
-            u64 v = gshfl(g, c[j].val, s);
-            if (touch && g.lane == s && stamp_of(meta_lo, meta_hi, s) != (clk & 0xffffu))
-                store_stamp(table + (mix64(key) & bucket_mask) * GROUP, s, clk);
-            if (g.lane == j) {
-                my_st = ST_FOUND;
-                my_ov = v;
-            }
-        } else if (ok && (meta_lo & CTL_OVERFLOW)) {
-            need2 |= 1u << j;
-        } else if (g.lane == j) {
-            my_st = ok ? ST_MISS : ST_REJECTED;
-        }
-    }
-    if (need2) {
-#pragma unroll
-        for (u32 j = 0; j < GROUP; ++j) {
-            if ((need2 >> j) & 1u) {
-                u64 key = gshfl(g, mykey, j);
-                u64 b1, b2;
-                bucket_pair(key, bucket_mask, b1, b2);
-                c[j] = ld_cell(table + b2 * GROUP + g.lane);
-            }
-        }
-#pragma unroll
-        for (u32 j = 0; j < GROUP; ++j) {
-            if ((need2 >> j) & 1u) {
-                u64 key = gshfl(g, mykey, j);
-                u32 hit = gballot(g, g.lane != 0 && c[j].key == key);
-                u64 meta_lo = gshfl(g, c[j].key, 0);
-                u64 meta_hi = gshfl(g, c[j].val, 0);
-                u32 st = ST_MISS;
-                u64 v = 0;
-                if (hit) {
-                    u32 s = __ffs(hit) - 1;
-                    v = gshfl(g, c[j].val, s);
-                    st = ST_FOUND;
-                    if (touch && g.lane == s && stamp_of(meta_lo, meta_hi, s) != (clk & 0xffffu)) {
-                        u64 b1, b2;
-                        bucket_pair(key, bucket_mask, b1, b2);
-                        store_stamp(table + b2 * GROUP, s, clk);
-                    }
-                }
-                if (g.lane == j) {
-                    my_st = st;
-                    my_ov = v;
-                }
-            }
-        }
-    }
+    GROUP_PROLOGUE(n)
+    FOR_EACH_PENDING
+        u64 v = 0;
+        u32 st = group_find(g, table, bucket_mask, key, clk, touch != 0, v);
+    KEEP_RESULT(st, 0ull, v)
     if (active) {
         status[my] = my_st;
         out_val[my] = my_ov;
     }
+    (void)my_ok;
 }
 
 extern "C" __global__ void ht_erase(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32* status,
