@@ -422,6 +422,14 @@ mod tests {
         ));
     }
 
+    /// The service shares the cache between tasks behind a mutex.
+    #[test]
+    fn cache_can_be_shared_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<std::sync::Mutex<JobCache>>();
+        send_sync::<std::sync::Mutex<DeviceLru<Vec<u8>>>>();
+    }
+
     #[test]
     fn device_lru_keeps_the_budget() {
         let mut lru: DeviceLru<&'static str> = DeviceLru::new(100);
