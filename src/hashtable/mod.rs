@@ -54,6 +54,16 @@
 //! group of 8 lanes then serves the pending lanes one after the other, `__shfl_sync` broadcasting
 //! each key. The lock uses 16-bit `atom.acquire`/`atom.release` CASes, never a `fence.sc`.
 //!
+//! # Measured (H100 80GB HBM3, `hypermnf bench hashtable`, 2^28 cells = 4 GiB, batches of 64 M)
+//! Device ceilings measured by the program: random 128-bit CAS 12.3 G/s, random 64-byte reads
+//! 31.8 G/s, random 128-byte reads 22.0 G/s. At load 0.8: 3.7 G inserts/s, 14.7 G finds/s with
+//! hits, 13.3 G/s with misses (goals 10 / 20 / 15 not met); at 0.95: 3.4 / 13.6 / 11.8, where the
+//! linear-probing reference collapses to 0.27 G misses/s. The finds run at the same ~14 G/s when the
+//! table fits in L2 (2^21 cells), so they are bound by instructions per operation (8 lanes per
+//! lookup, each recomputing both hashes and broadcasting 64-bit words as two shuffles), not by
+//! memory; inserts are bound by their chain of dependent L2 round trips (lock, read, CAS). The next
+//! steps are to hash once per lane and broadcast bucket indices, and to pipeline a group's inserts.
+//!
 //! Every loop is bounded (64 attempts, 2^20 lock spins); an operation that runs out reports
 //! [`InsertOutcome::Failed`] / [`EraseOutcome::Failed`] instead of spinning for ever.
 //!
