@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 
 use hypermnf::hashtable::{
-    audit_cells, bucket_pair, digest_key, CpuHashTable, EraseOutcome, Geometry, HashTableError, InsertOutcome,
-    Op, OpResult, BUCKET_CELLS, EMPTY_KEY, RESERVED_KEY,
+    audit_cells, bucket_pair, digest_key, CpuHashTable, EraseOutcome, Geometry, HashTableError,
+    InsertOutcome, Op, OpResult, BUCKET_CELLS, EMPTY_KEY, RESERVED_KEY,
 };
 use proptest::prelude::*;
 
@@ -79,7 +79,13 @@ fn apply(t: &mut CpuHashTable, m: &mut Model, s: &Step) -> Result<(), TestCaseEr
                             }
                         }
                         let victim = best.unwrap().1;
-                        prop_assert_eq!(got, InsertOutcome::Evicted { key: victim, value: m.entries[&victim] });
+                        prop_assert_eq!(
+                            got,
+                            InsertOutcome::Evicted {
+                                key: victim,
+                                value: m.entries[&victim]
+                            }
+                        );
                         m.entries.remove(&victim);
                         m.last_use.remove(&victim);
                     }
@@ -152,20 +158,34 @@ fn reserved_keys_are_rejected_and_nothing_is_written() {
     let mut t = CpuHashTable::new(64).unwrap();
     for k in [EMPTY_KEY, RESERVED_KEY] {
         assert!(matches!(t.insert(k, 5), Err(HashTableError::ReservedKey { key, .. }) if key == k));
-        assert!(matches!(t.find(k, true), Err(HashTableError::ReservedKey { .. })));
-        assert!(matches!(t.erase(k), Err(HashTableError::ReservedKey { .. })));
+        assert!(matches!(
+            t.find(k, true),
+            Err(HashTableError::ReservedKey { .. })
+        ));
+        assert!(matches!(
+            t.erase(k),
+            Err(HashTableError::ReservedKey { .. })
+        ));
     }
     // A reserved key anywhere in a batch rejects the whole batch before any write.
-    let err = t.insert_batch(&[3, 4, RESERVED_KEY], &[1, 2, 3]).unwrap_err();
+    let err = t
+        .insert_batch(&[3, 4, RESERVED_KEY], &[1, 2, 3])
+        .unwrap_err();
     assert!(matches!(err, HashTableError::ReservedKey { index: 2, .. }));
     assert!(t.is_empty());
-    assert!(matches!(t.insert_batch(&[3], &[1, 2]), Err(HashTableError::LengthMismatch { .. })));
+    assert!(matches!(
+        t.insert_batch(&[3], &[1, 2]),
+        Err(HashTableError::LengthMismatch { .. })
+    ));
 }
 
 #[test]
 fn bad_capacities_are_rejected() {
     for c in [0u64, 8, 15, 17, 100, 1 << 33] {
-        assert!(matches!(CpuHashTable::new(c), Err(HashTableError::BadCapacity(x)) if x == c), "{c}");
+        assert!(
+            matches!(CpuHashTable::new(c), Err(HashTableError::BadCapacity(x)) if x == c),
+            "{c}"
+        );
     }
     assert_eq!(Geometry::new(64).unwrap().usable_slots(), 56);
 }
@@ -212,7 +232,10 @@ fn full_pair_evicts_least_recently_used() {
     // Erase frees a slot that the next insert takes without evicting (no tombstone).
     assert_eq!(t.erase(5).unwrap(), EraseOutcome::Erased { value: 50 });
     assert_eq!(t.insert(200, 2).unwrap(), InsertOutcome::Inserted);
-    assert_eq!(t.insert(5, 3).unwrap(), InsertOutcome::Evicted { key: 3, value: 30 });
+    assert_eq!(
+        t.insert(5, 3).unwrap(),
+        InsertOutcome::Evicted { key: 3, value: 30 }
+    );
 }
 
 /// Many keys with erases in between: the dump never holds a key twice, and the overflow rule keeps
@@ -223,24 +246,43 @@ fn churn_on_a_larger_table_keeps_every_key() {
     let mut model = HashMap::new();
     let mut x = 0x1234_5678_u64;
     for round in 0..20u64 {
-        let keys: Vec<u64> = (0..600).map(|i| hypermnf::hashtable::fmix64(round * 1000 + i + 1) | 1).collect();
+        let keys: Vec<u64> = (0..600)
+            .map(|i| hypermnf::hashtable::fmix64(round * 1000 + i + 1) | 1)
+            .collect();
         let vals: Vec<u64> = keys.iter().map(|k| k ^ round).collect();
-        for (o, (&k, &v)) in t.insert_batch(&keys, &vals).unwrap().into_iter().zip(keys.iter().zip(&vals)) {
+        for (o, (&k, &v)) in t
+            .insert_batch(&keys, &vals)
+            .unwrap()
+            .into_iter()
+            .zip(keys.iter().zip(&vals))
+        {
             if let InsertOutcome::Evicted { key, .. } = o {
                 model.remove(&key);
             }
             model.insert(k, v);
         }
-        let erase: Vec<u64> = keys.iter().copied().filter(|_| {
-            x = hypermnf::hashtable::fmix64(x);
-            x % 2 == 0
-        }).collect();
+        let erase: Vec<u64> = keys
+            .iter()
+            .copied()
+            .filter(|_| {
+                x = hypermnf::hashtable::fmix64(x);
+                x % 2 == 0
+            })
+            .collect();
         for (o, k) in t.erase_batch(&erase).unwrap().into_iter().zip(&erase) {
             assert_eq!(o.is_erased(), model.remove(k).is_some());
         }
-        assert_eq!(audit_cells(t.geometry(), t.cells()), (0, model.len() as u64));
-        let found = t.find_batch(&model.keys().copied().collect::<Vec<_>>(), false).unwrap();
-        assert!(found.iter().zip(model.values()).all(|(f, v)| *f == Some(*v)));
+        assert_eq!(
+            audit_cells(t.geometry(), t.cells()),
+            (0, model.len() as u64)
+        );
+        let found = t
+            .find_batch(&model.keys().copied().collect::<Vec<_>>(), false)
+            .unwrap();
+        assert!(found
+            .iter()
+            .zip(model.values())
+            .all(|(f, v)| *f == Some(*v)));
     }
 }
 
@@ -251,11 +293,21 @@ fn equal_ages_evict_the_primary_buckets_first_slot() {
     let mut t = CpuHashTable::new(16).unwrap();
     let keys: Vec<u64> = (1..=14).collect();
     let vals: Vec<u64> = keys.iter().map(|k| k + 1000).collect();
-    assert!(t.insert_batch(&keys, &vals).unwrap().iter().all(|o| *o == InsertOutcome::Inserted));
+    assert!(t
+        .insert_batch(&keys, &vals)
+        .unwrap()
+        .iter()
+        .all(|o| *o == InsertOutcome::Inserted));
     let newcomer = 99u64;
     let (b1, _) = t.geometry().bucket_pair(newcomer);
     let first = t.cells()[b1 as usize * BUCKET_CELLS + 1];
-    assert_eq!(t.insert(newcomer, 1).unwrap(), InsertOutcome::Evicted { key: first[0], value: first[1] });
+    assert_eq!(
+        t.insert(newcomer, 1).unwrap(),
+        InsertOutcome::Evicted {
+            key: first[0],
+            value: first[1]
+        }
+    );
 }
 
 /// Without a usable GPU, creating the device table is a clean error, never a panic.
@@ -264,7 +316,10 @@ fn gpu_table_without_a_device_is_an_error_not_a_panic() {
     match hypermnf::hashtable::GpuHashTable::new(64) {
         Ok(t) => assert_eq!(t.geometry().cells(), 64),
         Err(e) => assert!(
-            matches!(e, HashTableError::NoDevice(_) | HashTableError::OldDevice(..)),
+            matches!(
+                e,
+                HashTableError::NoDevice(_) | HashTableError::OldDevice(..)
+            ),
             "unexpected error {e}"
         ),
     }

@@ -33,7 +33,11 @@ pub struct Args {
     #[arg(long, default_value_t = 1 << 26)]
     pub max_batch: u64,
     /// Batch sizes of the sweep (run at 2^24 cells, load 0.8; empty to skip).
-    #[arg(long, value_delimiter = ',', default_value = "8192,65536,524288,4194304,67108864")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "8192,65536,524288,4194304,67108864"
+    )]
     pub sweep: Vec<u64>,
     /// Leave out the linear-probing reference table.
     #[arg(long)]
@@ -118,14 +122,17 @@ impl Tally {
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let dev = Device::shared().context("bench hashtable needs an sm_90 CUDA device")?;
-    if args.loads.iter().any(|l| !(0.0..=1.0).contains(l)) || args.max_batch == 0 || args.reps == 0 {
+    if args.loads.iter().any(|l| !(0.0..=1.0).contains(l)) || args.max_batch == 0 || args.reps == 0
+    {
         bail!("loads must lie in [0, 1], max-batch and reps must be positive");
     }
     if args.capacities.iter().any(|&c| !(4..=31).contains(&c)) {
         bail!("capacities are log2 cells in 4..=31");
     }
     let json = match &args.json {
-        Some(p) => Some(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?),
+        Some(p) => {
+            Some(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?)
+        }
         None => None,
     };
     let s = dev.stream.clone();
@@ -133,14 +140,22 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         dev: dev.clone(),
         s,
         args: args.clone(),
-        ceil: Ceilings { cas128: 0.0, read64: 0.0, read128: 0.0 },
+        ceil: Ceilings {
+            cas128: 0.0,
+            read64: 0.0,
+            read128: 0.0,
+        },
         rows: Vec::new(),
         problems: 0,
         json,
     };
     println!("device: {}", dev.name());
     if args.no_ceilings {
-        b.ceil = Ceilings { cas128: f64::NAN, read64: f64::NAN, read128: f64::NAN };
+        b.ceil = Ceilings {
+            cas128: f64::NAN,
+            read64: f64::NAN,
+            read128: f64::NAN,
+        };
     } else {
         b.ceil = b.measure_ceilings()?;
     }
@@ -162,9 +177,16 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         use std::io::Write;
         writeln!(f, "{}", serde_json::json!({ "ceilings": b.ceil }))?;
     }
-    println!("total {:.1} s; correctness problems (lost + dup + wrong over all runs): {}", t0.elapsed().as_secs_f64(), b.problems);
+    println!(
+        "total {:.1} s; correctness problems (lost + dup + wrong over all runs): {}",
+        t0.elapsed().as_secs_f64(),
+        b.problems
+    );
     if b.problems > 0 {
-        bail!("{} correctness problems (see the lost/dup/wrong columns)", b.problems);
+        bail!(
+            "{} correctness problems (see the lost/dup/wrong columns)",
+            b.problems
+        );
     }
     Ok(())
 }
@@ -211,15 +233,24 @@ impl Bench {
 
     /// Milliseconds of device time for the launches that `f` issues.
     fn time(&self, f: impl FnOnce(&Self) -> anyhow::Result<()>) -> anyhow::Result<f64> {
-        let start = self.s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(dbg_err)?;
+        let start = self
+            .s
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(dbg_err)?;
         f(self)?;
-        let end = self.s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(dbg_err)?;
+        let end = self
+            .s
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(dbg_err)?;
         Ok(start.elapsed_ms(&end).map_err(dbg_err)? as f64)
     }
 
     fn measure_ceilings(&self) -> anyhow::Result<Ceilings> {
         let cells: u64 = 1 << 28; // 4 GiB
-        let buf = self.s.alloc_zeros::<u64>(2 * cells as usize).map_err(dbg_err)?;
+        let buf = self
+            .s
+            .alloc_zeros::<u64>(2 * cells as usize)
+            .map_err(dbg_err)?;
         let sink = self.s.alloc_zeros::<u64>(1).map_err(dbg_err)?;
         let n: u64 = 1 << 28;
         let mask = cells - 1;
@@ -243,14 +274,23 @@ impl Bench {
             let buf = &buf;
             move |b: &Self, seed: u64| -> anyhow::Result<()> {
                 let mut l = b.s.launch_builder(&b.dev.k.ceil_read);
-                l.arg(buf).arg(&mask).arg(&n).arg(&width).arg(&seed).arg(sink);
+                l.arg(buf)
+                    .arg(&mask)
+                    .arg(&n)
+                    .arg(&width)
+                    .arg(&seed)
+                    .arg(sink);
                 unsafe { l.launch(cfg(n * (width as u64 / 16))) }.map_err(dbg_err)?;
                 Ok(())
             }
         };
         let r64 = best(&read(64))?;
         let r128 = best(&read(128))?;
-        Ok(Ceilings { cas128: cas, read64: r64, read128: r128 })
+        Ok(Ceilings {
+            cas128: cas,
+            read64: r64,
+            read128: r128,
+        })
     }
 
     fn alloc_results(&self, n: u64) -> anyhow::Result<Results> {
@@ -261,7 +301,14 @@ impl Bench {
         })
     }
 
-    fn gen_keys(&self, keys: &mut CudaSlice<u64>, vals: Option<&mut CudaSlice<u64>>, off: u64, n: u64, base: u64) -> anyhow::Result<()> {
+    fn gen_keys(
+        &self,
+        keys: &mut CudaSlice<u64>,
+        vals: Option<&mut CudaSlice<u64>>,
+        off: u64,
+        n: u64,
+        base: u64,
+    ) -> anyhow::Result<()> {
         let mut kv = keys.slice_mut(off as usize..(off + n) as usize);
         let mut l = self.s.launch_builder(&self.dev.k.gen_keys);
         l.arg(&mut kv);
@@ -281,33 +328,70 @@ impl Bench {
         Ok(())
     }
 
-    fn ht_insert(&self, t: &mut GpuHashTable, keys: &CudaView<u64>, vals: &CudaView<u64>, r: &mut Results) -> anyhow::Result<()> {
+    fn ht_insert(
+        &self,
+        t: &mut GpuHashTable,
+        keys: &CudaView<u64>,
+        vals: &CudaView<u64>,
+        r: &mut Results,
+    ) -> anyhow::Result<()> {
         let n = keys.len() as u64;
         let mask = t.geometry().bucket_mask();
         let clk = t.next_clock();
         let mut l = self.s.launch_builder(&self.dev.k.ht_insert);
-        l.arg(t.cells_mut()).arg(&mask).arg(keys).arg(vals).arg(&n).arg(&clk).arg(&mut r.status).arg(&mut r.okey).arg(&mut r.oval);
+        l.arg(t.cells_mut())
+            .arg(&mask)
+            .arg(keys)
+            .arg(vals)
+            .arg(&n)
+            .arg(&clk)
+            .arg(&mut r.status)
+            .arg(&mut r.okey)
+            .arg(&mut r.oval);
         unsafe { l.launch(cfg(n)) }.map_err(dbg_err)?;
         Ok(())
     }
 
-    fn ht_find(&self, t: &mut GpuHashTable, keys: &CudaView<u64>, touch: bool, r: &mut Results) -> anyhow::Result<()> {
+    fn ht_find(
+        &self,
+        t: &mut GpuHashTable,
+        keys: &CudaView<u64>,
+        touch: bool,
+        r: &mut Results,
+    ) -> anyhow::Result<()> {
         let n = keys.len() as u64;
         let mask = t.geometry().bucket_mask();
         let clk = t.next_clock();
         let touch = touch as u32;
         let mut l = self.s.launch_builder(&self.dev.k.ht_find);
-        l.arg(t.cells_mut()).arg(&mask).arg(keys).arg(&n).arg(&clk).arg(&touch).arg(&mut r.status).arg(&mut r.oval);
+        l.arg(t.cells_mut())
+            .arg(&mask)
+            .arg(keys)
+            .arg(&n)
+            .arg(&clk)
+            .arg(&touch)
+            .arg(&mut r.status)
+            .arg(&mut r.oval);
         unsafe { l.launch(cfg(n)) }.map_err(dbg_err)?;
         Ok(())
     }
 
-    fn ht_erase(&self, t: &mut GpuHashTable, keys: &CudaView<u64>, r: &mut Results) -> anyhow::Result<()> {
+    fn ht_erase(
+        &self,
+        t: &mut GpuHashTable,
+        keys: &CudaView<u64>,
+        r: &mut Results,
+    ) -> anyhow::Result<()> {
         let n = keys.len() as u64;
         let mask = t.geometry().bucket_mask();
         t.next_clock();
         let mut l = self.s.launch_builder(&self.dev.k.ht_erase);
-        l.arg(t.cells_mut()).arg(&mask).arg(keys).arg(&n).arg(&mut r.status).arg(&mut r.oval);
+        l.arg(t.cells_mut())
+            .arg(&mask)
+            .arg(keys)
+            .arg(&n)
+            .arg(&mut r.status)
+            .arg(&mut r.oval);
         unsafe { l.launch(cfg(n)) }.map_err(dbg_err)?;
         Ok(())
     }
@@ -315,8 +399,16 @@ impl Bench {
     fn tally(&self, r: &Results, keys: &CudaView<u64>, lp: bool) -> anyhow::Result<Tally> {
         let n = keys.len() as u64;
         let mut counts = self.s.alloc_zeros::<u64>(9).map_err(dbg_err)?;
-        let mut l = self.s.launch_builder(if lp { &self.dev.k.lp_tally } else { &self.dev.k.tally });
-        l.arg(&r.status).arg(keys).arg(&r.oval).arg(&n).arg(&mut counts);
+        let mut l = self.s.launch_builder(if lp {
+            &self.dev.k.lp_tally
+        } else {
+            &self.dev.k.tally
+        });
+        l.arg(&r.status)
+            .arg(keys)
+            .arg(&r.oval)
+            .arg(&n)
+            .arg(&mut counts);
         unsafe { l.launch(cfg(n)) }.map_err(dbg_err)?;
         let c = self.s.clone_dtoh(&counts).map_err(dbg_err)?;
         Ok(Tally(c.try_into().expect("9 counters")))
@@ -327,9 +419,30 @@ impl Bench {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn row(&self, table: &'static str, c: u32, load: f64, op: &str, batch: u64, ops: u64, ms: f64, ceiling: f64) -> Row {
+    fn row(
+        &self,
+        table: &'static str,
+        c: u32,
+        load: f64,
+        op: &str,
+        batch: u64,
+        ops: u64,
+        ms: f64,
+        ceiling: f64,
+    ) -> Row {
         let gops = ops as f64 / (ms * 1e-3) / 1e9;
-        Row { table, log2_cells: c, load, op: op.into(), batch, ops, ms, gops, pct_ceiling: 100.0 * gops / ceiling, ..Row::default() }
+        Row {
+            table,
+            log2_cells: c,
+            load,
+            op: op.into(),
+            batch,
+            ops,
+            ms,
+            gops,
+            pct_ceiling: 100.0 * gops / ceiling,
+            ..Row::default()
+        }
     }
 
     // ------------------------------------------------------------------ the bucketed table
@@ -365,14 +478,25 @@ impl Bench {
             self.emit(r)?;
             // Finds: 100 %, 50 %, 0 % hits over one batch of q keys.
             let q = b;
-            for (label, hit_pct) in [("find-hit100", 100u32), ("find-hit50", 50), ("find-hit0", 0)] {
+            for (label, hit_pct) in [
+                ("find-hit100", 100u32),
+                ("find-hit50", 50),
+                ("find-hit0", 0),
+            ] {
                 {
                     let pres = keys.slice(0..n as usize);
                     let abs = absent.slice(0..q as usize);
                     let nq = q;
                     let seed = 7u64 + hit_pct as u64;
                     let mut l = self.s.launch_builder(&self.dev.k.gen_mix);
-                    l.arg(&pres).arg(&n).arg(&abs).arg(&q).arg(&mut query).arg(&nq).arg(&hit_pct).arg(&seed);
+                    l.arg(&pres)
+                        .arg(&n)
+                        .arg(&abs)
+                        .arg(&q)
+                        .arg(&mut query)
+                        .arg(&nq)
+                        .arg(&hit_pct)
+                        .arg(&seed);
                     unsafe { l.launch(cfg(q)) }.map_err(dbg_err)?;
                 }
                 let qv = query.slice(0..q as usize);
@@ -383,7 +507,16 @@ impl Bench {
                 }
                 times.sort_by(f64::total_cmp);
                 let tal = self.tally(&res, &qv, false)?;
-                let mut r = self.row("bucket", c, load, label, q, q, times[times.len() / 2], self.ceil.read64);
+                let mut r = self.row(
+                    "bucket",
+                    c,
+                    load,
+                    label,
+                    q,
+                    q,
+                    times[times.len() / 2],
+                    self.ceil.read64,
+                );
                 r.wrong = Some(tal.wrong());
                 r.hit_rate = Some(tal.get(status::FOUND) as f64 / q as f64);
                 // When the build evicted nothing, a hit-100 batch must find every key.
@@ -393,7 +526,16 @@ impl Bench {
                 self.emit(r)?;
             }
             if (load - 0.8).abs() < 1e-9 {
-                self.churn(&mut t, c, load, &mut keys, &mut vals, n, &mut res, build_dropped)?;
+                self.churn(
+                    &mut t,
+                    c,
+                    load,
+                    &mut keys,
+                    &mut vals,
+                    n,
+                    &mut res,
+                    build_dropped,
+                )?;
             }
             if load == max_load {
                 self.cache_mix(&mut t, c, load, &keys, n, &absent, &mut res)?;
@@ -402,7 +544,15 @@ impl Bench {
         Ok(())
     }
 
-    fn build(&self, t: &mut GpuHashTable, keys: &CudaSlice<u64>, vals: &CudaSlice<u64>, n: u64, b: u64, res: &mut Results) -> anyhow::Result<(f64, Tally)> {
+    fn build(
+        &self,
+        t: &mut GpuHashTable,
+        keys: &CudaSlice<u64>,
+        vals: &CudaSlice<u64>,
+        n: u64,
+        b: u64,
+        res: &mut Results,
+    ) -> anyhow::Result<(f64, Tally)> {
         let mut total = Tally::default();
         let mut ms = 0.0;
         let mut off = 0;
@@ -419,7 +569,15 @@ impl Bench {
 
     /// Finds every built key: returns (lost, wrong values). lost = keys neither found nor accounted
     /// for by an eviction or a failed insert.
-    fn verify(&self, t: &mut GpuHashTable, keys: &CudaSlice<u64>, n: u64, b: u64, res: &mut Results, built: &Tally) -> anyhow::Result<(u64, u64)> {
+    fn verify(
+        &self,
+        t: &mut GpuHashTable,
+        keys: &CudaSlice<u64>,
+        n: u64,
+        b: u64,
+        res: &mut Results,
+        built: &Tally,
+    ) -> anyhow::Result<(u64, u64)> {
         let mut total = Tally::default();
         let mut off = 0;
         while off < n {
@@ -429,13 +587,24 @@ impl Bench {
             total.add(self.tally(res, &kv, false)?);
             off += m;
         }
-        let accounted = total.get(status::FOUND) + built.get(status::EVICTED) + built.get(status::FAILED);
+        let accounted =
+            total.get(status::FOUND) + built.get(status::EVICTED) + built.get(status::FAILED);
         Ok((n.abs_diff(accounted), total.wrong()))
     }
 
     #[allow(clippy::too_many_arguments)]
     /// Churn starts from a build that may have evicted keys: `build_dropped` of the n keys are gone.
-    fn churn(&mut self, t: &mut GpuHashTable, c: u32, load: f64, keys: &mut CudaSlice<u64>, vals: &mut CudaSlice<u64>, n: u64, res: &mut Results, build_dropped: u64) -> anyhow::Result<()> {
+    fn churn(
+        &mut self,
+        t: &mut GpuHashTable,
+        c: u32,
+        load: f64,
+        keys: &mut CudaSlice<u64>,
+        vals: &mut CudaSlice<u64>,
+        n: u64,
+        res: &mut Results,
+        build_dropped: u64,
+    ) -> anyhow::Result<()> {
         let r = self.batch_of((n / 10).max(1));
         let mut ms = 0.0;
         let mut evicted = 0;
@@ -468,7 +637,16 @@ impl Bench {
         });
         let (lost, wrong) = self.verify(t, keys, n, self.batch_of(n), res, &built)?;
         let lost = lost + (n - missing).abs_diff(occupied);
-        let mut row = self.row("bucket", c, load, "churn-10x", r, 20 * r, ms, self.ceil.cas128);
+        let mut row = self.row(
+            "bucket",
+            c,
+            load,
+            "churn-10x",
+            r,
+            20 * r,
+            ms,
+            self.ceil.cas128,
+        );
         row.evicted = evicted;
         row.failed = failed;
         row.lost = Some(lost);
@@ -479,7 +657,16 @@ impl Bench {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn cache_mix(&mut self, t: &mut GpuHashTable, c: u32, load: f64, keys: &CudaSlice<u64>, n: u64, absent: &CudaSlice<u64>, res: &mut Results) -> anyhow::Result<()> {
+    fn cache_mix(
+        &mut self,
+        t: &mut GpuHashTable,
+        c: u32,
+        load: f64,
+        keys: &CudaSlice<u64>,
+        n: u64,
+        absent: &CudaSlice<u64>,
+        res: &mut Results,
+    ) -> anyhow::Result<()> {
         let q = self.batch_of(n);
         let mut fresh = self.s.alloc_zeros::<u64>(q as usize).map_err(dbg_err)?;
         self.gen_keys(&mut fresh, None, 0, q, 3 << 40)?;
@@ -491,7 +678,17 @@ impl Bench {
             let hit = 70u32;
             let seed = 42u64;
             let mut l = self.s.launch_builder(&self.dev.k.gen_cache_mix);
-            l.arg(&pres).arg(&n).arg(absent).arg(&q).arg(&fresh).arg(&mut ops).arg(&mut mkeys).arg(&mut mvals).arg(&q).arg(&hit).arg(&seed);
+            l.arg(&pres)
+                .arg(&n)
+                .arg(absent)
+                .arg(&q)
+                .arg(&fresh)
+                .arg(&mut ops)
+                .arg(&mut mkeys)
+                .arg(&mut mvals)
+                .arg(&q)
+                .arg(&hit)
+                .arg(&seed);
             unsafe { l.launch(cfg(q)) }.map_err(dbg_err)?;
         }
         let mask = t.geometry().bucket_mask();
@@ -499,19 +696,42 @@ impl Bench {
         let touch = 1u32;
         let ms = self.time(|bn| {
             let mut l = bn.s.launch_builder(&bn.dev.k.ht_mixed);
-            l.arg(t.cells_mut()).arg(&mask).arg(&ops).arg(&mkeys).arg(&mvals).arg(&q).arg(&clk).arg(&touch).arg(&mut res.status).arg(&mut res.okey).arg(&mut res.oval);
+            l.arg(t.cells_mut())
+                .arg(&mask)
+                .arg(&ops)
+                .arg(&mkeys)
+                .arg(&mvals)
+                .arg(&q)
+                .arg(&clk)
+                .arg(&touch)
+                .arg(&mut res.status)
+                .arg(&mut res.okey)
+                .arg(&mut res.oval);
             unsafe { l.launch(cfg(q)) }.map_err(dbg_err)?;
             Ok(())
         })?;
         let kv = mkeys.slice(0..q as usize);
         let tal = self.tally(res, &kv, false)?;
         let (dup, _) = t.audit()?;
-        let mut row = self.row("bucket", c, load, "cache-mix", q, q, ms, self.ceil.cas128.min(self.ceil.read64));
+        let mut row = self.row(
+            "bucket",
+            c,
+            load,
+            "cache-mix",
+            q,
+            q,
+            ms,
+            self.ceil.cas128.min(self.ceil.read64),
+        );
         row.evicted = tal.get(status::EVICTED);
         row.failed = tal.get(status::FAILED);
         row.dup = Some(dup);
         row.wrong = Some(tal.wrong());
-        let finds = q - tal.get(status::INSERTED) - tal.get(status::UPDATED) - tal.get(status::EVICTED) - tal.get(status::FAILED);
+        let finds = q
+            - tal.get(status::INSERTED)
+            - tal.get(status::UPDATED)
+            - tal.get(status::EVICTED)
+            - tal.get(status::FAILED);
         row.hit_rate = Some(tal.get(status::FOUND) as f64 / finds.max(1) as f64);
         self.emit(row)
     }
@@ -524,14 +744,23 @@ impl Bench {
         let max_load = self.args.loads.iter().cloned().fold(0.0, f64::max);
         let n_max = ((slots as f64 * max_load) as u64).max(1);
         let bmax = self.batch_of(n_max);
-        let mut table = self.s.alloc_zeros::<u32>(2 * slots as usize).map_err(dbg_err)?;
+        let mut table = self
+            .s
+            .alloc_zeros::<u32>(2 * slots as usize)
+            .map_err(dbg_err)?;
         let mut keys = self.s.alloc_zeros::<u32>(n_max as usize).map_err(dbg_err)?;
         let mut vals = self.s.alloc_zeros::<u32>(n_max as usize).map_err(dbg_err)?;
         let mut absent = self.s.alloc_zeros::<u32>(bmax as usize).map_err(dbg_err)?;
         let mut status_buf = self.s.alloc_zeros::<u32>(bmax as usize).map_err(dbg_err)?;
         let mut oval = self.s.alloc_zeros::<u32>(bmax as usize).map_err(dbg_err)?;
         let mp = self.args.lp_max_probe;
-        let gen = |b: &Self, k: &mut CudaSlice<u32>, v: Option<&mut CudaSlice<u32>>, off: u64, n: u64, base: u32| -> anyhow::Result<()> {
+        let gen = |b: &Self,
+                   k: &mut CudaSlice<u32>,
+                   v: Option<&mut CudaSlice<u32>>,
+                   off: u64,
+                   n: u64,
+                   base: u32|
+         -> anyhow::Result<()> {
             let mut kv = k.slice_mut(off as usize..(off + n) as usize);
             let mut l = b.s.launch_builder(&b.dev.k.lp_gen);
             l.arg(&mut kv);
@@ -552,29 +781,64 @@ impl Bench {
         };
         gen(self, &mut keys, Some(&mut vals), 0, n_max, 0)?;
         gen(self, &mut absent, None, 0, bmax, 0x8000_0000)?;
-        let lp_tally = |b: &Self, st: &CudaSlice<u32>, k: &CudaView<u32>, ov: &CudaSlice<u32>| -> anyhow::Result<Tally> {
+        let lp_tally = |b: &Self,
+                        st: &CudaSlice<u32>,
+                        k: &CudaView<u32>,
+                        ov: &CudaSlice<u32>|
+         -> anyhow::Result<Tally> {
             let n = k.len() as u64;
             let mut counts = b.s.alloc_zeros::<u64>(9).map_err(dbg_err)?;
             let mut l = b.s.launch_builder(&b.dev.k.lp_tally);
             l.arg(st).arg(k).arg(ov).arg(&n).arg(&mut counts);
             unsafe { l.launch(cfg(n)) }.map_err(dbg_err)?;
-            Ok(Tally(b.s.clone_dtoh(&counts).map_err(dbg_err)?.try_into().expect("9")))
+            Ok(Tally(
+                b.s.clone_dtoh(&counts)
+                    .map_err(dbg_err)?
+                    .try_into()
+                    .expect("9"),
+            ))
         };
-        let insert = |b: &Self, table: &mut CudaSlice<u32>, k: &CudaView<u32>, v: &CudaView<u32>, st: &mut CudaSlice<u32>| -> anyhow::Result<()> {
+        let insert = |b: &Self,
+                      table: &mut CudaSlice<u32>,
+                      k: &CudaView<u32>,
+                      v: &CudaView<u32>,
+                      st: &mut CudaSlice<u32>|
+         -> anyhow::Result<()> {
             let n = k.len() as u64;
             let mut l = b.s.launch_builder(&b.dev.k.lp_insert);
-            l.arg(table).arg(&cap_mask).arg(k).arg(v).arg(&n).arg(&mp).arg(st);
+            l.arg(table)
+                .arg(&cap_mask)
+                .arg(k)
+                .arg(v)
+                .arg(&n)
+                .arg(&mp)
+                .arg(st);
             unsafe { l.launch(cfg(n)) }.map_err(dbg_err)?;
             Ok(())
         };
-        let find = |b: &Self, table: &CudaSlice<u32>, k: &CudaView<u32>, st: &mut CudaSlice<u32>, ov: &mut CudaSlice<u32>| -> anyhow::Result<()> {
+        let find = |b: &Self,
+                    table: &CudaSlice<u32>,
+                    k: &CudaView<u32>,
+                    st: &mut CudaSlice<u32>,
+                    ov: &mut CudaSlice<u32>|
+         -> anyhow::Result<()> {
             let n = k.len() as u64;
             let mut l = b.s.launch_builder(&b.dev.k.lp_find);
-            l.arg(table).arg(&cap_mask).arg(k).arg(&n).arg(&mp).arg(st).arg(ov);
+            l.arg(table)
+                .arg(&cap_mask)
+                .arg(k)
+                .arg(&n)
+                .arg(&mp)
+                .arg(st)
+                .arg(ov);
             unsafe { l.launch(cfg(n)) }.map_err(dbg_err)?;
             Ok(())
         };
-        let erase = |b: &Self, table: &mut CudaSlice<u32>, k: &CudaView<u32>, st: &mut CudaSlice<u32>| -> anyhow::Result<()> {
+        let erase = |b: &Self,
+                     table: &mut CudaSlice<u32>,
+                     k: &CudaView<u32>,
+                     st: &mut CudaSlice<u32>|
+         -> anyhow::Result<()> {
             let n = k.len() as u64;
             let mut l = b.s.launch_builder(&b.dev.k.lp_erase);
             l.arg(table).arg(&cap_mask).arg(k).arg(&n).arg(&mp).arg(st);
@@ -582,7 +846,13 @@ impl Bench {
             Ok(())
         };
         // Verify: find all n keys; lost = keys neither found nor failed at insert.
-        let verify = |b: &Self, table: &CudaSlice<u32>, keys: &CudaSlice<u32>, n: u64, st: &mut CudaSlice<u32>, ov: &mut CudaSlice<u32>| -> anyhow::Result<Tally> {
+        let verify = |b: &Self,
+                      table: &CudaSlice<u32>,
+                      keys: &CudaSlice<u32>,
+                      n: u64,
+                      st: &mut CudaSlice<u32>,
+                      ov: &mut CudaSlice<u32>|
+         -> anyhow::Result<Tally> {
             let bsz = b.batch_of(n);
             let mut total = Tally::default();
             let mut off = 0;
@@ -618,17 +888,25 @@ impl Bench {
             r.wrong = Some(found.wrong());
             self.emit(r)?;
             let q = b;
-            for (label, hit_pct) in [("find-hit100", 100u32), ("find-hit50", 50), ("find-hit0", 0)] {
+            for (label, hit_pct) in [
+                ("find-hit100", 100u32),
+                ("find-hit50", 50),
+                ("find-hit0", 0),
+            ] {
                 // Build the query on the host side of the device: half present, half absent by position.
                 let mut query = self.s.alloc_zeros::<u32>(q as usize).map_err(dbg_err)?;
                 let present_n = (q * hit_pct as u64 / 100).min(n);
                 if present_n > 0 {
                     let mut qv = query.slice_mut(0..present_n as usize);
-                    self.s.memcpy_dtod(&keys.slice(0..present_n as usize), &mut qv).map_err(dbg_err)?;
+                    self.s
+                        .memcpy_dtod(&keys.slice(0..present_n as usize), &mut qv)
+                        .map_err(dbg_err)?;
                 }
                 if present_n < q {
                     let mut qv = query.slice_mut(present_n as usize..q as usize);
-                    self.s.memcpy_dtod(&absent.slice(0..(q - present_n) as usize), &mut qv).map_err(dbg_err)?;
+                    self.s
+                        .memcpy_dtod(&absent.slice(0..(q - present_n) as usize), &mut qv)
+                        .map_err(dbg_err)?;
                 }
                 let qv = query.slice(0..q as usize);
                 find(self, &table, &qv, &mut status_buf, &mut oval)?;
@@ -638,7 +916,16 @@ impl Bench {
                 }
                 times.sort_by(f64::total_cmp);
                 let tal = lp_tally(self, &status_buf, &qv, &oval)?;
-                let mut r = self.row("linear", c, load, label, q, q, times[times.len() / 2], self.ceil.read64);
+                let mut r = self.row(
+                    "linear",
+                    c,
+                    load,
+                    label,
+                    q,
+                    q,
+                    times[times.len() / 2],
+                    self.ceil.read64,
+                );
                 r.wrong = Some(tal.wrong());
                 r.hit_rate = Some(tal.get(status::FOUND) as f64 / q as f64);
                 self.emit(r)?;
@@ -655,14 +942,30 @@ impl Bench {
                         let kv = keys.slice(off as usize..(off + r) as usize);
                         ms += self.time(|bn| erase(bn, &mut table, &kv, &mut status_buf))?;
                     }
-                    gen(self, &mut keys, Some(&mut vals), off, r, 0x4000_0000u32.wrapping_add((round as u32).wrapping_mul(r as u32)))?;
+                    gen(
+                        self,
+                        &mut keys,
+                        Some(&mut vals),
+                        off,
+                        r,
+                        0x4000_0000u32.wrapping_add((round as u32).wrapping_mul(r as u32)),
+                    )?;
                     let kv = keys.slice(off as usize..(off + r) as usize);
                     let vv = vals.slice(off as usize..(off + r) as usize);
                     ms += self.time(|bn| insert(bn, &mut table, &kv, &vv, &mut status_buf))?;
                     failed += lp_tally(self, &status_buf, &kv, &oval)?.get(status::FAILED);
                 }
                 let found = verify(self, &table, &keys, n, &mut status_buf, &mut oval)?;
-                let mut row = self.row("linear", c, load, "churn-10x", r, 20 * r, ms, self.ceil.cas128);
+                let mut row = self.row(
+                    "linear",
+                    c,
+                    load,
+                    "churn-10x",
+                    r,
+                    20 * r,
+                    ms,
+                    self.ceil.cas128,
+                );
                 row.failed = failed;
                 row.lost = Some(n.abs_diff(found.get(status::FOUND) + failed));
                 row.wrong = Some(found.wrong());
@@ -689,7 +992,16 @@ impl Bench {
             let (ms, tal) = self.build(&mut t, &keys, &vals, n, b, &mut res)?;
             let (lost, wrong) = self.verify(&mut t, &keys, n, b, &mut res, &tal)?;
             let (dup, _) = t.audit()?;
-            let mut r = self.row("bucket", c, load, "sweep-insert", b, n, ms, self.ceil.cas128);
+            let mut r = self.row(
+                "bucket",
+                c,
+                load,
+                "sweep-insert",
+                b,
+                n,
+                ms,
+                self.ceil.cas128,
+            );
             r.evicted = tal.get(status::EVICTED);
             r.failed = tal.get(status::FAILED);
             r.lost = Some(lost);

@@ -38,7 +38,9 @@ pub struct DeviceLru<T> {
 
 impl<T> std::fmt::Debug for DeviceLru<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceLru").field("stats", &self.stats()).finish()
+        f.debug_struct("DeviceLru")
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 
@@ -80,7 +82,12 @@ impl<T> DeviceLru<T> {
     /// Stores `item` (of `bytes` device bytes) under `digest`, replacing an older item of the same
     /// digest, and evicts least-recently-used items until the budget holds. Returns the evicted
     /// items; an item larger than the whole budget is not stored and comes back as `Err(item)`.
-    pub fn put(&mut self, digest: Digest, item: Arc<T>, bytes: u64) -> Result<Vec<(Digest, Arc<T>)>, Arc<T>> {
+    pub fn put(
+        &mut self,
+        digest: Digest,
+        item: Arc<T>,
+        bytes: u64,
+    ) -> Result<Vec<(Digest, Arc<T>)>, Arc<T>> {
         if bytes > self.budget {
             self.stats.refused += 1;
             return Err(item);

@@ -50,7 +50,9 @@ pub use device_lru::{DeviceLru, DeviceLruStats};
 
 use std::collections::HashMap;
 
-use crate::hashtable::{digest_key, CpuHashTable, EraseOutcome, GpuHashTable, HashTableError, InsertOutcome};
+use crate::hashtable::{
+    digest_key, CpuHashTable, EraseOutcome, GpuHashTable, HashTableError, InsertOutcome,
+};
 
 /// A 32-byte content digest (SHA-256).
 pub type Digest = [u8; 32];
@@ -85,7 +87,10 @@ pub struct CacheConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        Self { index_cells: 1 << 17, prefer_gpu: true }
+        Self {
+            index_cells: 1 << 17,
+            prefer_gpu: true,
+        }
     }
 }
 
@@ -179,7 +184,12 @@ impl LevelIndex {
         }
     }
 
-    fn insert(&mut self, level: Level, digest: &Digest, handle: Handle) -> Result<Vec<Handle>, CacheError> {
+    fn insert(
+        &mut self,
+        level: Level,
+        digest: &Digest,
+        handle: Handle,
+    ) -> Result<Vec<Handle>, CacheError> {
         if let Some(d) = self.digests.get(&handle) {
             if d != digest {
                 return Err(CacheError::HandleInUse { level, handle });
@@ -206,7 +216,9 @@ impl LevelIndex {
             InsertOutcome::Failed => {
                 // Only under heavy concurrent contention on the device, which a single-key call
                 // cannot cause; report it rather than pretend the entry is stored.
-                return Err(CacheError::Index(HashTableError::Driver("index insert ran out of attempts".into())));
+                return Err(CacheError::Index(HashTableError::Driver(
+                    "index insert ran out of attempts".into(),
+                )));
             }
         }
         self.digests.insert(handle, *digest);
@@ -238,7 +250,10 @@ pub struct JobCache {
 
 impl std::fmt::Debug for JobCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JobCache").field("backend", &self.backend).field("stats", &self.stats()).finish()
+        f.debug_struct("JobCache")
+            .field("backend", &self.backend)
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 
@@ -246,23 +261,45 @@ impl JobCache {
     /// Creates empty indexes, on the GPU if `prefer_gpu` and one is usable, else on the CPU twin.
     pub fn new(config: &CacheConfig) -> Result<Self, CacheError> {
         let (tables, backend) = if config.prefer_gpu {
-            match (GpuHashTable::new(config.index_cells), GpuHashTable::new(config.index_cells)) {
+            match (
+                GpuHashTable::new(config.index_cells),
+                GpuHashTable::new(config.index_cells),
+            ) {
                 (Ok(a), Ok(b)) => {
                     let name = a.device().name().to_string();
                     ((Table::Gpu(a), Table::Gpu(b)), IndexBackend::Gpu(name))
                 }
-                (Err(HashTableError::BadCapacity(c)), _) => return Err(HashTableError::BadCapacity(c).into()),
-                (Err(e), _) | (_, Err(e)) => (Self::cpu_tables(config.index_cells)?, IndexBackend::Cpu(e.to_string())),
+                (Err(HashTableError::BadCapacity(c)), _) => {
+                    return Err(HashTableError::BadCapacity(c).into())
+                }
+                (Err(e), _) | (_, Err(e)) => (
+                    Self::cpu_tables(config.index_cells)?,
+                    IndexBackend::Cpu(e.to_string()),
+                ),
             }
         } else {
-            (Self::cpu_tables(config.index_cells)?, IndexBackend::Cpu("GPU index not requested".into()))
+            (
+                Self::cpu_tables(config.index_cells)?,
+                IndexBackend::Cpu("GPU index not requested".into()),
+            )
         };
-        let level = |table| LevelIndex { table, digests: HashMap::new(), stats: LevelStats::default() };
-        Ok(Self { result: level(tables.0), statistics: level(tables.1), backend })
+        let level = |table| LevelIndex {
+            table,
+            digests: HashMap::new(),
+            stats: LevelStats::default(),
+        };
+        Ok(Self {
+            result: level(tables.0),
+            statistics: level(tables.1),
+            backend,
+        })
     }
 
     fn cpu_tables(cells: u64) -> Result<(Table, Table), CacheError> {
-        Ok((Table::Cpu(CpuHashTable::new(cells)?), Table::Cpu(CpuHashTable::new(cells)?)))
+        Ok((
+            Table::Cpu(CpuHashTable::new(cells)?),
+            Table::Cpu(CpuHashTable::new(cells)?),
+        ))
     }
 
     pub fn index_backend(&self) -> &IndexBackend {
@@ -283,7 +320,12 @@ impl JobCache {
 
     /// Stores `digest → handle`; returns the handles that left the cache because of it (evicted
     /// by the index, or replaced under the same key).
-    pub fn insert(&mut self, level: Level, digest: &Digest, handle: Handle) -> Result<Vec<Handle>, CacheError> {
+    pub fn insert(
+        &mut self,
+        level: Level,
+        digest: &Digest,
+        handle: Handle,
+    ) -> Result<Vec<Handle>, CacheError> {
         self.level(level).insert(level, digest, handle)
     }
 
@@ -319,7 +361,10 @@ impl JobCache {
     }
 
     pub fn stats(&self) -> CacheStats {
-        CacheStats { result: self.result.stats, statistics: self.statistics.stats }
+        CacheStats {
+            result: self.result.stats,
+            statistics: self.statistics.stats,
+        }
     }
 }
 
@@ -338,7 +383,11 @@ mod tests {
     }
 
     fn cpu_cache(cells: u64) -> JobCache {
-        JobCache::new(&CacheConfig { index_cells: cells, prefer_gpu: false }).unwrap()
+        JobCache::new(&CacheConfig {
+            index_cells: cells,
+            prefer_gpu: false,
+        })
+        .unwrap()
     }
 
     #[test]
@@ -350,7 +399,10 @@ mod tests {
         assert_eq!(c.lookup(Level::Result, &d).unwrap(), Some(11));
         assert_eq!(c.lookup(Level::Statistics, &d).unwrap(), None);
         let s = c.stats();
-        assert_eq!((s.result.hits, s.result.misses, s.result.entries), (1, 1, 1));
+        assert_eq!(
+            (s.result.hits, s.result.misses, s.result.entries),
+            (1, 1, 1)
+        );
         assert_eq!(s.statistics.misses, 1);
         assert!(matches!(c.index_backend(), IndexBackend::Cpu(_)));
     }
@@ -379,14 +431,21 @@ mod tests {
         let mut c = cpu_cache(16); // 14 slots, every key shares the same two buckets
         let mut dropped = Vec::new();
         for i in 0..20u8 {
-            dropped.extend(c.insert(Level::Result, &digest(i, 0), i as u64 + 100).unwrap());
+            dropped.extend(
+                c.insert(Level::Result, &digest(i, 0), i as u64 + 100)
+                    .unwrap(),
+            );
         }
         assert_eq!(dropped.len(), 6);
         let s = c.stats().result;
         assert_eq!((s.evictions, s.entries), (6, 14));
         for i in 0..20u8 {
             let h = c.lookup(Level::Result, &digest(i, 0)).unwrap();
-            assert_eq!(h.is_none(), dropped.contains(&(i as u64 + 100)), "digest {i}");
+            assert_eq!(
+                h.is_none(),
+                dropped.contains(&(i as u64 + 100)),
+                "digest {i}"
+            );
         }
     }
 
@@ -394,9 +453,23 @@ mod tests {
     fn rebuild_and_remove() {
         let mut c = cpu_cache(1 << 8);
         c.insert(Level::Result, &digest(50, 0), 5).unwrap();
-        let rows = (0..30u8).map(|i| (if i % 2 == 0 { Level::Result } else { Level::Statistics }, digest(i, 1), i as u64));
+        let rows = (0..30u8).map(|i| {
+            (
+                if i % 2 == 0 {
+                    Level::Result
+                } else {
+                    Level::Statistics
+                },
+                digest(i, 1),
+                i as u64,
+            )
+        });
         assert!(c.rebuild(rows).unwrap().is_empty());
-        assert_eq!(c.lookup(Level::Result, &digest(50, 0)).unwrap(), None, "rebuild starts empty");
+        assert_eq!(
+            c.lookup(Level::Result, &digest(50, 0)).unwrap(),
+            None,
+            "rebuild starts empty"
+        );
         assert_eq!(c.lookup(Level::Result, &digest(4, 1)).unwrap(), Some(4));
         assert_eq!(c.lookup(Level::Statistics, &digest(7, 1)).unwrap(), Some(7));
         assert_eq!(c.lookup(Level::Result, &digest(7, 1)).unwrap(), None);
@@ -409,7 +482,11 @@ mod tests {
     /// Asking for the GPU works everywhere: without a device the cache says why and uses the twin.
     #[test]
     fn gpu_preference_falls_back_cleanly() {
-        let mut c = JobCache::new(&CacheConfig { index_cells: 1 << 8, prefer_gpu: true }).unwrap();
+        let mut c = JobCache::new(&CacheConfig {
+            index_cells: 1 << 8,
+            prefer_gpu: true,
+        })
+        .unwrap();
         match c.index_backend() {
             IndexBackend::Cpu(why) => assert!(!why.is_empty()),
             IndexBackend::Gpu(name) => assert!(!name.is_empty()),
@@ -417,7 +494,10 @@ mod tests {
         c.insert(Level::Result, &digest(1, 1), 9).unwrap();
         assert_eq!(c.lookup(Level::Result, &digest(1, 1)).unwrap(), Some(9));
         assert!(matches!(
-            JobCache::new(&CacheConfig { index_cells: 100, prefer_gpu: true }),
+            JobCache::new(&CacheConfig {
+                index_cells: 100,
+                prefer_gpu: true
+            }),
             Err(CacheError::Index(HashTableError::BadCapacity(100)))
         ));
     }
@@ -448,6 +528,9 @@ mod tests {
         assert_eq!(lru.used_bytes(), 70);
         assert_eq!(lru.remove(&cc).as_deref(), Some(&"c2"));
         let s = lru.stats();
-        assert_eq!((s.hits, s.misses, s.evictions, s.refused, s.entries, s.bytes), (1, 1, 2, 1, 0, 0));
+        assert_eq!(
+            (s.hits, s.misses, s.evictions, s.refused, s.entries, s.bytes),
+            (1, 1, 2, 1, 0, 0)
+        );
     }
 }

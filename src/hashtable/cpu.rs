@@ -23,9 +23,14 @@ impl CpuHashTable {
         let geometry = Geometry::new(cells)?;
         let n = usize::try_from(cells).map_err(|_| HashTableError::BadCapacity(cells))?;
         let mut v = Vec::new();
-        v.try_reserve_exact(n).map_err(|_| HashTableError::BadCapacity(cells))?;
+        v.try_reserve_exact(n)
+            .map_err(|_| HashTableError::BadCapacity(cells))?;
         v.resize(n, [0u64; 2]);
-        Ok(Self { geometry, cells: v, clock: 0 })
+        Ok(Self {
+            geometry,
+            cells: v,
+            clock: 0,
+        })
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -78,31 +83,54 @@ impl CpuHashTable {
     }
 
     /// Insert-or-assign a batch (one clock tick), operations applied in order.
-    pub fn insert_batch(&mut self, keys: &[u64], values: &[u64]) -> Result<Vec<InsertOutcome>, HashTableError> {
+    pub fn insert_batch(
+        &mut self,
+        keys: &[u64],
+        values: &[u64],
+    ) -> Result<Vec<InsertOutcome>, HashTableError> {
         if keys.len() != values.len() {
-            return Err(HashTableError::LengthMismatch { keys: keys.len(), values: values.len() });
+            return Err(HashTableError::LengthMismatch {
+                keys: keys.len(),
+                values: values.len(),
+            });
         }
-        keys.iter().enumerate().try_for_each(|(i, &k)| check_key(i, k))?;
+        keys.iter()
+            .enumerate()
+            .try_for_each(|(i, &k)| check_key(i, k))?;
         let clk = self.next_clock();
-        Ok(keys.iter().zip(values).map(|(&k, &v)| self.insert_one(k, v, clk)).collect())
+        Ok(keys
+            .iter()
+            .zip(values)
+            .map(|(&k, &v)| self.insert_one(k, v, clk))
+            .collect())
     }
 
     /// Look up a batch; `touch` refreshes the LRU stamps of hits (cache lookups).
-    pub fn find_batch(&mut self, keys: &[u64], touch: bool) -> Result<Vec<Option<u64>>, HashTableError> {
-        keys.iter().enumerate().try_for_each(|(i, &k)| check_key(i, k))?;
+    pub fn find_batch(
+        &mut self,
+        keys: &[u64],
+        touch: bool,
+    ) -> Result<Vec<Option<u64>>, HashTableError> {
+        keys.iter()
+            .enumerate()
+            .try_for_each(|(i, &k)| check_key(i, k))?;
         let clk = self.next_clock();
         Ok(keys.iter().map(|&k| self.find_one(k, clk, touch)).collect())
     }
 
     pub fn erase_batch(&mut self, keys: &[u64]) -> Result<Vec<EraseOutcome>, HashTableError> {
-        keys.iter().enumerate().try_for_each(|(i, &k)| check_key(i, k))?;
+        keys.iter()
+            .enumerate()
+            .try_for_each(|(i, &k)| check_key(i, k))?;
         self.next_clock();
         Ok(keys.iter().map(|&k| self.erase_one(k)).collect())
     }
 
     /// A mixed batch, applied in order (the GPU runs it concurrently).
     pub fn mixed(&mut self, ops: &[Op], touch: bool) -> Result<Vec<OpResult>, HashTableError> {
-        ops.iter().enumerate().try_for_each(|(i, op)| check_key(i, op.key()))?;
+        ops.iter()
+            .enumerate()
+            .try_for_each(|(i, op)| check_key(i, op.key()))?;
         let clk = self.next_clock();
         Ok(ops
             .iter()
@@ -130,13 +158,21 @@ impl CpuHashTable {
 
     fn stamp(&self, bucket: u64, s: usize) -> u32 {
         let m = self.cells[Self::base(bucket)];
-        let word = if s < 4 { m[0] >> (16 * s) } else { m[1] >> (16 * (s - 4)) };
+        let word = if s < 4 {
+            m[0] >> (16 * s)
+        } else {
+            m[1] >> (16 * (s - 4))
+        };
         (word & 0xffff) as u32
     }
 
     fn set_stamp(&mut self, bucket: u64, s: usize, clk: u32) {
         let m = &mut self.cells[Self::base(bucket)];
-        let (w, shift) = if s < 4 { (0, 16 * s) } else { (1, 16 * (s - 4)) };
+        let (w, shift) = if s < 4 {
+            (0, 16 * s)
+        } else {
+            (1, 16 * (s - 4))
+        };
         m[w] = (m[w] & !(0xffffu64 << shift)) | (((clk & 0xffff) as u64) << shift);
     }
 
@@ -188,7 +224,9 @@ impl CpuHashTable {
             return InsertOutcome::Updated { old };
         }
         let (b1, b2) = bucket_pair(key, self.geometry.bucket_mask());
-        let empty = |t: &Self, b: u64| (1..BUCKET_CELLS).find(|&s| t.cells[Self::base(b) + s][0] == EMPTY_KEY);
+        let empty = |t: &Self, b: u64| {
+            (1..BUCKET_CELLS).find(|&s| t.cells[Self::base(b) + s][0] == EMPTY_KEY)
+        };
         if let Some(s) = empty(self, b1) {
             self.cells[Self::base(b1) + s] = [key, value];
             self.set_stamp(b1, s, clk);

@@ -9,11 +9,14 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+};
 use cudarc::nvrtc::CompileOptions;
 
 use super::{
-    check_key, status, EraseOutcome, Geometry, HashTableError, InsertOutcome, Op, OpResult, BUCKET_CELLS,
+    check_key, status, EraseOutcome, Geometry, HashTableError, InsertOutcome, Op, OpResult,
+    BUCKET_CELLS,
 };
 
 const SOURCE: &str = include_str!("../../kernels/hashtable.cu");
@@ -33,7 +36,11 @@ pub(crate) fn drv<E: std::fmt::Debug>(e: E) -> HashTableError {
 /// One thread per item.
 pub(crate) fn cfg(n: u64) -> LaunchConfig {
     let blocks = n.div_ceil(BLOCK as u64).max(1);
-    LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// The CUDA context, stream and kernels shared by every table of the process.
@@ -76,11 +83,11 @@ impl Device {
     pub fn shared() -> Result<Arc<Device>, HashTableError> {
         static SHARED: OnceLock<Result<Arc<Device>, String>> = OnceLock::new();
         SHARED
-            .get_or_init(|| {
-                match catch_unwind(AssertUnwindSafe(Self::open)) {
-                    Ok(Ok(d)) => Ok(Arc::new(d)),
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Err(_) => Err("no usable CUDA device: the CUDA libraries could not be loaded".into()),
+            .get_or_init(|| match catch_unwind(AssertUnwindSafe(Self::open)) {
+                Ok(Ok(d)) => Ok(Arc::new(d)),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => {
+                    Err("no usable CUDA device: the CUDA libraries could not be loaded".into())
                 }
             })
             .clone()
@@ -94,14 +101,21 @@ impl Device {
     fn open() -> Result<Device, HashTableError> {
         // SAFETY: only tries to dlopen the libraries.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            return Err(HashTableError::NoDevice("libcuda (the NVIDIA driver) is not installed".into()));
+            return Err(HashTableError::NoDevice(
+                "libcuda (the NVIDIA driver) is not installed".into(),
+            ));
         }
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            return Err(HashTableError::NoDevice("libnvrtc (CUDA's run-time compiler) is not installed".into()));
+            return Err(HashTableError::NoDevice(
+                "libnvrtc (CUDA's run-time compiler) is not installed".into(),
+            ));
         }
-        let count = CudaContext::device_count().map_err(|e| HashTableError::NoDevice(format!("{e:?}")))?;
+        let count =
+            CudaContext::device_count().map_err(|e| HashTableError::NoDevice(format!("{e:?}")))?;
         if count < 1 {
-            return Err(HashTableError::NoDevice("the driver reports no CUDA device".into()));
+            return Err(HashTableError::NoDevice(
+                "the driver reports no CUDA device".into(),
+            ));
         }
         let ctx = CudaContext::new(0).map_err(|e| HashTableError::NoDevice(format!("{e:?}")))?;
         let (major, minor) = ctx.compute_capability().map_err(drv)?;
@@ -143,7 +157,13 @@ impl Device {
         };
         let name = ctx.name().unwrap_or_else(|_| "unknown CUDA device".into());
         let stream = ctx.default_stream();
-        Ok(Device { ctx, stream, _module: module, k, name })
+        Ok(Device {
+            ctx,
+            stream,
+            _module: module,
+            k,
+            name,
+        })
     }
 
     /// Free and total device memory in bytes.
@@ -171,7 +191,10 @@ pub struct GpuHashTable {
 
 impl std::fmt::Debug for GpuHashTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuHashTable").field("device", &self.dev.name).field("geometry", &self.geometry).finish()
+        f.debug_struct("GpuHashTable")
+            .field("device", &self.dev.name)
+            .field("geometry", &self.geometry)
+            .finish()
     }
 }
 
@@ -185,10 +208,21 @@ impl GpuHashTable {
         let geometry = Geometry::new(cells)?;
         let (free, _) = dev.mem_info()?;
         if geometry.bytes() > free {
-            return Err(HashTableError::OutOfDeviceMemory { need: geometry.bytes(), free });
+            return Err(HashTableError::OutOfDeviceMemory {
+                need: geometry.bytes(),
+                free,
+            });
         }
-        let cells = dev.stream.alloc_zeros::<u64>(2 * cells as usize).map_err(drv)?;
-        Ok(Self { dev, geometry, cells, clock: 0 })
+        let cells = dev
+            .stream
+            .alloc_zeros::<u64>(2 * cells as usize)
+            .map_err(drv)?;
+        Ok(Self {
+            dev,
+            geometry,
+            cells,
+            clock: 0,
+        })
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -252,11 +286,22 @@ impl GpuHashTable {
     }
 
     /// Insert-or-assign a batch, concurrently on the device (one clock tick).
-    pub fn insert_batch(&mut self, keys: &[u64], values: &[u64]) -> Result<Vec<InsertOutcome>, HashTableError> {
+    pub fn insert_batch(
+        &mut self,
+        keys: &[u64],
+        values: &[u64],
+    ) -> Result<Vec<InsertOutcome>, HashTableError> {
         if keys.len() != values.len() {
-            return Err(HashTableError::LengthMismatch { keys: keys.len(), values: values.len() });
+            return Err(HashTableError::LengthMismatch {
+                keys: keys.len(),
+                values: values.len(),
+            });
         }
-        let ops: Vec<Op> = keys.iter().zip(values).map(|(&k, &v)| Op::Insert(k, v)).collect();
+        let ops: Vec<Op> = keys
+            .iter()
+            .zip(values)
+            .map(|(&k, &v)| Op::Insert(k, v))
+            .collect();
         self.mixed(&ops, false)?
             .into_iter()
             .map(|r| match r {
@@ -267,8 +312,14 @@ impl GpuHashTable {
     }
 
     /// Look up a batch; `touch` refreshes the LRU stamps of hits (cache lookups).
-    pub fn find_batch(&mut self, keys: &[u64], touch: bool) -> Result<Vec<Option<u64>>, HashTableError> {
-        keys.iter().enumerate().try_for_each(|(i, &k)| check_key(i, k))?;
+    pub fn find_batch(
+        &mut self,
+        keys: &[u64],
+        touch: bool,
+    ) -> Result<Vec<Option<u64>>, HashTableError> {
+        keys.iter()
+            .enumerate()
+            .try_for_each(|(i, &k)| check_key(i, k))?;
         if keys.is_empty() {
             self.next_clock();
             return Ok(Vec::new());
@@ -282,7 +333,14 @@ impl GpuHashTable {
         let mask = self.geometry.bucket_mask();
         let touch = touch as u32;
         let mut b = s.launch_builder(&self.dev.k.ht_find);
-        b.arg(&mut self.cells).arg(&mask).arg(&d_keys).arg(&n).arg(&clk).arg(&touch).arg(&mut d_status).arg(&mut d_val);
+        b.arg(&mut self.cells)
+            .arg(&mask)
+            .arg(&d_keys)
+            .arg(&n)
+            .arg(&clk)
+            .arg(&touch)
+            .arg(&mut d_status)
+            .arg(&mut d_val);
         // SAFETY: arguments match ht_find's signature; every array holds n elements.
         unsafe { b.launch(cfg(n)) }.map_err(drv)?;
         let st = s.clone_dtoh(&d_status).map_err(drv)?;
@@ -310,7 +368,9 @@ impl GpuHashTable {
 
     /// A batch of interleaved finds, inserts and erases, run concurrently on the device.
     pub fn mixed(&mut self, ops: &[Op], touch: bool) -> Result<Vec<OpResult>, HashTableError> {
-        ops.iter().enumerate().try_for_each(|(i, op)| check_key(i, op.key()))?;
+        ops.iter()
+            .enumerate()
+            .try_for_each(|(i, op)| check_key(i, op.key()))?;
         let clk = self.next_clock();
         if ops.is_empty() {
             return Ok(Vec::new());
@@ -324,7 +384,10 @@ impl GpuHashTable {
             })
             .collect();
         let keys: Vec<u64> = ops.iter().map(Op::key).collect();
-        let vals: Vec<u64> = ops.iter().map(|op| if let Op::Insert(_, v) = op { *v } else { 0 }).collect();
+        let vals: Vec<u64> = ops
+            .iter()
+            .map(|op| if let Op::Insert(_, v) = op { *v } else { 0 })
+            .collect();
         let raw = self.launch_mixed(&codes, &keys, &vals, clk, touch)?;
         ops.iter()
             .enumerate()
@@ -332,7 +395,14 @@ impl GpuHashTable {
             .collect()
     }
 
-    fn launch_mixed(&mut self, codes: &[u32], keys: &[u64], vals: &[u64], clk: u32, touch: bool) -> Result<RawResults, HashTableError> {
+    fn launch_mixed(
+        &mut self,
+        codes: &[u32],
+        keys: &[u64],
+        vals: &[u64],
+        clk: u32,
+        touch: bool,
+    ) -> Result<RawResults, HashTableError> {
         let s = self.dev.stream.clone();
         let n = keys.len() as u64;
         let d_ops = s.clone_htod(codes).map_err(drv)?;
@@ -371,13 +441,21 @@ fn decode(op: &Op, st: u32, okey: u64, oval: u64) -> Result<OpResult, HashTableE
         (Op::Find(_), status::MISS) => OpResult::Find(None),
         (Op::Insert(..), status::INSERTED) => OpResult::Insert(InsertOutcome::Inserted),
         (Op::Insert(..), status::UPDATED) => OpResult::Insert(InsertOutcome::Updated { old: oval }),
-        (Op::Insert(..), status::EVICTED) => OpResult::Insert(InsertOutcome::Evicted { key: okey, value: oval }),
+        (Op::Insert(..), status::EVICTED) => OpResult::Insert(InsertOutcome::Evicted {
+            key: okey,
+            value: oval,
+        }),
         (Op::Insert(..), status::FAILED) => OpResult::Insert(InsertOutcome::Failed),
         (Op::Erase(_), status::ERASED) => OpResult::Erase(EraseOutcome::Erased { value: oval }),
         (Op::Erase(_), status::MISS) => OpResult::Erase(EraseOutcome::Missing),
         (Op::Erase(_), status::FAILED) => OpResult::Erase(EraseOutcome::Failed),
         // The host rejects reserved keys before launching; the kernels' own check is a second line.
-        (_, status::REJECTED) => return Err(HashTableError::ReservedKey { index: usize::MAX, key: op.key() }),
+        (_, status::REJECTED) => {
+            return Err(HashTableError::ReservedKey {
+                index: usize::MAX,
+                key: op.key(),
+            })
+        }
         (_, other) => return Err(HashTableError::BadStatus(other)),
     })
 }

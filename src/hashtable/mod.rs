@@ -175,7 +175,9 @@ pub enum InsertOutcome {
 /// What an erase did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EraseOutcome {
-    Erased { value: u64 },
+    Erased {
+        value: u64,
+    },
     Missing,
     /// The operation ran out of attempts under contention (never in sequential use).
     Failed,

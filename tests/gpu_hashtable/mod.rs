@@ -4,8 +4,8 @@
 use std::collections::{HashMap, HashSet};
 
 use hypermnf::hashtable::{
-    fmix64, CpuHashTable, EraseOutcome, GpuHashTable, HashTableError, InsertOutcome, Op, OpResult, BUCKET_CELLS,
-    EMPTY_KEY, RESERVED_KEY,
+    fmix64, CpuHashTable, EraseOutcome, GpuHashTable, HashTableError, InsertOutcome, Op, OpResult,
+    BUCKET_CELLS, EMPTY_KEY, RESERVED_KEY,
 };
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
@@ -48,16 +48,25 @@ fn single_operations_match_the_twin_cell_for_cell() {
                 }
                 5..=7 => {
                     let touch = rng.random_bool(0.5);
-                    (OpResult::Find(g.find(k, touch).unwrap()), OpResult::Find(c.find(k, touch).unwrap()))
+                    (
+                        OpResult::Find(g.find(k, touch).unwrap()),
+                        OpResult::Find(c.find(k, touch).unwrap()),
+                    )
                 }
-                _ => (OpResult::Erase(g.erase(k).unwrap()), OpResult::Erase(c.erase(k).unwrap())),
+                _ => (
+                    OpResult::Erase(g.erase(k).unwrap()),
+                    OpResult::Erase(c.erase(k).unwrap()),
+                ),
             };
             assert_eq!(rg, rc, "cells {cells}, step {step}, key {k}");
             if step % 25 == 0 || step == 1499 {
                 assert_eq!(g.dump().unwrap(), c.cells(), "cells {cells}, step {step}");
             }
         }
-        assert!(evictions > 0, "the sequence must exercise eviction (cells {cells})");
+        assert!(
+            evictions > 0,
+            "the sequence must exercise eviction (cells {cells})"
+        );
         assert_clean(&g);
     }
 }
@@ -72,17 +81,30 @@ fn distinct_key_batches_match_the_twin() {
     let mut c = CpuHashTable::new(cells).unwrap();
     let keys: Vec<u64> = (1..=20_000u64).map(|i| fmix64(i) | 1).collect();
     let vals: Vec<u64> = keys.iter().map(|k| k.rotate_left(17) ^ 0xabcdef).collect();
-    assert_eq!(g.insert_batch(&keys, &vals).unwrap(), c.insert_batch(&keys, &vals).unwrap());
+    assert_eq!(
+        g.insert_batch(&keys, &vals).unwrap(),
+        c.insert_batch(&keys, &vals).unwrap()
+    );
     assert_eq!(entries(&g.dump().unwrap()), entries(c.cells()));
     let erase: Vec<u64> = keys.iter().step_by(3).copied().collect();
-    assert_eq!(g.erase_batch(&erase).unwrap(), c.erase_batch(&erase).unwrap());
-    let probe: Vec<u64> = keys.iter().copied().chain((1..5000u64).map(|i| fmix64(i + 1_000_000) | 1)).collect();
+    assert_eq!(
+        g.erase_batch(&erase).unwrap(),
+        c.erase_batch(&erase).unwrap()
+    );
+    let probe: Vec<u64> = keys
+        .iter()
+        .copied()
+        .chain((1..5000u64).map(|i| fmix64(i + 1_000_000) | 1))
+        .collect();
     let found = g.find_batch(&probe, false).unwrap();
     assert_eq!(found, c.find_batch(&probe, false).unwrap());
     assert!(found.iter().filter(|f| f.is_some()).count() > 10_000);
     // Re-insert the erased keys with new values: updates nowhere, no duplicates.
     let vals2: Vec<u64> = erase.iter().map(|k| !k).collect();
-    assert_eq!(g.insert_batch(&erase, &vals2).unwrap(), c.insert_batch(&erase, &vals2).unwrap());
+    assert_eq!(
+        g.insert_batch(&erase, &vals2).unwrap(),
+        c.insert_batch(&erase, &vals2).unwrap()
+    );
     assert_eq!(entries(&g.dump().unwrap()), entries(c.cells()));
     assert_eq!(assert_clean(&g), c.len());
 }
@@ -96,11 +118,21 @@ fn concurrent_inserts_of_one_key_leave_one_entry() {
     let keys = vec![0x5eed_u64; n];
     let vals: Vec<u64> = (0..n as u64).map(|i| i * 7 + 3).collect();
     let out = g.insert_batch(&keys, &vals).unwrap();
-    let inserted = out.iter().filter(|o| **o == InsertOutcome::Inserted).count();
+    let inserted = out
+        .iter()
+        .filter(|o| **o == InsertOutcome::Inserted)
+        .count();
     let failed = out.iter().filter(|o| **o == InsertOutcome::Failed).count();
     assert_eq!(inserted, 1, "exactly one insert claims a slot");
-    assert_eq!(out.iter().filter(|o| matches!(o, InsertOutcome::Evicted { .. })).count(), 0);
-    eprintln!("one key, {n} concurrent inserts: {failed} ran out of attempts (allowed under contention)");
+    assert_eq!(
+        out.iter()
+            .filter(|o| matches!(o, InsertOutcome::Evicted { .. }))
+            .count(),
+        0
+    );
+    eprintln!(
+        "one key, {n} concurrent inserts: {failed} ran out of attempts (allowed under contention)"
+    );
     assert_eq!(assert_clean(&g), 1);
     let v = g.find(0x5eed, false).unwrap().expect("the key is stored");
     assert!(vals.contains(&v));
@@ -108,13 +140,20 @@ fn concurrent_inserts_of_one_key_leave_one_entry() {
     // 4096 keys, each inserted 64 times in one shuffled batch, into a table with room for all.
     let mut g = gpu(1 << 14);
     let mut rng = StdRng::seed_from_u64(9);
-    let mut ops: Vec<(u64, u64)> = (1..=4096u64).flat_map(|k| (0..64).map(move |r| (fmix64(k) | 1, r))).collect();
+    let mut ops: Vec<(u64, u64)> = (1..=4096u64)
+        .flat_map(|k| (0..64).map(move |r| (fmix64(k) | 1, r)))
+        .collect();
     for i in (1..ops.len()).rev() {
         ops.swap(i, rng.random_range(0..=i));
     }
     let (keys, vals): (Vec<u64>, Vec<u64>) = ops.iter().copied().unzip();
     let out = g.insert_batch(&keys, &vals).unwrap();
-    assert_eq!(out.iter().filter(|o| **o == InsertOutcome::Inserted).count(), 4096);
+    assert_eq!(
+        out.iter()
+            .filter(|o| **o == InsertOutcome::Inserted)
+            .count(),
+        4096
+    );
     assert_eq!(assert_clean(&g), 4096);
 }
 
@@ -157,7 +196,8 @@ fn mixed_concurrent_batches_lose_nothing() {
                 }
                 (_, OpResult::Insert(InsertOutcome::Evicted { key, value })) => {
                     assert!(
-                        before.get(key) == Some(value) || written.get(key).is_some_and(|w| w.contains(value)),
+                        before.get(key) == Some(value)
+                            || written.get(key).is_some_and(|w| w.contains(value)),
                         "evicted entry ({key:#x}, {value:#x}) was never stored"
                     );
                     gone.insert(*key);
@@ -182,8 +222,17 @@ fn mixed_concurrent_batches_lose_nothing() {
 #[ignore = "needs a CUDA device"]
 fn reserved_keys_are_rejected_on_the_device_too() {
     let mut g = gpu(64);
-    assert!(matches!(g.insert(RESERVED_KEY, 1), Err(HashTableError::ReservedKey { .. })));
-    assert!(matches!(g.find_batch(&[5, EMPTY_KEY], true), Err(HashTableError::ReservedKey { index: 1, .. })));
+    assert!(matches!(
+        g.insert(RESERVED_KEY, 1),
+        Err(HashTableError::ReservedKey { .. })
+    ));
+    assert!(matches!(
+        g.find_batch(&[5, EMPTY_KEY], true),
+        Err(HashTableError::ReservedKey { index: 1, .. })
+    ));
     assert_eq!(assert_clean(&g), 0);
-    assert!(matches!(GpuHashTable::new(100), Err(HashTableError::BadCapacity(100))));
+    assert!(matches!(
+        GpuHashTable::new(100),
+        Err(HashTableError::BadCapacity(100))
+    ));
 }
