@@ -522,7 +522,7 @@ async fn a_killed_server_finishes_its_running_job_after_a_restart() {
 const CUBES: [&str; 3] = ["salinasA_224_bip_be", "jasper_ridge_r198_bil", "abu_beach1_cat_island_bsq"];
 
 /// A synthetic cube whose job runs long enough (a second or more) to be seen running and canceled.
-const BIG: (usize, usize, usize) = (400, 300, 96);
+const BIG: (usize, usize, usize) = (400, 300, 160);
 
 fn test_data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").canonicalize().unwrap()
