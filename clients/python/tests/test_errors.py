@@ -1,0 +1,146 @@
+"""Failures surface as this package's exceptions with the server's code and message."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hypermnf
+from conftest import API_KEYS, CUBES, Server, free_port
+from test_jobs import textured_cube
+
+CUBE = textured_cube(24, 20, 10, seed=7)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"components": 0},
+        {"components": 11},  # more than the 10 bands
+        {"noise": "gaussian"},
+        {"components": 3, "bad_bands": [10]},  # out of range
+        {"components": 3, "noise_window": (5, 5, 5, 9)},  # empty
+        {"components": 3, "noise_window": (0, 0, 21, 10)},  # past the 20 samples
+        {"snr": -1.0},
+        {"components": 3, "backend": "quantum"},
+        {"components": 3, "snr": 1.0},  # exclusive
+    ],
+    ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()),
+)
+@pytest.mark.parametrize("form", ["array", "json"])
+def test_bad_parameters_are_api_errors(client: hypermnf.Client, params: dict, form: str) -> None:
+    cube = CUBE if form == "array" else CUBES[0].resolve().as_uri()
+    if form == "json" and "components" in params and params["components"] == 11:
+        params = {"components": 500}  # the real cube has more bands
+    with pytest.raises(hypermnf.APIError) as info:
+        client.submit(cube, **params)
+    error = info.value
+    assert error.status in (400, 422), error
+    assert error.code and error.code.islower()
+    assert error.message
+    assert error.message in str(error) and str(error.status) in str(error)
+
+
+def test_garbage_npy_body_is_an_api_error(client: hypermnf.Client) -> None:
+    with pytest.raises(hypermnf.APIError) as info:
+        client._request("POST", "/v1/jobs", expect=(202,), content=b"\x93NUMPY nonsense",
+                        headers={"Content-Type": "application/x-npy"})
+    assert info.value.status in (400, 422)
+
+
+def test_href_outside_the_input_roots_is_refused(client: hypermnf.Client, tmp_path: Path) -> None:
+    outside = tmp_path / "x.hdr"
+    outside.write_text(CUBES[0].read_text())
+    with pytest.raises(hypermnf.APIError) as info:
+        client.submit(outside.as_uri())
+    assert info.value.status in (400, 403, 404, 422)
+    with pytest.raises(hypermnf.APIError):
+        client.submit((CUBES[0].parent / ".." / ".." / "Cargo.toml").as_uri())
+
+
+def test_local_argument_errors_need_no_server() -> None:
+    client = hypermnf.Client("http://127.0.0.1:9")
+    with pytest.raises(TypeError):
+        client.submit([[1, 2], [3, 4]])
+    with pytest.raises(ValueError):
+        client.submit(np.ones((4, 4), dtype=np.int16))
+    with pytest.raises(TypeError):
+        client.submit(np.array([["a"]], dtype=object).reshape(1, 1, 1))
+    with pytest.raises(FileNotFoundError):
+        client.submit("/no/such/cube.hdr")
+    with pytest.raises(ValueError):
+        client.submit("s3://bucket/cube.hdr")
+    with pytest.raises(ValueError):
+        client.submit(CUBES[0].with_suffix(".img"))
+    with pytest.raises(ValueError):
+        client.submit(CUBE, noise_window=(1, 2, 3))
+    with pytest.raises(TypeError):
+        client.submit(CUBE, components="ten")
+    with pytest.raises(ValueError):
+        client.submit(CUBE, snr=float("nan"))
+    with pytest.raises(ValueError):
+        client.job("../healthz")
+    with pytest.raises(ValueError):
+        hypermnf.Client("localhost:8080")
+
+
+def test_envi_header_without_data_file(tmp_path: Path) -> None:
+    lonely = tmp_path / "lonely.hdr"
+    lonely.write_text(CUBES[0].read_text())
+    with pytest.raises(FileNotFoundError, match="no ENVI data file"):
+        hypermnf.Client("http://127.0.0.1:9").submit(lonely)
+
+
+def test_server_down_is_a_clear_connection_error() -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    client = hypermnf.Client(url, timeout=5)
+    for call in (client.health, client.info, client.jobs, lambda: client.job("x"), lambda: client.submit(CUBE)):
+        with pytest.raises(hypermnf.ConnectionError) as info:
+            call()
+        assert str(info.value).startswith(f"cannot reach hypermnf at {url}: ")
+        assert isinstance(info.value, hypermnf.HyperMNFError) and isinstance(info.value, ConnectionError)
+        assert info.value.__suppress_context__, "no chained traceback from the HTTP library"
+
+
+def test_server_that_does_not_answer_is_a_timeout() -> None:
+    # A socket that accepts connections (backlog) but never answers.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        client = hypermnf.Client(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=0.5)
+        with pytest.raises(hypermnf.TimeoutError, match="did not answer"):
+            client.info()
+
+
+def test_api_keys(keyed_server: Server) -> None:
+    with keyed_server.client() as anonymous:
+        with pytest.raises(hypermnf.APIError) as info:
+            anonymous.jobs()
+        assert info.value.status == 401 and info.value.code
+        assert anonymous.health(), "/healthz needs no key"
+    with keyed_server.client(api_key="wrong-key") as wrong:
+        with pytest.raises(hypermnf.APIError) as info:
+            wrong.submit(CUBE, components=2)
+        assert info.value.status == 401
+    with keyed_server.client(api_key=API_KEYS["alice"]) as alice, keyed_server.client(api_key=API_KEYS["bob"]) as bob:
+        job = alice.submit(CUBE, components=2).wait(timeout=120, progress=False)
+        assert job.result().shape == (24, 20, 2)
+        assert job.id in {j.id for j in alice.jobs()}
+        assert job.id not in {j.id for j in bob.jobs()}
+        with pytest.raises(hypermnf.APIError) as info:
+            bob.job(job.id)
+        assert info.value.status == 404, "another key's job is not even shown to exist"
+        # The same cube and parameters from bob is bob's own job, not a cache hit on alice's.
+        theirs = bob.submit(CUBE, components=2)
+        assert theirs.id != job.id
+
+
+def test_api_key_from_the_environment(keyed_server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HYPERMNF_URL", keyed_server.url)
+    monkeypatch.setenv("HYPERMNF_API_KEY", API_KEYS["bob"])
+    with hypermnf.Client() as client:
+        assert client.url == keyed_server.url
+        assert isinstance(client.jobs(), list)
