@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import sys
@@ -53,6 +54,7 @@ def test_array_body_is_a_valid_npy_of_the_same_array() -> None:
     body = b"".join(kwargs["content"])
     assert kwargs["headers"]["Content-Length"] == str(len(body))
     assert kwargs["headers"]["Content-Type"] == "application/x-npy"
+    assert kwargs["headers"]["X-Content-SHA256"] == hashlib.sha256(body).hexdigest()
     back = np.load(io.BytesIO(body), allow_pickle=False)
     np.testing.assert_array_equal(back, cube)
     assert back.dtype == cube.dtype

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 from typing import Iterator
 
@@ -35,17 +36,20 @@ def as_cube(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
-def npy_stream(array: np.ndarray) -> tuple[int, Iterator[bytes]]:
-    """Returns the body length and an iterator over the ``.npy`` bytes of a C-contiguous ``array``."""
+def npy_stream(array: np.ndarray) -> tuple[int, str, Iterator[bytes]]:
+    """Returns the body length, its hex SHA-256 and an iterator over the ``.npy`` bytes of a C-contiguous
+    ``array``."""
     header = npy_header(array)
     raw = memoryview(array).cast("B") if array.size else memoryview(b"")
+    digest = hashlib.sha256(header)
+    digest.update(raw)
 
     def chunks() -> Iterator[bytes]:
         yield header
         for start in range(0, raw.nbytes, CHUNK_BYTES):
             yield bytes(raw[start : start + CHUNK_BYTES])
 
-    return len(header) + raw.nbytes, chunks()
+    return len(header) + raw.nbytes, digest.hexdigest(), chunks()
 
 
 def load_npy(data: bytes) -> np.ndarray:

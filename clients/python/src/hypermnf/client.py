@@ -15,6 +15,8 @@ from ._version import __version__
 from .job import Job
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+# The largest page the service serves (GET /v1/jobs?limit=1..1000).
+_MAX_PAGE = 1000
 
 # Statuses the service answers for a created (202) or already existing identical (200) job.
 _SUBMIT_OK = (200, 201, 202)
@@ -129,7 +131,7 @@ class Client:
             if status is not None:
                 query["status"] = status
             if limit is not None:
-                query["limit"] = limit - len(out)
+                query["limit"] = min(limit - len(out), _MAX_PAGE)
             if after is not None:
                 query["after"] = after
             page = self._get_json("/v1/jobs", params=query)

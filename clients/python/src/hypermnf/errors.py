@@ -20,7 +20,7 @@ class APIError(HyperMNFError):
 
     Attributes:
         status: the HTTP status (400, 401, 404, 409, 413, 415, 422, 503, ...).
-        code: the service's stable machine-readable code (e.g. ``"invalid_params"``, ``"not_found"``).
+        code: the service's stable machine-readable code (e.g. ``"invalid_params"``, ``"not_found"``, ``"not_ready"``).
         message: the service's human-readable message.
     """
 
