@@ -6,5 +6,7 @@ pub mod backend;
 pub mod bench;
 pub mod config;
 pub mod cube;
+pub mod jobs;
 pub mod mnf;
 pub mod output;
+pub mod storage;
