@@ -108,9 +108,17 @@ class Client:
             ConnectionError: the server could not be reached.
         """
         params = Params.build(components, snr, noise, inverse, bad_bands, ignore_value, noise_window, backend)
-        upload = build_upload(cube, params)
-        with upload.files:
-            response = self._request("POST", "/v1/jobs", expect=_SUBMIT_OK, upload=True, **upload.kwargs)
+        # Submitting is idempotent (an identical request answers the same job), so a request that met a
+        # pooled connection the server had just closed is sent once more, with a fresh body.
+        for attempt in range(_ATTEMPTS):
+            upload = build_upload(cube, params)
+            with upload.files:
+                try:
+                    response = self._request("POST", "/v1/jobs", expect=_SUBMIT_OK, upload=True, **upload.kwargs)
+                    break
+                except _Disconnected:
+                    if attempt + 1 == _ATTEMPTS:
+                        raise
         return Job(self, response.json())
 
     def job(self, job_id: str) -> Job:
@@ -183,9 +191,25 @@ class Client:
     def _request(
         self, method: str, path: str, *, expect: Iterable[int] = (200,), upload: bool = False, **kwargs: Any
     ) -> httpx.Response:
-        """Sends one request; maps transport failures and error answers to this package's exceptions."""
+        """Sends one request; maps transport failures and error answers to this package's exceptions.
+
+        A GET that finds its pooled connection closed by the server is sent once more: safe, and the usual
+        cure for a keep-alive connection the server dropped while it sat in the pool.
+        """
+        attempts = _ATTEMPTS if method == "GET" else 1
+        for attempt in range(attempts):
+            try:
+                return self._send(method, path, expect, upload, kwargs)
+            except _Disconnected:
+                if attempt + 1 == attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _send(self, method: str, path: str, expect: Iterable[int], upload: bool, kwargs: Dict[str, Any]) -> httpx.Response:
         try:
             response = self._http.request(method, path, **kwargs)
+        except httpx.RemoteProtocolError as e:
+            raise _Disconnected(self.url, _reason(e)) from None
         except httpx.TimeoutException as e:
             raise TimeoutError(
                 f"hypermnf at {self.url} did not answer {method} {path} within {self.timeout} s ({type(e).__name__})"
@@ -216,6 +240,14 @@ class Client:
             response.close()
             raise _api_error(response)
         return response
+
+
+class _Disconnected(ConnectionError):
+    """The server closed the connection without answering (typically a stale pooled connection)."""
+
+
+# How often a request that met a closed connection is sent (the first time included).
+_ATTEMPTS = 2
 
 
 def _segment(job_id: str) -> str:
