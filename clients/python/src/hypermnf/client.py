@@ -208,8 +208,13 @@ class Client:
     def _send(self, method: str, path: str, expect: Iterable[int], upload: bool, kwargs: Dict[str, Any]) -> httpx.Response:
         try:
             response = self._http.request(method, path, **kwargs)
-        except httpx.RemoteProtocolError as e:
-            raise _Disconnected(self.url, _reason(e)) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
+            # The connection was closed under the request: a pooled connection the server had dropped, or
+            # (for an upload) a server that answered early and stopped reading.
+            reason = _reason(e)
+            if upload:
+                reason += " (the server closed the connection during the upload; it may exceed the server's size limit)"
+            raise _Disconnected(self.url, reason) from None
         except httpx.TimeoutException as e:
             raise TimeoutError(
                 f"hypermnf at {self.url} did not answer {method} {path} within {self.timeout} s ({type(e).__name__})"
