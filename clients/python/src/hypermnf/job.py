@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ._npy import load_npy
 from .errors import JobCanceled, JobFailed, TimeoutError
@@ -91,7 +90,7 @@ class Job:
                 document = self.refresh()
                 status = document.get("status")
                 if status not in TERMINAL and progress and bar is None:
-                    bar = tqdm(total=100, desc=f"job {self.id[:8]}", unit="%", bar_format=_BAR_FORMAT, leave=True)
+                    bar = _progress_bar()(total=100, desc=f"job {self.id[:8]}", unit="%", bar_format=_BAR_FORMAT, leave=True)
                 if bar is not None:
                     done = 100.0 if status == "succeeded" else round(100.0 * self.progress, 1)
                     bar.n = min(max(done, 0.0), 100.0)
@@ -193,6 +192,17 @@ class Job:
         from .client import _segment
 
         return f"/v1/jobs/{_segment(self.id)}{suffix}"
+
+
+def _progress_bar() -> Any:
+    """tqdm's notebook widget when ipywidgets is there, else the text bar (tqdm.auto would warn)."""
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        from tqdm import tqdm
+    else:
+        from tqdm.auto import tqdm
+    return tqdm
 
 
 _BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}{postfix}]"
