@@ -571,3 +571,65 @@ fn malformed_npy_inputs_give_clear_errors() {
     let garbled = npy_file(d, "garbled.npy", 1, "{'descr': '<i2', 'fortran_order': False, 'shape': (3, 4, 2) ", 48);
     expect_err(npy::read(&garbled), "Npy", "header dict");
 }
+
+// ---------------------------------------------------------------- no panics on mangled input
+
+mod mangled {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Edits (position fraction, replacement text) applied to a valid file.
+    fn edits() -> impl Strategy<Value = Vec<(f64, String)>> {
+        prop::collection::vec((0.0..1.0f64, "[{}=,;\n 0-9a-z.-]{0,4}"), 1..6)
+    }
+
+    fn mangle(base: &[u8], edits: &[(f64, String)]) -> Vec<u8> {
+        let mut out = base.to_vec();
+        for (at, text) in edits {
+            let i = ((out.len() as f64) * at) as usize;
+            // Replace as many bytes as inserted (or one, for a deletion).
+            let end = (i + text.len().max(1)).min(out.len());
+            out.splice(i..end, text.bytes());
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// A mangled header gives a cube or an error, never a panic; when it gives a cube, the cube
+        /// agrees with the header.
+        #[test]
+        fn envi_header_edits_never_panic(e in edits()) {
+            let dir = tempfile::tempdir().unwrap();
+            let text = String::from_utf8_lossy(&mangle(GOOD_HDR.as_bytes(), &e)).into_owned();
+            let data = dir.path().join("x.img");
+            std::fs::write(&data, (0..48u8).map(|i| i + 1).collect::<Vec<u8>>()).unwrap();
+            if let Ok(h) = envi::parse_header(&text) {
+                if let Ok(cube) = envi::read_parts(&text, &data) {
+                    prop_assert_eq!((cube.lines(), cube.samples(), cube.bands()), (h.lines, h.samples, h.bands));
+                    prop_assert_eq!(h.header_offset + h.data_bytes().unwrap(), 48);
+                }
+            }
+        }
+
+        #[test]
+        fn npy_edits_never_panic(e in edits()) {
+            let dir = tempfile::tempdir().unwrap();
+            let good = dir.path().join("good.npy");
+            let cube = random_cube(5, (3, 4, 2), DataType::I16, ByteOrder::Little, CubeMeta::default());
+            npy::write_cube(&good, &cube).unwrap();
+            let bytes = std::fs::read(&good).unwrap();
+            // Mangle the header only (the first 64 bytes), keeping the data.
+            let mut mangled = mangle(&bytes[..64], &e);
+            mangled.extend_from_slice(&bytes[64..]);
+            let path = dir.path().join("mangled.npy");
+            std::fs::write(&path, &mangled).unwrap();
+            if let Ok(back) = npy::read(&path) {
+                let h = npy::read_header(&mut mangled.as_slice()).unwrap();
+                prop_assert_eq!(back.raw().len() as u64, mangled.len() as u64 - h.data_offset);
+                prop_assert_eq!(h.shape, vec![back.lines() as u64, back.samples() as u64, back.bands() as u64]);
+            }
+        }
+    }
+}

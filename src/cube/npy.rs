@@ -325,8 +325,15 @@ pub fn read(path: &Path) -> Result<Cube, CubeError> {
         .map_err(|_| CubeError::TooLarge(format!("cannot allocate {len} bytes for {geometry}")))?;
     bytes.resize(len, 0);
     let order = if header.fortran_order { FileOrder::FORTRAN } else { FileOrder::BIP };
-    read_into_bip(&mut file, order, Dims::new(lines, samples, bands), header.dtype.size(), &mut bytes)
-        .map_err(|e| CubeError::io(path, e))?;
+    read_into_bip(
+        &mut file,
+        header.data_offset,
+        order,
+        Dims::new(lines, samples, bands),
+        header.dtype.size(),
+        &mut bytes,
+    )
+    .map_err(|e| CubeError::io(path, e))?;
     let meta = CubeMeta {
         source_interleave: Some(if header.fortran_order { Interleave::Bsq } else { Interleave::Bip }),
         ..CubeMeta::default()

@@ -1,7 +1,7 @@
 //! Reading an ENVI data file into a BIP cube, after checking it against its header.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::header::{parse_header, EnviHeader};
@@ -103,10 +103,16 @@ pub(super) fn read_data(header: EnviHeader, data: &Path) -> Result<Cube, CubeErr
         .map_err(|_| CubeError::TooLarge(format!("cannot allocate {len} bytes for {geometry}")))?;
     bytes.resize(len, 0);
 
-    file.seek(SeekFrom::Start(header.header_offset)).map_err(|e| CubeError::io(data, e))?;
     let dims = Dims::new(header.lines, header.samples, header.bands);
-    read_into_bip(&mut file, FileOrder::of(header.interleave), dims, header.data_type.size(), &mut bytes)
-        .map_err(|e| CubeError::io(data, e))?;
+    read_into_bip(
+        &mut file,
+        header.header_offset,
+        FileOrder::of(header.interleave),
+        dims,
+        header.data_type.size(),
+        &mut bytes,
+    )
+    .map_err(|e| CubeError::io(data, e))?;
 
     Cube::from_raw(header.lines, header.samples, header.bands, header.data_type, header.byte_order, bytes, header.meta)
 }

@@ -3,12 +3,11 @@
 //! The data file is written first and the header last, so a header on disk means its data is complete.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use super::header::{normalize_key, GEOMETRY_KEYS, META_KEYS};
 use super::OutputHeader;
-use crate::cube::layout::{write_from_bip, write_in_file_order, Dims, FileOrder};
+use crate::cube::layout::{write_elements, write_from_bip, Dims, FileOrder};
 use crate::cube::model::checked_cube_bytes;
 use crate::cube::{ByteOrder, Cube, CubeError, CubeMeta, DataType, Interleave};
 
@@ -132,12 +131,9 @@ impl HeaderText {
     }
 }
 
-fn create(path: &Path) -> Result<BufWriter<File>, CubeError> {
-    File::create(path).map(|f| BufWriter::with_capacity(1 << 16, f)).map_err(|e| CubeError::io(path, e))
-}
-
-fn finish(mut w: BufWriter<File>, path: &Path) -> Result<(), CubeError> {
-    w.flush().map_err(|e| CubeError::io(path, e))
+/// The data file. Unbuffered: `layout` stages whole blocks and BSQ output uses positioned writes.
+fn create(path: &Path) -> Result<File, CubeError> {
+    File::create(path).map_err(|e| CubeError::io(path, e))
 }
 
 fn write_text(path: &Path, text: &str) -> Result<(), CubeError> {
@@ -185,9 +181,8 @@ pub(super) fn write_f32_bsq(
 
     let data = data_path(hdr)?;
     let mut w = create(&data)?;
-    write_in_file_order::<_, 4>(&mut w, FileOrder::BSQ, dims, |i| values_bip[i].to_le_bytes())
+    write_elements::<_, 4>(&mut w, 0, FileOrder::BSQ, dims, |i| values_bip[i].to_le_bytes())
         .map_err(|e| CubeError::io(&data, e))?;
-    finish(w, &data)?;
     write_text(hdr, &text.0)
 }
 
@@ -215,8 +210,7 @@ pub(super) fn write_cube(hdr: &Path, cube: &Cube, interleave: Interleave, order:
     let data = data_path(hdr)?;
     let mut w = create(&data)?;
     let swap = order != cube.byte_order();
-    write_from_bip(&mut w, FileOrder::of(interleave), dims, cube.dtype().size(), cube.raw(), swap)
+    write_from_bip(&mut w, 0, FileOrder::of(interleave), dims, cube.dtype().size(), cube.raw(), swap)
         .map_err(|e| CubeError::io(&data, e))?;
-    finish(w, &data)?;
     write_text(hdr, &text.0)
 }
