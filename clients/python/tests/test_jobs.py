@@ -161,3 +161,16 @@ def test_delete_a_finished_job(client: hypermnf.Client) -> None:
     with pytest.raises(hypermnf.APIError) as info:
         job.status()
     assert info.value.status == 404
+
+
+def test_info_health_and_xarray_from_a_job(client: hypermnf.Client) -> None:
+    info = client.info()
+    assert isinstance(info["version"], str) and info["version"]
+    assert "cpu" in {b["name"] for b in info["backends"]}
+    assert client.health() is True
+    xr = pytest.importorskip("xarray")
+    job = client.submit(CUBES[1], components=4).wait(timeout=300, progress=False)
+    da = hypermnf.to_xarray(job.result(), job)
+    assert isinstance(da, xr.DataArray) and da.dims == ("line", "sample", "component")
+    np.testing.assert_array_equal(da.eigenvalue.values, job.eigenvalues[:4])
+    assert da.attrs["components"] == 4

@@ -80,3 +80,19 @@ def test_query_and_json_spelling_of_every_parameter() -> None:
 def test_href_body() -> None:
     upload = build_upload("file:///data/x.hdr", Params.build(4, None, None, True, None, None, None, None))
     assert json.loads(upload.kwargs["content"]) == {"input": {"href": "file:///data/x.hdr"}, "params": {"components": 4, "inverse": True}}
+
+
+def test_envi_upload_is_streamed_from_disk() -> None:
+    import httpx
+
+    from conftest import CUBES
+
+    header = CUBES[0]
+    upload = build_upload(header, Params.build(3, None, None, False, None, None, None, None))
+    with upload.files:
+        request = httpx.Request("POST", "http://x/v1/jobs", **upload.kwargs)
+        chunks = [len(c) for c in request.stream]
+    data = header.with_suffix(".img").stat().st_size
+    assert int(request.headers["Content-Length"]) == sum(chunks) > data
+    assert max(chunks) <= 1 << 20, "the data file is sent in pieces, never read whole"
+    assert len(chunks) > data // (1 << 20)
