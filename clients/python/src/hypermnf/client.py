@@ -210,7 +210,8 @@ class Client:
             response = self._http.request(method, path, **kwargs)
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
             # The connection was closed under the request: a pooled connection the server had dropped, or
-            # (for an upload) a server that answered early and stopped reading.
+            # (for an upload) a server that answered early (413, 4xx) and stopped reading, an answer that
+            # HTTP/1.1 gives the client no way to read while it is still writing.
             reason = _reason(e)
             if upload:
                 reason += " (the server closed the connection during the upload; it may exceed the server's size limit)"
@@ -222,12 +223,7 @@ class Client:
         except (httpx.ConnectError, httpx.UnsupportedProtocol) as e:
             raise ConnectionError(self.url, _reason(e)) from None
         except httpx.TransportError as e:
-            reason = _reason(e)
-            if upload:
-                # The server may answer (413 or 4xx) and close before reading the whole body; HTTP/1.1 gives
-                # the client no way to read that answer while it is still writing.
-                reason += " (the server closed the connection during the upload; it may exceed the server's size limit)"
-            raise ConnectionError(self.url, reason) from None
+            raise ConnectionError(self.url, _reason(e)) from None
         if response.status_code not in tuple(expect):
             raise _api_error(response)
         return response
