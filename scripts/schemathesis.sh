@@ -24,7 +24,13 @@ while [ $# -gt 0 ]; do
 done
 
 st="${SCHEMATHESIS:-schemathesis}"
-command -v "$st" >/dev/null || { echo "schemathesis not found (pip install schemathesis)" >&2; exit 2; }
+if ! command -v "$st" >/dev/null; then
+    # Not installed: put it in the project's .venv (git-ignored; scripts/test.sh makes it), or make one.
+    [ -x .venv/bin/python ] || python3 -m venv .venv
+    echo "installing schemathesis into .venv ..." >&2
+    .venv/bin/python -m pip install -q schemathesis >&2
+    st=.venv/bin/schemathesis
+fi
 
 bin="${HYPERMNF_BIN:-}"
 if [ -z "$bin" ]; then

@@ -79,6 +79,19 @@ async fn every_real_cube_through_every_upload_form_gives_the_cli_bytes() {
             let want: Value = serde_json::from_slice(&std::fs::read(&reference.metadata).unwrap()).unwrap();
             assert_eq!(without_timings(meta), without_timings(want), "{name} {tag}: metadata");
 
+            if tag == "href" && i == 0 {
+                // and the command line itself, for once: `hypermnf run` on the same file
+                let cli_out = refdir.join("cli.npy");
+                let st = std::process::Command::new(env!("CARGO_BIN_EXE_hypermnf"))
+                    .args(["run", "--snr", "1", "--noise", "shift-difference", "--backend", "cpu", "--out"])
+                    .arg(&cli_out)
+                    .arg(&hdr)
+                    .env("RUST_LOG", "warn")
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+                assert!(got.1 == std::fs::read(&cli_out).unwrap(), "{name}: the service's bytes differ from `hypermnf run`");
+            }
             if tag == "envi" {
                 // ?format=envi: a zip of exactly the .hdr and .img `hypermnf run --out X.hdr` writes
                 let envi_dir = refdir.join("envi");
@@ -353,10 +366,12 @@ async fn malformed_and_hostile_requests_get_their_documented_errors() {
     std::fs::write(outside.join("cube.npy"), &good).unwrap();
     std::os::unix::fs::symlink(outside.join("cube.npy"), root.join("escape.npy")).unwrap();
     std::fs::write(root.join("notes.txt"), "x").unwrap();
+    std::fs::write(root.join("lonely.hdr"), "ENVI\nsamples = 4\nlines = 4\nbands = 4\ndata type = 2\ninterleave = bsq\nbyte order = 0\n").unwrap();
     let href = |h: String| srv.client.post(srv.url("/v1/jobs")).json(&json!({"input": {"href": h}}));
     cases.push(("href outside the roots", href(format!("file://{}", outside.join("cube.npy").display())), StatusCode::FORBIDDEN, "forbidden_path"));
     cases.push(("href through a symlink out of the root", href(format!("file://{}", root.join("escape.npy").display())), StatusCode::FORBIDDEN, "forbidden_path"));
     cases.push(("href with ..", href(format!("file://{}/../outside/cube.npy", root.display())), StatusCode::BAD_REQUEST, "invalid_href"));
+    cases.push(("href to a header without its data file", href(format!("file://{}", root.join("lonely.hdr").display())), StatusCode::BAD_REQUEST, "input_not_found"));
     cases.push(("href to a missing file", href(format!("file://{}", root.join("nope.npy").display())), StatusCode::BAD_REQUEST, "input_not_found"));
     cases.push(("href that is not file://", href("http://example.com/cube.npy".into()), StatusCode::BAD_REQUEST, "invalid_href"));
     cases.push(("href to a file that is no cube", href(format!("file://{}", root.join("notes.txt").display())), StatusCode::UNPROCESSABLE_ENTITY, "unsupported"));
@@ -392,6 +407,29 @@ async fn malformed_and_hostile_requests_get_their_documented_errors() {
     srv.stop().await;
 }
 
+/// Finished jobs and their files go once they are older than --retention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_jobs_expire_after_the_retention_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(dir.path().join("data"));
+    args.retention = Duration::from_secs(1);
+    let srv = TestServer::start(args).await;
+    let (s, j) = srv.post_npy(&npy_bytes(&synthetic_cube(24, 20, 10, 9)), "components=2").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let id = j["id"].as_str().unwrap().to_string();
+    assert_eq!(srv.wait(&id).await["status"], "succeeded");
+    let results = dir.path().join(format!("data/objects/results/{id}"));
+    assert!(results.join("components.npy").is_file());
+    // not yet old enough
+    assert_eq!(hypermnf::api::expire_once(&srv.server.ctx).await.unwrap(), 0);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // the server's own expiry task runs every second too, so it may have been first
+    assert!(hypermnf::api::expire_once(&srv.server.ctx).await.unwrap() <= 1);
+    assert_eq!(srv.get_json(&format!("/v1/jobs/{id}")).await.0, StatusCode::NOT_FOUND);
+    assert!(!results.join("components.npy").exists());
+    srv.stop().await;
+}
+
 /// A real `hypermnf serve` process killed with SIGKILL while its job runs; started again on the same
 /// data dir, it runs the job to the end (nothing accepted is lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -400,7 +438,8 @@ async fn a_killed_server_finishes_its_running_job_after_a_restart() {
     let cube = synthetic_cube(BIG.0, BIG.1, BIG.2, 7);
     let npy = npy_bytes(&cube);
 
-    let (mut child, base) = spawn_server(dir.path()).await;
+    let data = dir.path().join("data");
+    let (mut child, base) = spawn_server(&data, &dir.path().join("first.log")).await;
     let client = reqwest::Client::new();
     let r = client.post(format!("{base}/v1/jobs?components=4")).header("content-type", "application/x-npy").body(npy.clone()).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::ACCEPTED);
@@ -418,7 +457,7 @@ async fn a_killed_server_finishes_its_running_job_after_a_restart() {
     child.kill().unwrap(); // SIGKILL: no shutdown code runs
     child.wait().unwrap();
 
-    let (mut child, base) = spawn_server(dir.path()).await;
+    let (mut child, base) = spawn_server(&data, &dir.path().join("second.log")).await;
     let deadline = Instant::now() + Duration::from_secs(120);
     let done = loop {
         let j: Value = client.get(format!("{base}/v1/jobs/{id}")).send().await.unwrap().json().await.unwrap();
@@ -429,6 +468,8 @@ async fn a_killed_server_finishes_its_running_job_after_a_restart() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(done["status"], "succeeded", "{done}");
+    let log = std::fs::read_to_string(dir.path().join("second.log")).unwrap();
+    assert!(log.contains("queued again"), "the second process did not recover the running job:\n{log}");
     let got = client.get(format!("{base}/v1/jobs/{id}/result")).send().await.unwrap().bytes().await.unwrap();
     let npy_path = dir.path().join("in.npy");
     std::fs::write(&npy_path, &npy).unwrap();
@@ -464,7 +505,10 @@ impl TestServer {
         args.backend = hypermnf::mnf::BackendChoice::Cpu;
         let server = hypermnf::api::start(args).await.expect("server starts");
         let base = format!("http://{}", server.addr);
-        TestServer { server, base, client: reqwest::Client::new() }
+        // No connection reuse: a refused upload's connection is closed by the server, and a pooled
+        // client could pick it up just before it sees the close.
+        let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+        TestServer { server, base, client }
     }
     fn url(&self, p: &str) -> String {
         format!("{}{p}", self.base)
@@ -514,14 +558,14 @@ impl TestServer {
 }
 
 /// Starts the real binary on port 0 and reads the address it prints.
-async fn spawn_server(data: &Path) -> (std::process::Child, String) {
+async fn spawn_server(data: &Path, log: &Path) -> (std::process::Child, String) {
     use std::io::BufRead;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hypermnf"))
         .args(["serve", "--listen", "127.0.0.1:0", "--backend", "cpu", "--data-dir"])
         .arg(data)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "hypermnf=info")
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
+        .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
@@ -560,54 +604,20 @@ fn npy_header(descr: &str, shape: &str) -> Vec<u8> {
     v
 }
 
-/// The cube as a C-order (lines, samples, bands) `.npy` in its own data type and byte order.
+/// The cube as a C-order (lines, samples, bands) `.npy` in its own data type and byte order, as the
+/// project's writer makes it.
 fn npy_bytes(cube: &hypermnf::cube::Cube) -> Vec<u8> {
-    use hypermnf::cube::{ByteOrder, DataType};
-    let code = match cube.dtype() {
-        DataType::U8 => "u1",
-        DataType::I16 => "i2",
-        DataType::U16 => "u2",
-        DataType::I32 => "i4",
-        DataType::U32 => "u4",
-        DataType::I64 => "i8",
-        DataType::U64 => "u8",
-        DataType::F32 => "f4",
-        DataType::F64 => "f8",
-    };
-    let order = match (cube.dtype(), cube.byte_order()) {
-        (DataType::U8, _) => '|',
-        (_, ByteOrder::Little) => '<',
-        (_, ByteOrder::Big) => '>',
-    };
-    let mut v = npy_header(&format!("{order}{code}"), &format!("({}, {}, {})", cube.lines(), cube.samples(), cube.bands()));
-    v.extend_from_slice(cube.raw());
-    v
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("c.npy");
+    hypermnf::cube::npy::write_cube(&p, cube).unwrap();
+    std::fs::read(&p).unwrap()
 }
 
-/// An int16 cube: a few smooth spectral signatures mixed per pixel plus pseudo-random noise (never
-/// all zero; `seed` makes different cubes).
+/// A synthetic int16 cube with a 5-dimensional signal plus white noise (`seed` makes different cubes).
 fn synthetic_cube(lines: usize, samples: usize, bands: usize, seed: u64) -> hypermnf::cube::Cube {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut rnd = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state >> 11) as f64 / (1u64 << 53) as f64
-    };
-    let sigs: Vec<Vec<f64>> = (0..4)
-        .map(|k| (0..bands).map(|b| 1000.0 * (1.0 + ((b as f64 + 1.0) * (k as f64 + 1.0) / bands as f64 * 3.0).sin())).collect())
-        .collect();
-    let mut values = Vec::with_capacity(lines * samples * bands);
-    for l in 0..lines {
-        for s in 0..samples {
-            let w: Vec<f64> = (0..4).map(|k| 0.5 + 0.5 * (((l + 3 * k) as f64 / 17.0).sin() * ((s + k) as f64 / 11.0).cos())).collect();
-            for b in 0..bands {
-                let x: f64 = (0..4).map(|k| w[k] * sigs[k][b]).sum::<f64>() + 20.0 * (rnd() - 0.5);
-                values.push(x.round() as i16);
-            }
-        }
-    }
-    hypermnf::cube::Cube::from_i16(lines, samples, bands, &values).unwrap()
+    let mut spec = hypermnf::cube::synthetic::SyntheticSpec::small(lines, samples, bands);
+    spec.seed = seed;
+    hypermnf::cube::synthetic::generate(&spec)
 }
 
 fn without_timings(mut v: Value) -> Value {

@@ -74,14 +74,24 @@ async fn owned_job(ctx: &ApiContext, caller: &Caller, id: &str) -> ApiResult<Job
 // ---------------------------------------------------------------------------------------------------
 // POST /v1/jobs
 
-pub async fn create(State(ctx): State<ApiContext>, caller: Caller, RawQuery(query): RawQuery, req: Request) -> Response {
-    let r = create_inner(&ctx, &caller, query, req).await;
-    if let Err(e) = &r {
-        if e.status() != StatusCode::INTERNAL_SERVER_ERROR {
-            ApiMetrics::add(&ctx.metrics.uploads_refused, 1);
+pub async fn create(State(ctx): State<ApiContext>, caller: Result<Caller, Error>, RawQuery(query): RawQuery, req: Request) -> Response {
+    let outcome = match caller {
+        Ok(caller) => create_inner(&ctx, &caller, query, req).await,
+        Err(e) => Err(e),
+    };
+    match outcome {
+        Ok(r) => r,
+        Err(e) => {
+            if e.status() != StatusCode::INTERNAL_SERVER_ERROR {
+                ApiMetrics::add(&ctx.metrics.uploads_refused, 1);
+            }
+            // A refused upload is answered before its body was read to the end: the connection cannot
+            // carry another request, and saying so keeps clients from reusing it.
+            let mut r = e.into_response();
+            r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            r
         }
     }
-    r.unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn create_inner(ctx: &ApiContext, caller: &Caller, query: Option<String>, req: Request) -> ApiResult<Response> {
@@ -102,7 +112,10 @@ async fn create_inner(ctx: &ApiContext, caller: &Caller, query: Option<String>, 
         }
     }
     let token = format!("upload-{}", uuid::Uuid::now_v7());
-    let result = match mime.as_str() {
+    // Removes the upload's scratch files however the request ends (answered, refused, timed out or
+    // dropped with its connection); accepted inputs were moved out of scratch before this runs.
+    let _scratch = ScratchGuard { storage: ctx.runner.storage.clone(), token: token.clone() };
+    match mime.as_str() {
         "application/x-npy" | "application/octet-stream" => create_npy(ctx, caller, query.as_deref(), req, &token).await,
         "multipart/form-data" => create_multipart(ctx, caller, query.as_deref(), req, &token).await,
         "application/json" => create_href(ctx, caller, query.as_deref(), req).await,
@@ -114,9 +127,18 @@ async fn create_inner(ctx: &ApiContext, caller: &Caller, query: Option<String>, 
                 content_type
             ),
         )),
-    };
-    ctx.runner.storage.remove_scratch(&token);
-    result
+    }
+}
+
+struct ScratchGuard {
+    storage: crate::storage::Storage,
+    token: String,
+}
+
+impl Drop for ScratchGuard {
+    fn drop(&mut self) {
+        self.storage.remove_scratch(&self.token);
+    }
 }
 
 fn content_length(h: &HeaderMap) -> Option<u64> {
@@ -139,7 +161,12 @@ async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req:
     if let Some(sha) = &claimed_sha {
         if let Some(job) = ctx.runner.store.find_live_by_upload(&caller.owner, sha, &canonical).await? {
             ApiMetrics::add(&ctx.metrics.cache_hits, 1);
-            return Ok(job_response(StatusCode::OK, &job, true));
+            let mut r = job_response(StatusCode::OK, &job, true);
+            if content_length(req.headers()) != Some(0) {
+                // The body is left unread (with `Expect: 100-continue` it is never sent).
+                r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            return Ok(r);
         }
     }
     let dir = ctx.runner.storage.scratch_dir(token)?;
@@ -367,7 +394,13 @@ async fn decode_and_validate(ctx: &ApiContext, kind: InputKind, location: String
     let storage = ctx.runner.storage.clone();
     let cube = tokio::task::spawn_blocking(move || crate::jobs::worker::load_cube(kind, &location, &storage))
         .await
-        .map_err(Error::internal)??;
+        .map_err(Error::internal)?
+        .map_err(|e| match e {
+            // A file the client named (an ENVI header's missing data file, say) is the client's
+            // problem; our own upload files failing to read is ours.
+            crate::cube::CubeError::Io { .. } if kind == InputKind::Href => Error::bad_request("input_not_found", e.to_string()),
+            other => Error::from(other),
+        })?;
     params.validate(cube.lines(), cube.samples(), cube.bands())?;
     Ok((Arc::new(cube), params))
 }

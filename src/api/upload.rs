@@ -178,102 +178,33 @@ fn npy_header_complete(buf: &[u8]) -> bool {
     if &buf[..6] != b"\x93NUMPY" {
         return true;
     }
-    match npy_header_len(buf) {
-        Some((start, len)) => buf.len() >= start + len,
-        None => buf.len() >= 12,
-    }
-}
-
-/// (offset of the header text, its length) from the preamble.
-fn npy_header_len(buf: &[u8]) -> Option<(usize, usize)> {
-    match buf.get(6)? {
-        1 => Some((10, u16::from_le_bytes([buf[8], buf[9]]) as usize)),
-        2 | 3 if buf.len() >= 12 => Some((12, u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize)),
-        _ => None,
-    }
-}
-
-/// The size a `.npy` header claims, checked against `limit`. Headers this cannot read (another magic,
-/// a dtype it does not know) give `Ok(None)`: the reader then reports the exact problem.
-pub fn npy_claim(buf: &[u8], limit: u64) -> Result<Option<Claim>, Error> {
-    let bad = |m: &str| Error::bad_request("invalid_npy", format!("invalid .npy: {m}"));
-    if buf.len() < 10 || &buf[..6] != b"\x93NUMPY" {
-        return Err(bad("the body does not start with the .npy magic string"));
-    }
-    let (start, len) = npy_header_len(buf).ok_or_else(|| bad("unknown .npy format version"))?;
-    if len > NPY_HEADER_MAX {
-        return Err(bad("header too long"));
-    }
-    let text = buf.get(start..start + len).ok_or_else(|| bad("truncated header"))?;
-    let text = std::str::from_utf8(text).map_err(|_| bad("header is not text"))?;
-    let Some(descr) = dict_value(text, "descr") else { return Ok(None) };
-    let descr = descr.trim_start().trim_start_matches(['\'', '"']);
-    let descr: String = descr.chars().take_while(|c| *c != '\'' && *c != '"').collect();
-    let dtype = match descr.trim_start_matches(['<', '>', '|', '=']) {
-        "u1" => DataType::U8,
-        "i2" => DataType::I16,
-        "u2" => DataType::U16,
-        "i4" => DataType::I32,
-        "u4" => DataType::U32,
-        "i8" => DataType::I64,
-        "u8" => DataType::U64,
-        "f4" => DataType::F32,
-        "f8" => DataType::F64,
-        _ => return Ok(None),
+    let (start, len) = match buf[6] {
+        1 => (10usize, u16::from_le_bytes([buf[8], buf[9]]) as usize),
+        2 | 3 if buf.len() >= 12 => (12, u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize),
+        2 | 3 => return false,
+        _ => return true,
     };
-    let Some(shape) = dict_value(text, "shape") else { return Ok(None) };
-    let Some(inner) = shape.trim_start().strip_prefix('(').and_then(|s| s.split(')').next()) else { return Ok(None) };
-    let dims: Result<Vec<u64>, _> = inner.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::parse::<u64>).collect();
-    let Ok(dims) = dims else { return Err(bad("shape must be a tuple of non-negative integers")) };
-    if dims.len() != 3 {
+    buf.len() >= start.saturating_add(len)
+}
+
+/// The size a `.npy` header claims, read with the cube reader's own header parser and checked against
+/// `limit` (and the 3-D shape the service needs).
+pub fn npy_claim(buf: &[u8], limit: u64) -> Result<Option<Claim>, Error> {
+    let h = crate::cube::npy::read_header(&mut std::io::Cursor::new(buf))?;
+    let [lines, samples, bands] = h.shape[..] else {
         return Err(Error::bad_request(
             "invalid_npy",
-            format!("invalid .npy: shape must be (lines, samples, bands), got {} dimensions", dims.len()),
+            format!("invalid .npy: the shape must be (lines, samples, bands), got {} dimensions", h.shape.len()),
         ));
-    }
-    check_claim(dims[0], dims[1], dims[2], dtype, (start + len) as u64, limit).map(Some)
+    };
+    check_claim(lines, samples, bands, h.dtype, h.data_offset, limit).map(Some)
 }
 
-/// The text after `'key':` in a Python dict literal.
-fn dict_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
-    for q in ['\'', '"'] {
-        let pat = format!("{q}{key}{q}");
-        if let Some(i) = text.find(&pat) {
-            let rest = &text[i + pat.len()..];
-            return rest.trim_start().strip_prefix(':');
-        }
-    }
-    None
-}
-
-/// The size an ENVI header claims (`samples`, `lines`, `bands`, `data type`, `header offset`), checked
-/// against `limit`. A header missing one of them gives `Ok(None)`: the reader reports it.
+/// The size an ENVI header claims, read with the cube reader's own header parser and checked against
+/// `limit`. An invalid header is refused here, before its data part is read.
 pub fn envi_claim(text: &str, limit: u64) -> Result<Option<Claim>, Error> {
-    let (mut samples, mut lines, mut bands, mut dtype, mut offset) = (None, None, None, None, 0u64);
-    let mut depth = 0i32;
-    for line in text.lines() {
-        let was_inside = depth > 0;
-        depth += line.matches('{').count() as i32 - line.matches('}').count() as i32;
-        if was_inside {
-            continue; // inside a multi-line list or description: not a key
-        }
-        let Some((k, v)) = line.split_once('=') else { continue };
-        let key = k.trim().to_ascii_lowercase();
-        let v = v.trim();
-        let num = || v.parse::<u64>().map_err(|_| Error::bad_request("invalid_header", format!("invalid header: {key} must be a non-negative integer, not {v:?}")));
-        match key.as_str() {
-            "samples" => samples = Some(num()?),
-            "lines" => lines = Some(num()?),
-            "bands" => bands = Some(num()?),
-            "header offset" => offset = num()?,
-            "data type" => dtype = Some(DataType::from_envi_code(num()? as i64)?),
-            _ => {}
-        }
-    }
-    match (lines, samples, bands, dtype) {
-        (Some(l), Some(s), Some(b), Some(d)) => check_claim(l, s, b, d, offset, limit).map(Some),
-        _ => Ok(None),
-    }
+    let h = crate::cube::envi::parse_header(text)?;
+    check_claim(h.lines as u64, h.samples as u64, h.bands as u64, h.data_type, h.header_offset, limit).map(Some)
 }
 
 #[cfg(test)]
@@ -302,17 +233,18 @@ mod tests {
         assert_eq!(e.code(), "too_large");
         assert_eq!(npy_claim(&npy_prefix("<f4", "(3, 4)"), 1 << 20).unwrap_err().code(), "invalid_npy");
         assert_eq!(npy_claim(b"PK\x03\x04 not a numpy file", 1 << 20).unwrap_err().code(), "invalid_npy");
+        assert_eq!(npy_claim(&p[..p.len() - 5], 1 << 20).unwrap_err().code(), "invalid_npy");
         assert!(npy_header_complete(&p));
         assert!(!npy_header_complete(&p[..p.len() - 1]));
     }
 
     #[test]
     fn envi_claims() {
-        let h = "ENVI\ndescription = {\n lines = 99999999 }\nsamples = 4\nlines = 3\nbands = 2\ndata type = 12\nheader offset = 10\n";
+        let h = "ENVI\ndescription = {\n lines = 99999999 }\nsamples = 4\nlines = 3\nbands = 2\ndata type = 12\nheader offset = 10\ninterleave = bsq\nbyte order = 0\n";
         assert_eq!(envi_claim(h, 1 << 20).unwrap(), Some(Claim { offset: 10, data: 48 }));
-        let huge = "ENVI\nsamples = 1000000\nlines = 1000000\nbands = 1000\ndata type = 4\n";
+        let huge = "ENVI\nsamples = 1000000\nlines = 1000000\nbands = 1000\ndata type = 4\ninterleave = bsq\nbyte order = 0\n";
         assert_eq!(envi_claim(huge, 1 << 30).unwrap_err().code(), "too_large");
-        assert_eq!(envi_claim("ENVI\nsamples = 4\n", 1 << 20).unwrap(), None);
+        assert_eq!(envi_claim("ENVI\nsamples = 4\n", 1 << 20).unwrap_err().code(), "invalid_header");
         assert_eq!(envi_claim("ENVI\nsamples = -4\n", 1 << 20).unwrap_err().code(), "invalid_header");
     }
 }

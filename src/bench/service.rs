@@ -39,10 +39,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         bail!("--cache-requests must be at least 200 for a meaningful p99");
     }
     eprintln!("building the {} x {} x {} int16 cube ...", args.lines, args.samples, args.bands);
-    let npy = synthetic_npy(args.lines, args.samples, args.bands);
-    let sha = hex::encode(Sha256::digest(&npy));
-
     let data_dir = std::env::temp_dir().join(format!("hypermnf-bench-service-{}", std::process::id()));
+    let npy = synthetic_npy(args.lines, args.samples, args.bands, &data_dir)?;
+    let sha = hex::encode(Sha256::digest(&npy));
     let rt = tokio::runtime::Runtime::new()?;
     let mut serve = ServeArgs::with_data_dir(&data_dir);
     serve.backend = args.backend;
@@ -237,34 +236,15 @@ fn read_rest(r: &mut impl BufRead, status: u16, headers: &HashMap<String, String
     Ok((status, body))
 }
 
-/// A C-order little-endian int16 `.npy` of a few smooth spectral signatures mixed per pixel, plus
-/// pseudo-random noise.
-fn synthetic_npy(lines: usize, samples: usize, bands: usize) -> Vec<u8> {
-    let mut h = format!("{{'descr': '<i2', 'fortran_order': False, 'shape': ({lines}, {samples}, {bands}), }}");
-    while (10 + h.len() + 1) % 64 != 0 {
-        h.push(' ');
-    }
-    h.push('\n');
-    let mut out = Vec::with_capacity(10 + h.len() + lines * samples * bands * 2);
-    out.extend_from_slice(b"\x93NUMPY\x01\x00");
-    out.extend_from_slice(&(h.len() as u16).to_le_bytes());
-    out.extend_from_slice(h.as_bytes());
-    let sigs: Vec<Vec<f32>> = (0..4)
-        .map(|k| (0..bands).map(|b| 1000.0 * (1.0 + ((b as f32 + 1.0) * (k as f32 + 1.0) / bands as f32 * 3.0).sin())).collect())
-        .collect();
-    let mut state = 0x2545_F491_4F6C_DD1Du64;
-    for l in 0..lines {
-        for s in 0..samples {
-            let w: Vec<f32> = (0..4).map(|k| 0.5 + 0.5 * (((l + 3 * k) as f32 / 17.0).sin() * ((s + k) as f32 / 11.0).cos())).collect();
-            for b in 0..bands {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                let noise = ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 20.0;
-                let x = w[0] * sigs[0][b] + w[1] * sigs[1][b] + w[2] * sigs[2][b] + w[3] * sigs[3][b] + noise;
-                out.extend_from_slice(&(x.round() as i16).to_le_bytes());
-            }
-        }
-    }
-    out
+/// The synthetic int16 cube (5-dimensional signal plus white noise) as `.npy` bytes, written by the
+/// project's own `.npy` writer.
+fn synthetic_npy(lines: usize, samples: usize, bands: usize, dir: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    let spec = crate::cube::synthetic::SyntheticSpec::small(lines, samples, bands);
+    let cube = crate::cube::synthetic::generate(&spec);
+    std::fs::create_dir_all(dir)?;
+    let p = dir.join("bench-input.npy");
+    crate::cube::npy::write_cube(&p, &cube)?;
+    let bytes = std::fs::read(&p)?;
+    std::fs::remove_file(&p)?;
+    Ok(bytes)
 }
