@@ -79,6 +79,7 @@ def start_server(binary: Path, workdir: Path, extra: List[str]) -> Server:
         "--listen", f"127.0.0.1:{port}",
         "--data-dir", str(data_dir),
         "--backend", BACKEND,
+        "--workers", "1",  # test_jobs queues a job behind another
         "--input-root", str(DATA),
         *extra,
     ]

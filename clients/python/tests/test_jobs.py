@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import time
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -26,8 +28,22 @@ def textured_cube(lines: int, samples: int, bands: int, seed: int) -> np.ndarray
 
 @pytest.fixture(scope="module")
 def big_cube() -> np.ndarray:
-    """Large enough (~130 MB) that a job on it is still running when the test acts on it."""
+    """Large enough (~130 MB, about a second of CPU work) to keep the server's one worker busy."""
     return textured_cube(640, 800, 128, seed=1)
+
+
+@contextmanager
+def queued_job(client: hypermnf.Client, cube: np.ndarray, components: int) -> Iterator[hypermnf.Job]:
+    """A job that is still queued: it waits behind a job on ``cube`` that occupies the server's one
+    worker (the fixture starts it with --workers 1). Both are canceled afterwards."""
+    blocker = client.submit(cube, components=components)
+    job = client.submit(cube, components=components + 1)
+    try:
+        yield job
+    finally:
+        for j in (job, blocker):
+            if j.status() in ("queued", "running"):
+                j.cancel()
 
 
 def test_identical_request_returns_the_same_job_cached(client: hypermnf.Client) -> None:
@@ -83,29 +99,26 @@ def test_jobs_lists_newest_first_and_filters(client: hypermnf.Client) -> None:
 
 
 def test_wait_times_out_then_cancel(client: hypermnf.Client, big_cube: np.ndarray) -> None:
-    job = client.submit(big_cube, components=7)
-    started = time.monotonic()
-    with pytest.raises(hypermnf.TimeoutError) as info:
-        job.wait(timeout=0.3, progress=False)
-    assert time.monotonic() - started < 5
-    assert isinstance(info.value, TimeoutError)
-    assert job.id in str(info.value)
-    job.cancel()
-    with pytest.raises(hypermnf.JobCanceled) as canceled:
-        job.wait(timeout=120, progress=False)
-    assert canceled.value.job_id == job.id
-    assert job.status() == "canceled"
+    with queued_job(client, big_cube, components=6) as job:
+        started = time.monotonic()
+        with pytest.raises(hypermnf.TimeoutError) as info:
+            job.wait(timeout=0.2, progress=False)
+        assert time.monotonic() - started < 5
+        assert isinstance(info.value, TimeoutError)
+        assert job.id in str(info.value)
+        job.cancel()
+        with pytest.raises(hypermnf.JobCanceled) as canceled:
+            job.wait(timeout=120, progress=False)
+        assert canceled.value.job_id == job.id
+        assert job.status() == "canceled"
 
 
 def test_result_before_the_job_succeeded_is_not_ready(client: hypermnf.Client, big_cube: np.ndarray) -> None:
-    job = client.submit(big_cube, components=8)
-    try:
+    with queued_job(client, big_cube, components=8) as job:
         with pytest.raises(hypermnf.APIError) as info:
             job.result()
         assert info.value.status == 409
         assert info.value.code == "not_ready"
-    finally:
-        job.cancel()
 
 
 def test_wait_shows_progress_and_stage(client: hypermnf.Client, capsys: pytest.CaptureFixture) -> None:
