@@ -4,8 +4,10 @@
 pub mod api;
 pub mod backend;
 pub mod bench;
+pub mod cache;
 pub mod config;
 pub mod cube;
+pub mod hashtable;
 pub mod jobs;
 pub mod mnf;
 pub mod output;
