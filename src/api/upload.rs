@@ -83,12 +83,14 @@ pub struct Received {
     pub content_digest: Option<[u8; 32]>,
 }
 
-type Sink = (tokio::sync::mpsc::Sender<Bytes>, tokio::task::JoinHandle<std::io::Result<Vec<u8>>>);
+/// A batch of received frames, passed on without copying them into one buffer.
+type Batch = Vec<Bytes>;
+type Sink = (tokio::sync::mpsc::Sender<Batch>, tokio::task::JoinHandle<std::io::Result<Vec<u8>>>);
 
 /// A blocking thread fed chunks through a short channel (so a slow disk or hash slows the upload
 /// instead of filling memory).
-fn sink(work: impl FnOnce(tokio::sync::mpsc::Receiver<Bytes>) -> std::io::Result<Vec<u8>> + Send + 'static) -> Sink {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+fn sink(work: impl FnOnce(tokio::sync::mpsc::Receiver<Batch>) -> std::io::Result<Vec<u8>> + Send + 'static) -> Sink {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Batch>(4);
     (tx, tokio::task::spawn_blocking(move || work(rx)))
 }
 
@@ -114,8 +116,10 @@ where
     let file = std::fs::File::create(&dest).map_err(Error::internal)?;
     let writer = sink(move |mut rx| {
         let mut f = file;
-        while let Some(b) = rx.blocking_recv() {
-            f.write_all(&b)?;
+        while let Some(batch) = rx.blocking_recv() {
+            for b in &batch {
+                f.write_all(b)?;
+            }
         }
         // The job must survive a crash once it is accepted: the data reaches the disk before the 202.
         f.sync_data()?;
@@ -123,14 +127,20 @@ where
     });
     let hasher = sink(|mut rx| {
         let mut h = Sha256::new();
-        while let Some(b) = rx.blocking_recv() {
-            h.update(&b);
+        while let Some(batch) = rx.blocking_recv() {
+            for b in &batch {
+                h.update(b);
+            }
         }
         Ok(h.finalize().to_vec())
     });
     let mut content: Option<Sink> = None;
     let mut sinks = vec![writer, hasher];
-    let mut pending = BytesMut::new();
+    // The first bytes are gathered into one buffer for the header check; after that, frames are
+    // batched as they came (no copy) and handed on every WRITE_CHUNK bytes.
+    let mut head = BytesMut::new();
+    let mut batch: Batch = Vec::new();
+    let mut batch_len = 0usize;
     let mut total: u64 = 0;
     let mut sent: u64 = 0;
     let mut prefix_done = prefix_check.is_none();
@@ -145,13 +155,18 @@ where
             if let Some(c) = &chunk {
                 budget.take(c.len())?;
                 total += c.len() as u64;
-                pending.extend_from_slice(c);
+                if prefix_done {
+                    batch_len += c.len();
+                    batch.push(c.clone());
+                } else {
+                    head.extend_from_slice(c);
+                }
             }
             let finished = chunk.is_none();
-            if !prefix_done && (pending.len() >= NPY_HEADER_MAX || finished || npy_header_complete(&pending)) {
+            if !prefix_done && (head.len() >= NPY_HEADER_MAX || finished || npy_header_complete(&head)) {
                 prefix_done = true;
                 if let Some(check) = prefix_check.as_deref_mut() {
-                    if let Some(c) = check(&pending)? {
+                    if let Some(c) = check(&head)? {
                         claim = Some(c);
                         if let Some((l, s, b, dt)) = c.bip_le {
                             content = Some(sink(move |mut rx| {
@@ -163,8 +178,10 @@ where
                                     h.update(v.to_le_bytes());
                                 }
                                 h.update([dt.envi_code()]);
-                                while let Some(b) = rx.blocking_recv() {
-                                    h.update(&b);
+                                while let Some(batch) = rx.blocking_recv() {
+                                    for b in &batch {
+                                        h.update(b);
+                                    }
                                 }
                                 h.update(b"nobbl");
                                 h.update(b"noignore");
@@ -174,6 +191,10 @@ where
                     }
                 }
             }
+            if prefix_done && !head.is_empty() {
+                batch_len += head.len();
+                batch.insert(0, head.split().freeze());
+            }
             if let Some(c) = claim {
                 if total > c.total() {
                     return Err(Error::bad_request(
@@ -182,21 +203,30 @@ where
                     ));
                 }
             }
-            if prefix_done && (pending.len() >= WRITE_CHUNK || (finished && !pending.is_empty())) {
-                let block = pending.split().freeze();
-                for (tx, _) in &sinks {
-                    if tx.send(block.clone()).await.is_err() {
+            if prefix_done && (batch_len >= WRITE_CHUNK || (finished && batch_len > 0)) {
+                let out = std::mem::take(&mut batch);
+                let out_len = std::mem::replace(&mut batch_len, 0) as u64;
+                if let (Some((tx, _)), Some(c)) = (&content, claim) {
+                    // Only the samples: leave out what the batch holds of the header.
+                    let mut at = sent;
+                    let mut samples = Vec::with_capacity(out.len());
+                    for b in &out {
+                        let skip = c.offset.saturating_sub(at).min(b.len() as u64) as usize;
+                        if skip < b.len() {
+                            samples.push(b.slice(skip..));
+                        }
+                        at += b.len() as u64;
+                    }
+                    if tx.send(samples).await.is_err() {
                         return Ok(()); // a writer failed; its error is reported below
                     }
                 }
-                if let (Some((tx, _)), Some(c)) = (&content, claim) {
-                    // Only the samples: skip what is left of the header.
-                    let skip = c.offset.saturating_sub(sent).min(block.len() as u64) as usize;
-                    if skip < block.len() && tx.send(block.slice(skip..)).await.is_err() {
+                for (tx, _) in &sinks {
+                    if tx.send(out.clone()).await.is_err() {
                         return Ok(());
                     }
                 }
-                sent += block.len() as u64;
+                sent += out_len;
             }
             if finished {
                 break;
