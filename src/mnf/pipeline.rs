@@ -212,7 +212,8 @@ fn apply_prepared(
         ignore_value: ignore,
         mask_bands: mask_bands.clone(),
     };
-    let mut components = vec![f32::NAN; cube.pixels() * k];
+    // Zeroed (lazily mapped) rather than filled: every backend writes every element, masked ones as NaN.
+    let mut components = vec![0.0f32; cube.pixels() * k];
     prepared.project(&projection, &mut components, monitor)?;
     timings.insert("projection".into(), t.elapsed().as_secs_f64() * 1e3);
 
@@ -225,7 +226,7 @@ fn apply_prepared(
             ignore_value: ignore,
             mask_bands,
         };
-        let mut out = vec![f32::NAN; cube.pixels() * cube.bands()];
+        let mut out = vec![0.0f32; cube.pixels() * cube.bands()];
         prepared.denoise(&d, &mut out, monitor)?;
         timings.insert("inverse".into(), t.elapsed().as_secs_f64() * 1e3);
         Some(out)
