@@ -1,0 +1,190 @@
+// Sums for the covariances: the float32 matrix D (npix x bands, one row per pixel, already shifted by
+// the host's per-band shift; rows of excluded pixels are zero) gives Σ d (col_sums) and the lower
+// triangle of Σ d dᵀ (cov_lower, or cuBLAS SYRK + add_slabs_f64), both accumulated into float64 so that 10^7 pixels keep their digits.
+#include "common.cuh"
+
+#define CT 64             // edge of the tile of C one block computes
+#define CP 16             // pixels staged per step
+#define FLUSH_STEPS 64    // float32 partial sums cover at most CP * FLUSH_STEPS = 1024 pixels
+
+// D = raw - shift as float32 (the input of both covariance routes), zero rows at excluded pixels.
+// One thread per element, grid-stride.
+extern "C" __global__ void __launch_bounds__(256) convert_shifted(
+    const u8* __restrict__ raw, const u8* __restrict__ valid, i64 npix, int bands, int dtype, int swap,
+    const double* __restrict__ shift, float* __restrict__ out)
+{
+    const i64 n = npix * bands;
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x) {
+        const i64 p = e / bands;
+        const int b = (int)(e - p * bands);
+        float v = 0.f;
+        if (valid == 0 || valid[p]) v = (float)(sample_f64(raw, e, dtype, swap) - shift[b]);
+        out[e] = v;
+    }
+}
+
+// sums[b] += Σ_p d[p, b] over the pixels of this block (pix_per_block of them), in float64.
+extern "C" __global__ void __launch_bounds__(256) col_sums(
+    const float* __restrict__ d, i64 npix, int bands, i64 pix_per_block, double* __restrict__ sums)
+{
+    const i64 p0 = (i64)blockIdx.x * pix_per_block;
+    const i64 p1 = min(npix, p0 + pix_per_block);
+    for (int b = threadIdx.x; b < bands; b += blockDim.x) {
+        double s = 0.0;
+        for (i64 p = p0; p < p1; ++p) s += (double)d[p * bands + b];
+        if (p1 > p0) atomicAdd(&sums[b], s);
+    }
+}
+
+// Tile pair t (0 .. n_tiles (n_tiles + 1) / 2) of the lower triangle: ti >= tj.
+__device__ __forceinline__ void tile_pair(int t, int* ti_out, int* tj_out) {
+    int ti = (int)((sqrt(8.0 * t + 1.0) - 1.0) * 0.5);
+    while ((ti + 1) * (ti + 2) / 2 <= t) ++ti;
+    while (ti * (ti + 1) / 2 > t) --ti;
+    *ti_out = ti;
+    *tj_out = t - ti * (ti + 1) / 2;
+}
+
+// Partial sums of Σ_p d[p, i] d[p, j] (j <= i: the lower triangle only; the host mirrors it) and of
+// Σ_p d[p, i].
+//
+// The published "scheme 1" maps blocks to rows of the symmetric matrix, computes the lower triangle
+// only, stages the operands in shared memory as thx x thx tiles slid along the pixel axis, and stores
+// the right-hand tile transposed so that the inner product reads rows, free of bank conflicts. Here a
+// block owns one 64 x 64 tile of the lower triangle (blockIdx.x enumerates the tile pairs ti >= tj) and
+// each thread a 4 x 4 register tile of it, which a current GPU needs to be arithmetic-bound. The cube is
+// BIP, so a staged tile is [pixel][band] — already the transposed layout — and both tiles are read as
+// float4 rows: a warp reads 2 (left) and 16 (right) distinct float4s, the minimum of wavefronts.
+//
+// Accuracy over 10^7 pixels: each thread keeps float32 sums over at most 1024 pixels, then flushes them
+// into float64 registers. blockIdx.y splits the pixels; block (pair, split) adds its float64 tile into
+// its own slot of part_cross (no atomics: launches on one stream run one after another, and no two
+// blocks of a launch share a slot), and reduce_parts adds the slots at the end of the pass. The blocks
+// of diagonal tiles also sum their 64 bands into part_sum (the band sums Σ d).
+extern "C" __global__ void __launch_bounds__(256) cov_lower(
+    const float* __restrict__ d, i64 npix, int bands, i64 pix_per_split, int n_pairs, int n_tiles,
+    double* __restrict__ part_cross, double* __restrict__ part_sum)
+{
+    __shared__ __align__(16) float as[CP][CT];
+    __shared__ __align__(16) float bs[CP][CT];
+
+    int ti, tj;
+    tile_pair(blockIdx.x, &ti, &tj);
+    const int i0 = ti * CT, j0 = tj * CT;
+    const bool diagonal = ti == tj;
+
+    const i64 p_begin = (i64)blockIdx.y * pix_per_split;
+    const i64 p_end = min(npix, p_begin + pix_per_split);
+    const int tid = threadIdx.x;
+    const int tx = tid & 15, ty = tid >> 4;
+
+    float acc[4][4];
+    double accd[4][4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m)
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+            acc[m][n] = 0.f;
+            accd[m][n] = 0.0;
+        }
+    float colsum = 0.f;
+    double colsumd = 0.0;
+
+    int steps = 0;
+    for (i64 p0 = p_begin; p0 < p_end; p0 += CP) {
+#pragma unroll
+        for (int m = 0; m < (CP * CT) / 256; ++m) {
+            const int e = tid + m * 256;
+            const int pp = e / CT, cc = e % CT;
+            const i64 p = p0 + pp;
+            float a = 0.f, b = 0.f;
+            if (p < p_end) {
+                const float* row = d + p * bands;
+                if (i0 + cc < bands) a = row[i0 + cc];
+                if (j0 + cc < bands) b = row[j0 + cc];
+            }
+            as[pp][cc] = a;
+            bs[pp][cc] = b;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int pp = 0; pp < CP; ++pp) {
+            const float4 a4 = *reinterpret_cast<const float4*>(&as[pp][ty * 4]);
+            const float4 b4 = *reinterpret_cast<const float4*>(&bs[pp][tx * 4]);
+            const float av[4] = {a4.x, a4.y, a4.z, a4.w};
+            const float bv[4] = {b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+            for (int m = 0; m < 4; ++m)
+#pragma unroll
+                for (int n = 0; n < 4; ++n) acc[m][n] = fmaf(av[m], bv[n], acc[m][n]);
+        }
+        if (diagonal && tid < CT) {
+#pragma unroll
+            for (int pp = 0; pp < CP; ++pp) colsum += as[pp][tid];
+        }
+        __syncthreads();
+        if (++steps == FLUSH_STEPS) {
+            steps = 0;
+#pragma unroll
+            for (int m = 0; m < 4; ++m)
+#pragma unroll
+                for (int n = 0; n < 4; ++n) {
+                    accd[m][n] += (double)acc[m][n];
+                    acc[m][n] = 0.f;
+                }
+            colsumd += (double)colsum;
+            colsum = 0.f;
+        }
+    }
+    double* slot = part_cross + ((i64)blockIdx.y * n_pairs + blockIdx.x) * (CT * CT);
+#pragma unroll
+    for (int m = 0; m < 4; ++m)
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+            const int loc = (ty * 4 + m) * CT + tx * 4 + n;
+            slot[loc] += accd[m][n] + (double)acc[m][n];
+        }
+    if (diagonal && tid < CT) {
+        part_sum[((i64)blockIdx.y * n_tiles + ti) * CT + tid] += colsumd + (double)colsum;
+    }
+}
+
+// Adds the per-split slots of cov_lower: c[i, j] (j <= i) and sums[b] for every band.
+extern "C" __global__ void __launch_bounds__(256) reduce_parts(
+    const double* __restrict__ part_cross, const double* __restrict__ part_sum, int n_splits, int n_pairs,
+    int n_tiles, int bands, double* __restrict__ c, double* __restrict__ sums)
+{
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    const i64 n_cross = (i64)n_pairs * CT * CT;
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < n_cross; e += stride) {
+        const int pair = (int)(e / (CT * CT)), loc = (int)(e % (CT * CT));
+        int ti, tj;
+        tile_pair(pair, &ti, &tj);
+        const int i = ti * CT + loc / CT, j = tj * CT + loc % CT;
+        if (i < bands && j <= i) {
+            double s = 0.0;
+            for (int k = 0; k < n_splits; ++k) s += part_cross[(i64)k * n_cross + e];
+            c[(i64)i * bands + j] = s;
+        }
+    }
+    const i64 n_sum = (i64)n_tiles * CT;
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < n_sum; e += stride) {
+        if (e < bands) {
+            double s = 0.0;
+            for (int k = 0; k < n_splits; ++k) s += part_sum[(i64)k * n_sum + e];
+            sums[e] = s;
+        }
+    }
+}
+
+// acc[e] += (double)slab[s][e] for all slabs: reduces the float32 SYRK outputs of the cuBLAS route
+// (one slab per segment of at most 32768 pixels) into the float64 total.
+extern "C" __global__ void __launch_bounds__(256) add_slabs_f64(
+    const float* __restrict__ slabs, int n_slabs, i64 slab_len, double* __restrict__ acc)
+{
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < slab_len; e += (i64)gridDim.x * blockDim.x) {
+        double s = 0.0;
+        for (int k = 0; k < n_slabs; ++k) s += (double)slabs[(i64)k * slab_len + e];
+        acc[e] += s;
+    }
+}
