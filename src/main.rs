@@ -103,11 +103,80 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(_args: RunArgs) -> anyhow::Result<()> {
-    anyhow::bail!("run is not written yet")
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use hypermnf::mnf::{MnfParams, Monitor, Stage};
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    let params = MnfParams {
+        components: args.components,
+        snr: args.snr,
+        noise: args.noise,
+        inverse: args.inverse,
+        bad_bands: args.bad_bands,
+        ignore_value: args.ignore_value,
+        noise_window: args.noise_window,
+        backend: args.backend,
+    };
+    // Fail on a bad output name before the work, not after it.
+    match args.out.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        Some("npy") | Some("hdr") => {}
+        _ => anyhow::bail!("--out must end in .npy or .hdr, not {}", args.out.display()),
+    }
+    let t = Instant::now();
+    eprintln!("hypermnf: reading {}", args.input.display());
+    let cube = hypermnf::cube::open(&args.input)?;
+    let read_ms = t.elapsed().as_secs_f64() * 1e3;
+    eprintln!(
+        "hypermnf: {} lines x {} samples x {} bands, {} ({:.0} ms)",
+        cube.lines(),
+        cube.samples(),
+        cube.bands(),
+        cube.dtype().name(),
+        read_ms
+    );
+    let backend = hypermnf::backend::select(params.backend)?;
+    eprintln!("hypermnf: backend {} on {}", backend.name(), backend.device());
+
+    // Progress to stderr: a line when a stage starts and at every further 25%.
+    let last: Mutex<Option<(Stage, u32)>> = Mutex::new(None);
+    let monitor = Monitor::new(move |stage, fraction| {
+        let quarter = (fraction * 4.0).floor() as u32;
+        let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_none_or(|(s, q)| s != stage || quarter > q) {
+            eprintln!("hypermnf: {:<10} {:>3.0}%", stage.name(), fraction * 100.0);
+            *last = Some((stage, quarter));
+        }
+    });
+    let mut result = hypermnf::mnf::run(&cube, &params, backend.as_ref(), &monitor)?;
+    result.metadata.timings_ms.insert("read".into(), read_ms);
+    let files = hypermnf::output::write_result(&args.out, &result, &cube.meta)
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    let md = &result.metadata;
+    let top: Vec<String> = md.eigenvalues.iter().take(5).map(|v| format!("{v:.4}")).collect();
+    eprintln!(
+        "hypermnf: kept {} of {} components (bands used {}, dropped {}); eigenvalues {} ...",
+        result.k,
+        md.eigenvalues.len(),
+        md.bands_used.len(),
+        md.dropped_bands.len(),
+        top.join(", ")
+    );
+    eprintln!("hypermnf: wrote {} and {}", files.components.display(), files.metadata.display());
+    if let Some(d) = &files.denoised {
+        eprintln!("hypermnf: wrote {}", d.display());
+    }
+    Ok(())
 }
 
 fn info() -> anyhow::Result<()> {
+    use hypermnf::backend::Backend;
     println!("hypermnf {}", env!("CARGO_PKG_VERSION"));
+    println!("cpu: {}", hypermnf::backend::cpu::CpuBackend::new().device());
+    match hypermnf::backend::cuda::CudaBackend::new(hypermnf::backend::cuda::Route::Kernels) {
+        Ok(b) => println!("cuda: {}", b.device()),
+        Err(e) => println!("cuda: unavailable ({e})"),
+    }
     Ok(())
 }

@@ -1,9 +1,12 @@
-//! Writing a result to disk, the same way for `hypermnf run` and the service (so both give the same bytes).
-//! (stub: the lead is writing it; the signature is fixed)
+//! Writing a result to disk, the same way for `hypermnf run` and the service (so both give the same
+//! bytes): the components, the denoised cube when there is one, and the metadata JSON.
 
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
-use crate::cube::{CubeError, CubeMeta};
+use crate::cube::{envi, npy, CubeError, CubeMeta};
 use crate::mnf::MnfOutput;
 
 /// The files one result was written to.
@@ -20,9 +23,91 @@ pub struct WrittenFiles {
     pub denoised_data: Option<PathBuf>,
 }
 
+#[derive(Clone, Copy, PartialEq)]
+enum Format {
+    Npy,
+    Envi,
+}
+
+fn format_of(out: &Path) -> Result<Format, CubeError> {
+    match out.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        Some("npy") => Ok(Format::Npy),
+        Some("hdr") => Ok(Format::Envi),
+        _ => Err(CubeError::Unsupported(format!(
+            "{}: the output must end in .npy (NumPy float32) or .hdr (ENVI float32 BSQ)",
+            out.display()
+        ))),
+    }
+}
+
+/// `dir/stem{suffix}.{ext}` for OUT = `dir/stem.x`.
+fn sibling(out: &Path, suffix: &str, ext: &str) -> PathBuf {
+    let stem = out.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    out.with_file_name(format!("{stem}{suffix}.{ext}"))
+}
+
 /// Writes `result` to `out` (.npy: float32 (lines, samples, k) C order; .hdr: ENVI float32 BSQ + .img),
 /// its metadata to OUT-stem.json, and the denoised cube (if any) to OUT-stem-denoised.(npy|hdr).
+/// `source` is the input's metadata (carried into ENVI headers).
 pub fn write_result(out: &Path, result: &MnfOutput, source: &CubeMeta) -> Result<WrittenFiles, CubeError> {
-    let _ = (out, result, source);
-    Err(CubeError::Unsupported("output writer not written yet".into()))
+    let format = format_of(out)?;
+    let t = Instant::now();
+    let md = &result.metadata;
+    let (lines, samples, bands) = (md.input.lines, md.input.samples, md.input.bands);
+    let k = result.k;
+    let mut files = WrittenFiles {
+        components: out.to_path_buf(),
+        components_data: None,
+        metadata: sibling(out, "", "json"),
+        denoised: None,
+        denoised_data: None,
+    };
+    let description = "hypermnf MNF components (Z = T^T (x - mean), float32, NaN = no data)".to_string();
+    match format {
+        Format::Npy => npy::write_f32(out, &[lines, samples, k], &result.components)?,
+        Format::Envi => {
+            let header = envi::OutputHeader {
+                description,
+                band_names: (1..=k).map(|i| format!("MNF {i}")).collect(),
+                eigenvalues: Some(md.eigenvalues[..k].to_vec()),
+                source: source.clone(),
+                keep_spectral: false,
+            };
+            envi::write_f32_bsq(out, lines, samples, k, &result.components, &header)?;
+            files.components_data = Some(out.with_extension("img"));
+        }
+    }
+    if let Some(den) = &result.denoised {
+        match format {
+            Format::Npy => {
+                let p = sibling(out, "-denoised", "npy");
+                npy::write_f32(&p, &[lines, samples, bands], den)?;
+                files.denoised = Some(p);
+            }
+            Format::Envi => {
+                let p = sibling(out, "-denoised", "hdr");
+                let header = envi::OutputHeader {
+                    description: format!("hypermnf inverse MNF (denoised) with {k} components, float32"),
+                    band_names: source
+                        .band_names
+                        .clone()
+                        .unwrap_or_else(|| (1..=bands).map(|i| format!("Band {i}")).collect()),
+                    eigenvalues: None,
+                    source: source.clone(),
+                    keep_spectral: true,
+                };
+                envi::write_f32_bsq(&p, lines, samples, bands, den, &header)?;
+                files.denoised_data = Some(p.with_extension("img"));
+                files.denoised = Some(p);
+            }
+        }
+    }
+    let mut md = md.clone();
+    md.timings_ms.insert("write".into(), t.elapsed().as_secs_f64() * 1e3);
+    let f = File::create(&files.metadata).map_err(|e| CubeError::io(&files.metadata, e))?;
+    let mut w = BufWriter::new(f);
+    serde_json::to_writer_pretty(&mut w, &md)
+        .map_err(|e| CubeError::io(&files.metadata, std::io::Error::other(e)))?;
+    w.write_all(b"\n").and_then(|_| w.flush()).map_err(|e| CubeError::io(&files.metadata, e))?;
+    Ok(files)
 }

@@ -1,6 +1,19 @@
-//! The pipeline. (stub: being written)
-use super::{Metadata, MnfError, MnfParams, Monitor};
-use crate::backend::Backend;
+//! The MNF pipeline: statistics pass on a backend → band selection and the generalized eigenproblem on
+//! the host (float64) → projection pass (and the inverse, if asked) on the same backend.
+//!
+//! `analyse` stops after the eigen system (what the statistics-level cache keeps); `apply` projects with
+//! an eigen system; `run` is both.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use super::bands::{self, BandSelection};
+use super::eigen::{self, NoiseWhitening};
+use super::params::{MnfParams, DEFAULT_COMPONENTS};
+use super::result::{EigenSystem, InputInfo, Metadata, NoiseInfo, PixelInfo};
+use super::stats::{Denoise, Moments, Projection, StatsSpec};
+use super::{MnfError, Monitor};
+use crate::backend::{Backend, PreparedCube};
 use crate::cube::Cube;
 
 /// What one MNF run produces.
@@ -14,7 +27,250 @@ pub struct MnfOutput {
     pub metadata: Metadata,
 }
 
+/// Runs the whole pipeline on `backend`.
 pub fn run(cube: &Cube, params: &MnfParams, backend: &dyn Backend, monitor: &Monitor) -> Result<MnfOutput, MnfError> {
-    let _ = (cube, params, backend, monitor);
-    Err(MnfError::InvalidParams("pipeline not written yet".into()))
+    let mut timings = BTreeMap::new();
+    let mut prepared = backend.prepare(cube, monitor)?;
+    let system = analyse_prepared(cube, params, prepared.as_mut(), monitor, &mut timings)?;
+    apply_prepared(cube, params, &system, backend, prepared.as_mut(), monitor, timings)
+}
+
+/// The statistics pass and the eigen system, without projecting.
+pub fn analyse(cube: &Cube, params: &MnfParams, backend: &dyn Backend, monitor: &Monitor) -> Result<EigenSystem, MnfError> {
+    let mut prepared = backend.prepare(cube, monitor)?;
+    analyse_prepared(cube, params, prepared.as_mut(), monitor, &mut BTreeMap::new())
+}
+
+/// Projects (and inverts, if asked) with an eigen system computed earlier for the same cube and noise
+/// model: only `components`, `snr` and `inverse` of `params` matter here.
+pub fn apply(
+    cube: &Cube,
+    params: &MnfParams,
+    system: &EigenSystem,
+    backend: &dyn Backend,
+    monitor: &Monitor,
+) -> Result<MnfOutput, MnfError> {
+    let mut prepared = backend.prepare(cube, monitor)?;
+    apply_prepared(cube, params, system, backend, prepared.as_mut(), monitor, BTreeMap::new())
+}
+
+fn ignore_value(cube: &Cube, params: &MnfParams) -> Option<f64> {
+    params.ignore_value.or(cube.meta.ignore_value)
+}
+
+fn analyse_prepared(
+    cube: &Cube,
+    params: &MnfParams,
+    prepared: &mut dyn PreparedCube,
+    monitor: &Monitor,
+    timings: &mut BTreeMap<String, f64>,
+) -> Result<EigenSystem, MnfError> {
+    params.validate(cube.lines(), cube.samples(), cube.bands())?;
+    let pre = bands::preselect(cube.bands(), cube.meta.bbl.as_deref(), &params.bad_bands);
+    if pre.used.is_empty() {
+        return Err(MnfError::InvalidParams("every band is excluded (bbl and bad bands)".into()));
+    }
+    let spec = StatsSpec {
+        noise: params.noise,
+        window: params.noise_window,
+        ignore_value: ignore_value(cube, params),
+        mask_bands: pre.used.clone(),
+    };
+    let scale = params.noise.scale();
+
+    // Band selection and the noise half of the eigenproblem run as soon as the noise moments exist
+    // (on the GPU, while the data covariance is still being computed).
+    let t0 = Instant::now();
+    let mut early: Option<(Result<(BandSelection, NoiseWhitening, Vec<f64>), MnfError>, f64)> = None;
+    let stats = prepared.statistics(
+        &spec,
+        &mut |noise: &Moments| {
+            let t = Instant::now();
+            early = Some((whiten(&pre, noise, None, scale), t.elapsed().as_secs_f64() * 1e3));
+        },
+        monitor,
+    )?;
+    let stats_ms = t0.elapsed().as_secs_f64() * 1e3;
+    check_counts(&stats.data, &stats.noise, params)?;
+
+    let t1 = Instant::now();
+    let (mut noise_ms, mut sel_whitening) = match early {
+        Some((r, ms)) => (ms, Some(r?)),
+        None => (0.0, None),
+    };
+    // The early selection could only tell "no noise"; with the data moments, say whether it was constant.
+    let sel = bands::drop_noiseless(&pre, &stats.noise, Some(&stats.data));
+    if sel_whitening.as_ref().is_none_or(|(s, _, _)| s.used != sel.used) {
+        let t = Instant::now();
+        sel_whitening = Some(whiten(&pre, &stats.noise, Some(&stats.data), scale)?);
+        noise_ms += t.elapsed().as_secs_f64() * 1e3;
+    }
+    let (_, whitening, cn) = sel_whitening.expect("set above");
+    if sel.used.is_empty() {
+        return Err(MnfError::Degenerate("every band is constant or noise-free".into()));
+    }
+    let cd = bands::submatrix(&stats.data.covariance().expect("checked n >= 2"), cube.bands(), &sel.used);
+    let pairs = eigen::solve(&whitening, &cd)?;
+    let eigen_ms = t1.elapsed().as_secs_f64() * 1e3 + noise_ms;
+    timings.insert("statistics".into(), stats_ms - noise_ms.min(stats_ms));
+    timings.insert("eigen".into(), eigen_ms);
+
+    Ok(EigenSystem {
+        means: sel.used.iter().map(|&b| stats.data.mean[b]).collect(),
+        bands_used: sel.used,
+        dropped_bands: sel.dropped,
+        eigenvalues: pairs.eigenvalues,
+        transform: pairs.transform,
+        noise_covariance: cn,
+        noise_samples: stats.noise.n,
+        pixels_used: stats.data.n,
+        pixels_masked: stats.masked_pixels,
+    })
+}
+
+/// Band selection from the noise moments, then the Cholesky factor of the scaled noise covariance.
+fn whiten(
+    pre: &BandSelection,
+    noise: &Moments,
+    data: Option<&Moments>,
+    scale: f64,
+) -> Result<(BandSelection, NoiseWhitening, Vec<f64>), MnfError> {
+    let sel = bands::drop_noiseless(pre, noise, data);
+    let cov = noise
+        .covariance()
+        .ok_or_else(|| MnfError::Degenerate("too few pixels for the noise estimate".into()))?;
+    let cn: Vec<f64> = bands::submatrix(&cov, noise.bands, &sel.used).iter().map(|v| v / scale).collect();
+    let w = NoiseWhitening::new(&cn, sel.used.len())?;
+    Ok((sel, w, cn))
+}
+
+fn check_counts(data: &Moments, noise: &Moments, params: &MnfParams) -> Result<(), MnfError> {
+    if data.n < 2 {
+        return Err(MnfError::Degenerate(format!(
+            "only {} valid pixel(s): every other pixel holds the no-data value",
+            data.n
+        )));
+    }
+    if noise.n < 2 {
+        let need = match params.noise {
+            super::NoiseEstimator::MeanFilter => "the mean-filter estimator needs 3 × 3 neighbourhoods of valid pixels (at least 3 lines and 3 samples)",
+            super::NoiseEstimator::ShiftDifference => "the shift-difference estimator needs pairs of valid diagonal neighbours (at least 2 lines and 2 samples)",
+        };
+        return Err(MnfError::Degenerate(format!(
+            "only {} noise residual(s) in the image{}: {need}",
+            noise.n,
+            if params.noise_window.is_some() { " inside the noise window" } else { "" }
+        )));
+    }
+    Ok(())
+}
+
+/// How many components to keep.
+fn choose_k(params: &MnfParams, eigenvalues: &[f64]) -> Result<usize, MnfError> {
+    let u = eigenvalues.len();
+    if let Some(k) = params.components {
+        if k > u {
+            return Err(MnfError::InvalidParams(format!(
+                "components ({k}) exceeds the {u} bands left after excluding bad and constant bands"
+            )));
+        }
+        return Ok(k);
+    }
+    if let Some(s) = params.snr {
+        let k = eigenvalues.iter().filter(|&&l| l >= 1.0 + s).count();
+        if k == 0 {
+            return Err(MnfError::InvalidParams(format!(
+                "no component has an SNR of at least {s} (the largest eigenvalue is {:.4}, SNR {:.4})",
+                eigenvalues[0],
+                eigenvalues[0] - 1.0
+            )));
+        }
+        return Ok(k);
+    }
+    Ok(DEFAULT_COMPONENTS.min(u))
+}
+
+fn apply_prepared(
+    cube: &Cube,
+    params: &MnfParams,
+    system: &EigenSystem,
+    backend: &dyn Backend,
+    prepared: &mut dyn PreparedCube,
+    monitor: &Monitor,
+    mut timings: BTreeMap<String, f64>,
+) -> Result<MnfOutput, MnfError> {
+    let k = choose_k(params, &system.eigenvalues)?;
+    let ignore = ignore_value(cube, params);
+    let mask_bands = bands::preselect(cube.bands(), cube.meta.bbl.as_deref(), &params.bad_bands).used;
+
+    let t = Instant::now();
+    let projection = Projection {
+        bands_used: system.bands_used.clone(),
+        means: system.means.clone(),
+        transform: system.transform_k(k),
+        k,
+        ignore_value: ignore,
+        mask_bands: mask_bands.clone(),
+    };
+    let mut components = vec![f32::NAN; cube.pixels() * k];
+    prepared.project(&projection, &mut components, monitor)?;
+    timings.insert("projection".into(), t.elapsed().as_secs_f64() * 1e3);
+
+    let denoised = if params.inverse {
+        let t = Instant::now();
+        let d = Denoise {
+            bands_used: system.bands_used.clone(),
+            means: system.means.clone(),
+            matrix: system.denoise_matrix(k),
+            ignore_value: ignore,
+            mask_bands,
+        };
+        let mut out = vec![f32::NAN; cube.pixels() * cube.bands()];
+        prepared.denoise(&d, &mut out, monitor)?;
+        timings.insert("inverse".into(), t.elapsed().as_secs_f64() * 1e3);
+        Some(out)
+    } else {
+        None
+    };
+
+    let u = system.used();
+    let metadata = Metadata {
+        hypermnf_version: env!("CARGO_PKG_VERSION").to_string(),
+        input: InputInfo {
+            lines: cube.lines(),
+            samples: cube.samples(),
+            bands: cube.bands(),
+            data_type: cube.dtype().name().to_string(),
+            byte_order: match cube.byte_order() {
+                crate::cube::ByteOrder::Little => "little".into(),
+                crate::cube::ByteOrder::Big => "big".into(),
+            },
+            interleave: cube.meta.source_interleave.map(|i| i.name().to_string()),
+        },
+        params: params.clone(),
+        backend: backend.name().to_string(),
+        device: backend.device(),
+        components: k,
+        snr: system.eigenvalues.iter().map(|l| l - 1.0).collect(),
+        eigenvalues: system.eigenvalues.clone(),
+        bands_used: system.bands_used.clone(),
+        dropped_bands: system.dropped_bands.clone(),
+        noise: NoiseInfo {
+            estimator: params.noise.name().to_string(),
+            scale: params.noise.scale(),
+            samples: system.noise_samples,
+            window: params.noise_window,
+        },
+        pixels: PixelInfo {
+            total: cube.pixels() as u64,
+            used: system.pixels_used,
+            masked: system.pixels_masked,
+            ignore_value: ignore,
+        },
+        means: system.means.clone(),
+        transform: (0..u).map(|r| system.transform[r * u..r * u + k].to_vec()).collect(),
+        inverse: params.inverse,
+        timings_ms: timings,
+    };
+    Ok(MnfOutput { components, k, denoised, metadata })
 }

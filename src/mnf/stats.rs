@@ -46,11 +46,17 @@ impl Moments {
 
     /// Adds `rows` samples given row-major in `x` (rows × B). Uses a centred matrix product.
     pub fn add_rows(&mut self, x: &[f64], rows: usize) {
+        let mut copy = x[..rows * self.bands].to_vec();
+        self.add_rows_in_place(&mut copy, rows);
+    }
+
+    /// Like `add_rows`, but centres `x` in place (its contents are consumed).
+    pub fn add_rows_in_place(&mut self, x: &mut [f64], rows: usize) {
         if rows == 0 {
             return;
         }
         let b = self.bands;
-        debug_assert_eq!(x.len(), rows * b);
+        let x = &mut x[..rows * b];
         let mut mean = vec![0.0; b];
         for r in x.chunks_exact(b) {
             for (m, v) in mean.iter_mut().zip(r) {
@@ -60,22 +66,24 @@ impl Moments {
         for m in mean.iter_mut() {
             *m /= rows as f64;
         }
-        let mut centred = Vec::with_capacity(x.len());
-        for r in x.chunks_exact(b) {
-            centred.extend(r.iter().zip(&mean).map(|(v, m)| v - m));
+        for r in x.chunks_exact_mut(b) {
+            for (v, m) in r.iter_mut().zip(&mean) {
+                *v -= m;
+            }
         }
         let mut m2 = vec![0.0; b * b];
-        // m2 = centredᵀ · centred: centred is rows × B row-major (row stride B, column stride 1).
+        // m2 = xᵀ · x, with x rows × B row-major (row stride B, column stride 1).
+        // SAFETY: x holds rows × b values and m2 b × b; the strides stay inside both.
         unsafe {
             matrixmultiply::dgemm(
                 b,
                 rows,
                 b,
                 1.0,
-                centred.as_ptr(),
+                x.as_ptr(),
                 1,
                 b as isize,
-                centred.as_ptr(),
+                x.as_ptr(),
                 b as isize,
                 1,
                 0.0,
@@ -168,7 +176,7 @@ pub struct Projection {
     pub mask_bands: Vec<usize>,
 }
 
-/// The inverse transform: x̂ = μ + A (x − μ) on the used bands, where A = T_k T_kᵀ C_N; other bands pass
+/// The inverse transform: x̂ = μ + A (x − μ) on the used bands, where A = C_N T_k T_kᵀ; other bands pass
 /// through unchanged; masked pixels are NaN. Output is BIP with all input bands.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Denoise {
