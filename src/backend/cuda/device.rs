@@ -103,9 +103,6 @@ impl PinnedBuf {
             .map_err(|e| BackendError::Cuda(format!("cannot allocate {bytes} bytes of pinned host memory: {e}")))?;
         Ok(PinnedBuf { ptr: ptr as *mut u8, bytes, ctx: ctx.clone() })
     }
-    pub(crate) fn bytes(&self) -> usize {
-        self.bytes
-    }
     pub(crate) fn as_slice(&self) -> &[u8] {
         // SAFETY: ptr is valid for `bytes` bytes for the life of self.
         unsafe { std::slice::from_raw_parts(self.ptr, self.bytes) }

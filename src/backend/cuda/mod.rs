@@ -120,6 +120,29 @@ impl CudaBackend {
         self.last_timeline.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Median and minimum milliseconds of copying `bytes` host → device from page-locked memory, alone
+    /// (the PCIe floor of an end-to-end run). Registers `bytes` for the duration of the measurement.
+    pub fn time_upload(&self, bytes: &[u8], warmup: usize, runs: usize) -> Result<(f64, f64), BackendError> {
+        let _reg = self.register_host(bytes)?;
+        let dst = device::DevBuf::alloc(&self.ctx, bytes.len())?;
+        let stream = self.ctx.new_stream().map_err(device::cuda("cuStreamCreate"))?;
+        let (a, b) = (device::event(&self.ctx, true)?, device::event(&self.ctx, true)?);
+        let mut times = Vec::with_capacity(runs);
+        for i in 0..warmup + runs {
+            a.record(&stream).map_err(device::cuda("cuEventRecord"))?;
+            // SAFETY: `bytes` is borrowed for the whole loop and synchronized below.
+            unsafe { device::htod_async(dst.ptr(), bytes, &stream)? };
+            b.record(&stream).map_err(device::cuda("cuEventRecord"))?;
+            b.synchronize().map_err(device::cuda("cuEventSynchronize"))?;
+            if i >= warmup {
+                times.push(a.elapsed_ms(&b).map_err(device::cuda("cuEventElapsedTime"))? as f64);
+            }
+        }
+        times.sort_by(|x, y| x.total_cmp(y));
+        let med = if times.is_empty() { f64::NAN } else { times[times.len() / 2] };
+        Ok((med, times.first().copied().unwrap_or(f64::NAN)))
+    }
+
     /// Whether the kernels came from the on-disk PTX cache (true) or were compiled now.
     pub fn ptx_from_cache(&self) -> bool {
         self.kernels.origin == compile::PtxOrigin::Cache
