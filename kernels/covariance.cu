@@ -178,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(256) reduce_parts(
 }
 
 // acc[e] += (double)slab[s][e] for all slabs: reduces the float32 SYRK outputs of the cuBLAS route
-// (one slab per segment of at most 32768 pixels) into the float64 total.
+// (one slab per segment of at most 8192 pixels) into the float64 total.
 extern "C" __global__ void __launch_bounds__(256) add_slabs_f64(
     const float* __restrict__ slabs, int n_slabs, i64 slab_len, double* __restrict__ acc)
 {

@@ -9,7 +9,7 @@ use crate::backend::BackendError;
 
 /// Pixels per SYRK call: its float32 result is added into the float64 total after each call, so the
 /// float32 sums never cover more than this many pixels.
-pub(crate) const SYRK_SEGMENT: usize = 32768;
+pub(crate) const SYRK_SEGMENT: usize = 8192;
 
 pub(crate) struct Blas {
     handle: blas::cublasHandle_t,

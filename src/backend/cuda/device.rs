@@ -52,15 +52,6 @@ impl DevBuf {
             .map_err(|e| BackendError::Cuda(format!("cannot allocate {bytes} bytes on the device: {e}")))?;
         Ok(DevBuf { ptr, bytes, ctx: ctx.clone() })
     }
-    /// Allocates and fills with a host slice (synchronously: small parameter arrays).
-    pub(crate) fn from_slice<T: Copy>(ctx: &Arc<CudaContext>, data: &[T]) -> Result<Self, BackendError> {
-        let b = DevBuf::alloc(ctx, std::mem::size_of_val(data))?;
-        if !data.is_empty() {
-            // SAFETY: b holds at least size_of_val(data) bytes.
-            unsafe { result::memcpy_htod_sync(b.ptr, data) }.map_err(cuda("cuMemcpyHtoD"))?;
-        }
-        Ok(b)
-    }
     pub(crate) fn ptr(&self) -> u64 {
         self.ptr
     }
@@ -164,7 +155,7 @@ impl<'a> HostRegistration<'a> {
         // SAFETY: the borrow keeps the memory alive while it is registered; the driver only pins pages.
         unsafe { sys::cuMemHostRegister_v2(ptr, bytes.len(), 0) }
             .result()
-            .map_err(cuda("cuMemHostRegister"))?;
+            .map_err(|e| BackendError::Cuda(format!("cuMemHostRegister of {} bytes: {e}", bytes.len())))?;
         registry.lock().unwrap_or_else(|e| e.into_inner()).push((ptr as usize, bytes.len()));
         Ok(HostRegistration { ptr, ctx: ctx.clone(), registry: registry.clone(), _borrow: std::marker::PhantomData })
     }
@@ -189,4 +180,103 @@ pub(crate) fn is_registered(registry: &std::sync::Mutex<Vec<(usize, usize)>>, by
 pub(crate) fn event(ctx: &Arc<CudaContext>, timing: bool) -> Result<CudaEvent, BackendError> {
     let flags = if timing { sys::CUevent_flags::CU_EVENT_DEFAULT } else { sys::CUevent_flags::CU_EVENT_DISABLE_TIMING };
     ctx.new_event(Some(flags)).map_err(cuda("cuEventCreate"))
+}
+
+/// Something a `Pool` can hold.
+pub(crate) trait Sized_ {
+    fn size(&self) -> usize;
+}
+impl Sized_ for DevBuf {
+    fn size(&self) -> usize {
+        self.bytes
+    }
+}
+impl Sized_ for PinnedBuf {
+    fn size(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// Buffers kept by the backend between passes and runs: cuMemAlloc / cuMemFree (which synchronizes the
+/// device) and above all cuMemHostAlloc (milliseconds for tens of MB) would otherwise cost more than
+/// the arithmetic of a whole MNF. Holds at most `cap` bytes of idle buffers.
+pub(crate) struct Pool<T: Sized_> {
+    free: std::sync::Mutex<Vec<T>>,
+    cap: usize,
+}
+
+impl<T: Sized_> Pool<T> {
+    pub(crate) fn new(cap: usize) -> Self {
+        Pool { free: std::sync::Mutex::new(Vec::new()), cap }
+    }
+
+    /// A buffer of at least `bytes` (at most 4 × + 1 MiB larger, so small requests do not pin big
+    /// buffers), reused or made by `alloc`. It comes back to the pool when the returned value drops,
+    /// after `streams` have finished what they were doing with it.
+    pub(crate) fn take<'p>(
+        &'p self,
+        bytes: usize,
+        streams: &[&Arc<CudaStream>],
+        alloc: impl FnOnce(usize) -> Result<T, BackendError>,
+    ) -> Result<Pooled<'p, T>, BackendError> {
+        let found = {
+            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            let best = free
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.size() >= bytes && b.size() <= bytes * 4 + (1 << 20))
+                .min_by_key(|(_, b)| b.size())
+                .map(|(i, _)| i);
+            best.map(|i| free.swap_remove(i))
+        };
+        let item = match found {
+            Some(b) => b,
+            None => alloc(bytes)?,
+        };
+        Ok(Pooled { item: Some(item), pool: self, streams: streams.iter().map(|s| (*s).clone()).collect() })
+    }
+
+    fn put(&self, item: T) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        free.push(item);
+        let mut total: usize = free.iter().map(|b| b.size()).sum();
+        while total > self.cap && !free.is_empty() {
+            total -= free.remove(0).size();
+        }
+    }
+}
+
+/// A pooled buffer; see `Pool::take`.
+pub(crate) struct Pooled<'p, T: Sized_> {
+    item: Option<T>,
+    pool: &'p Pool<T>,
+    streams: Vec<Arc<CudaStream>>,
+}
+
+impl<T: Sized_> std::ops::Deref for Pooled<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.item.as_ref().expect("present until drop")
+    }
+}
+impl<T: Sized_> std::ops::DerefMut for Pooled<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.item.as_mut().expect("present until drop")
+    }
+}
+
+impl<T: Sized_> Drop for Pooled<'_, T> {
+    fn drop(&mut self) {
+        // A pass that ends early (an error, a cancellation) may leave work in flight that still uses the
+        // buffer: wait for it before anyone else can get the buffer. Idle streams return at once.
+        let mut clean = true;
+        for s in &self.streams {
+            clean &= s.synchronize().is_ok();
+        }
+        if let Some(item) = self.item.take() {
+            if clean {
+                self.pool.put(item);
+            }
+        }
+    }
 }

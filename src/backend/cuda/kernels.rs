@@ -336,24 +336,23 @@ impl Kernels {
 
 /// The per-split partial sums of cov_lower for one covariance: splits × pairs tiles of 64 × 64 float64
 /// and splits × tiles × 64 band sums, zeroed at the start of a pass and reduced at its end.
-pub(crate) struct CovParts {
+pub(crate) struct CovParts<'c> {
     pub bands: usize,
     pub tiles: usize,
     pub pairs: usize,
     pub splits: usize,
-    pub cross: super::device::DevBuf,
-    pub sum: super::device::DevBuf,
+    pub cross: super::device::Pooled<'c, super::device::DevBuf>,
+    pub sum: super::device::Pooled<'c, super::device::DevBuf>,
 }
 
-impl CovParts {
-    /// Enough splits for about four blocks per multiprocessor (two are resident at 125 registers).
-    pub(crate) fn new(ctx: &Arc<CudaContext>, bands: usize, sms: u32) -> Result<CovParts, BackendError> {
+impl CovParts<'_> {
+    /// (tiles, pairs, splits): enough splits for about four blocks per multiprocessor (two are
+    /// resident at 125 registers per thread).
+    pub(crate) fn shape(bands: usize, sms: u32) -> (usize, usize, usize) {
         let tiles = bands.div_ceil(COV_TILE);
         let pairs = tiles * (tiles + 1) / 2;
         let splits = (sms as usize * 4).div_ceil(pairs).max(1);
-        let cross = super::device::DevBuf::alloc(ctx, splits * pairs * COV_TILE * COV_TILE * 8)?;
-        let sum = super::device::DevBuf::alloc(ctx, splits * tiles * COV_TILE * 8)?;
-        Ok(CovParts { bands, tiles, pairs, splits, cross, sum })
+        (tiles, pairs, splits)
     }
     pub(crate) fn zero(&self, s: &CudaStream) -> Result<(), BackendError> {
         self.cross.zero_async(s)?;

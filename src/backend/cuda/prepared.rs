@@ -21,8 +21,8 @@ use cudarc::driver::{CudaEvent, CudaStream};
 use rayon::prelude::*;
 
 use super::cublas::SYRK_SEGMENT;
-use super::device::{cuda, dtoh_async, event, htod_async, is_registered, DevBuf, PinnedBuf};
-use super::kernels::{CovParts, NoiseArgs, RawType, MAX_CONST_T};
+use super::device::{cuda, dtoh_async, event, htod_async, is_registered, DevBuf, PinnedBuf, Pooled};
+use super::kernels::{CovParts, NoiseArgs, RawType, COV_TILE, MAX_CONST_T};
 use super::{CudaBackend, Route};
 use crate::backend::{BackendError, PreparedCube};
 use crate::cube::model::decode_into;
@@ -84,17 +84,17 @@ impl Layout {
 }
 
 /// Whole cube on the device.
-struct Resident {
-    raw: DevBuf,
+struct Resident<'c> {
+    raw: Pooled<'c, DevBuf>,
     uploaded: Vec<bool>,
     /// Recorded on the copy stream when chunk c has arrived.
     arrived: Vec<CudaEvent>,
 }
 
 /// Two device chunk buffers for a streamed cube (each chunk plus one halo line above and below).
-struct Slots {
-    raw: [DevBuf; 2],
-    valid: [DevBuf; 2],
+struct Slots<'c> {
+    raw: [Pooled<'c, DevBuf>; 2],
+    valid: [Pooled<'c, DevBuf>; 2],
     /// Recorded on the copy stream when the slot's upload finished.
     arrived: [CudaEvent; 2],
     /// Recorded on the compute stream when the kernels no longer read the slot.
@@ -102,8 +102,8 @@ struct Slots {
 }
 
 /// Two pinned host buffers that feed the DMA engine when the cube's memory is not page-locked.
-struct Staging {
-    buf: [PinnedBuf; 2],
+struct Staging<'c> {
+    buf: [Pooled<'c, PinnedBuf>; 2],
     /// Recorded on the copy stream after the DMA that read buf[i].
     copied: [CudaEvent; 2],
     next: usize,
@@ -124,11 +124,11 @@ pub struct CudaCube<'c> {
     lay: Layout,
     compute: std::sync::Arc<CudaStream>,
     copy: std::sync::Arc<CudaStream>,
-    resident: Option<Resident>,
-    slots: Option<Slots>,
-    staging: Option<Staging>,
+    resident: Option<Resident<'c>>,
+    slots: Option<Slots<'c>>,
+    staging: Option<Staging<'c>>,
     /// Resident cubes: one byte per pixel, valid for `mask_key`.
-    valid: Option<DevBuf>,
+    valid: Option<Pooled<'c, DevBuf>>,
     mask_key: Option<MaskKey>,
     t0: CudaEvent,
     timeline: Timeline,
@@ -166,14 +166,16 @@ impl<'c> CudaCube<'c> {
         let compute = be.ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
         let copy = be.ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
         let n = lay.chunks();
+        let streams = [&compute, &copy];
+        let dev = |bytes: usize| be.dev_pool.take(bytes, &streams, |n| DevBuf::alloc(&be.ctx, n));
         let (resident, slots) = if resident {
-            let raw = DevBuf::alloc(&be.ctx, host.len())?;
+            let raw = dev(host.len())?;
             let arrived = (0..n).map(|_| event(&be.ctx, false)).collect::<Result<Vec<_>, _>>()?;
             (Some(Resident { raw, uploaded: vec![false; n], arrived }), None)
         } else {
             let slot_lines = chunk_lines + 2;
-            let mk = || DevBuf::alloc(&be.ctx, slot_lines * line_bytes);
-            let mv = || DevBuf::alloc(&be.ctx, slot_lines * samples);
+            let mk = || dev(slot_lines * line_bytes);
+            let mv = || dev(slot_lines * samples);
             let ev = || event(&be.ctx, false);
             (None, Some(Slots { raw: [mk()?, mk()?], valid: [mv()?, mv()?], arrived: [ev()?, ev()?], released: [ev()?, ev()?] }))
         };
@@ -209,6 +211,29 @@ impl<'c> CudaCube<'c> {
         self.be.ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent"))
     }
 
+    /// Device memory from the backend's pool.
+    fn dev(&self, bytes: usize) -> Result<Pooled<'c, DevBuf>, BackendError> {
+        let ctx = &self.be.ctx;
+        self.be.dev_pool.take(bytes, &[&self.compute, &self.copy], |n| DevBuf::alloc(ctx, n))
+    }
+
+    /// Device memory holding `data` (copied in order on the compute stream).
+    fn dev_from<T: Copy>(&self, data: &[T]) -> Result<Pooled<'c, DevBuf>, BackendError> {
+        let b = self.dev(std::mem::size_of_val(data))?;
+        if !data.is_empty() {
+            // SAFETY: b holds the bytes; a copy from pageable memory is staged before the call returns.
+            unsafe { cudarc::driver::result::memcpy_htod_async(b.ptr(), data, self.compute.cu_stream()) }
+                .map_err(cuda("cuMemcpyHtoDAsync"))?;
+        }
+        Ok(b)
+    }
+
+    /// Page-locked host memory from the backend's pool.
+    fn pinned(&self, bytes: usize) -> Result<Pooled<'c, PinnedBuf>, BackendError> {
+        let ctx = &self.be.ctx;
+        self.be.pinned_pool.take(bytes, &[&self.compute, &self.copy], |n| PinnedBuf::alloc(ctx, n))
+    }
+
     /// Sends host bytes `range` to device address `dst` on the copy stream: directly from page-locked
     /// memory, or through the next pinned staging buffer (waiting until its previous DMA is done).
     fn send(&mut self, range: std::ops::Range<usize>, dst: u64) -> Result<(), BackendError> {
@@ -224,7 +249,7 @@ impl<'c> CudaCube<'c> {
             let bytes = (self.lay.chunk_lines + 2) * self.lay.line_bytes();
             let ctx = &self.be.ctx;
             self.staging = Some(Staging {
-                buf: [PinnedBuf::alloc(ctx, bytes)?, PinnedBuf::alloc(ctx, bytes)?],
+                buf: [self.pinned(bytes)?, self.pinned(bytes)?],
                 copied: [event(ctx, false)?, event(ctx, false)?],
                 next: 0,
             });
@@ -282,7 +307,7 @@ impl<'c> CudaCube<'c> {
     }
 
     /// Checks mask parameters and uploads the mask band list.
-    fn mask_setup(&self, ignore: Option<f64>, mask_bands: &[usize]) -> Result<Option<(f64, DevBuf, i32)>, BackendError> {
+    fn mask_setup(&self, ignore: Option<f64>, mask_bands: &[usize]) -> Result<Option<(f64, Pooled<'c, DevBuf>, i32)>, BackendError> {
         let Some(v) = ignore else { return Ok(None) };
         if v.is_nan() {
             return Err(BackendError::Invalid("the no-data value must be a number, not NaN".into()));
@@ -291,7 +316,7 @@ impl<'c> CudaCube<'c> {
             return Err(BackendError::Invalid(format!("mask band {b} is out of range (bands: {})", self.lay.bands)));
         }
         let list: Vec<i32> = mask_bands.iter().map(|&b| b as i32).collect();
-        Ok(Some((v, DevBuf::from_slice(&self.be.ctx, &list)?, list.len() as i32)))
+        Ok(Some((v, self.dev_from(&list)?, list.len() as i32)))
     }
 
     /// Resident cube: computes the valid-pixel buffer for (ignore, mask_bands) over all chunks unless it
@@ -305,7 +330,7 @@ impl<'c> CudaCube<'c> {
             }
         }
         if self.valid.is_none() {
-            self.valid = Some(DevBuf::alloc(&self.be.ctx, self.lay.lines * self.lay.samples)?);
+            self.valid = Some(self.dev(self.lay.lines * self.lay.samples)?);
         }
         for c in 0..self.lay.chunks() {
             self.ensure_chunk(c)?;
@@ -345,45 +370,52 @@ impl<'c> CudaCube<'c> {
 }
 
 /// The accumulators of one covariance for the chosen route.
-enum CovAcc {
-    Kernels(CovParts),
-    Cublas { slabs: DevBuf, max_segments: usize },
+enum CovAcc<'c> {
+    Kernels(CovParts<'c>),
+    Cublas { slabs: Pooled<'c, DevBuf>, max_segments: usize },
 }
 
 /// Device results of the statistics pass: for noise and data, the lower triangle of Σddᵀ (B × B) and
 /// Σd (B), float64, then three u64 counters (valid pixels, noise residuals, unused).
-struct StatBufs {
-    results: DevBuf,
-    counters: DevBuf,
-    noise: CovAcc,
-    data: CovAcc,
+struct StatBufs<'c> {
+    results: Pooled<'c, DevBuf>,
+    counters: Pooled<'c, DevBuf>,
+    noise: CovAcc<'c>,
+    data: CovAcc<'c>,
 }
 
-impl StatBufs {
+impl StatBufs<'_> {
     fn offsets(b: usize) -> [usize; 4] {
         // noise cross, noise sum, data cross, data sum (bytes)
         [0, b * b * 8, (b * b + b) * 8, (2 * b * b + b) * 8]
     }
 }
 
-impl CudaCube<'_> {
-    fn stat_bufs(&self) -> Result<StatBufs, BackendError> {
+impl<'c> CudaCube<'c> {
+    fn stat_bufs(&self) -> Result<StatBufs<'c>, BackendError> {
         let b = self.lay.bands;
-        let ctx = &self.be.ctx;
-        let results = DevBuf::alloc(ctx, 2 * (b * b + b) * 8)?;
-        let counters = DevBuf::alloc(ctx, 3 * 8)?;
+        let results = self.dev(2 * (b * b + b) * 8)?;
+        let counters = self.dev(3 * 8)?;
         results.zero_async(&self.compute)?;
         counters.zero_async(&self.compute)?;
-        let acc = || -> Result<CovAcc, BackendError> {
+        let acc = || -> Result<CovAcc<'c>, BackendError> {
             Ok(match self.be.route {
                 Route::Kernels => {
-                    let p = CovParts::new(ctx, b, self.be.kernels.sms)?;
+                    let (tiles, pairs, splits) = CovParts::shape(b, self.be.kernels.sms);
+                    let p = CovParts {
+                        bands: b,
+                        tiles,
+                        pairs,
+                        splits,
+                        cross: self.dev(splits * pairs * COV_TILE * COV_TILE * 8)?,
+                        sum: self.dev(splits * tiles * COV_TILE * 8)?,
+                    };
                     p.zero(&self.compute)?;
                     CovAcc::Kernels(p)
                 }
                 Route::Cublas => {
                     let max_segments = self.lay.chunk_pixels_max().div_ceil(SYRK_SEGMENT).max(1);
-                    CovAcc::Cublas { slabs: DevBuf::alloc(ctx, max_segments * b * b * 4)?, max_segments }
+                    CovAcc::Cublas { slabs: self.dev(max_segments * b * b * 4)?, max_segments }
                 }
             })
         };
@@ -575,10 +607,10 @@ impl PreparedCube for CudaCube<'_> {
         let mask = self.mask_setup(spec.ignore_value, &spec.mask_bands)?;
         let (data_shift, noise_shift) = sample_shifts(self.cube, spec);
         let ctx = self.be.ctx.clone();
-        let d_shift = DevBuf::from_slice(&ctx, &data_shift)?;
-        let n_shift = DevBuf::from_slice(&ctx, &noise_shift)?;
+        let d_shift = self.dev_from(&data_shift)?;
+        let n_shift = self.dev_from(&noise_shift)?;
         let bufs = self.stat_bufs()?;
-        let work = DevBuf::alloc(&ctx, self.lay.chunk_pixels_max() * b * 4)?;
+        let work = self.dev(self.lay.chunk_pixels_max() * b * 4)?;
         let off = StatBufs::offsets(b);
         let (n_cross, n_sum, d_cross, d_sum) =
             (bufs.results.at(off[0]), bufs.results.at(off[1]), bufs.results.at(off[2]), bufs.results.at(off[3]));
@@ -587,7 +619,7 @@ impl PreparedCube for CudaCube<'_> {
         let lb = self.lay.line_bytes();
         let t = self.lay.t;
         let k = &self.be.kernels;
-        let mut host_res = PinnedBuf::alloc(&ctx, bufs.results.bytes() + bufs.counters.bytes())?;
+        let mut host_res = self.pinned(bufs.results.bytes() + bufs.counters.bytes())?;
         let ev_noise = event(&ctx, true)?;
         let ev_data = event(&ctx, true)?;
         let ev_upload = event(&ctx, true)?;
@@ -598,7 +630,7 @@ impl PreparedCube for CudaCube<'_> {
             // Noise first (uploading as we go), then the data covariance.
             let key = MaskKey { ignore: spec.ignore_value.map(f64::to_bits), bands: spec.mask_bands.clone() };
             if mask.is_some() && self.valid.is_none() {
-                self.valid = Some(DevBuf::alloc(&ctx, lines * samples)?);
+                self.valid = Some(self.dev(lines * samples)?);
             }
             let noise_chunk = |me: &Self, c: usize, valid: u64| -> Result<(), BackendError> {
                 let (l0, l1) = me.lay.chunk(c);
@@ -810,13 +842,13 @@ impl CudaCube<'_> {
         let kern = &self.be.kernels;
         let t = self.lay.t;
         let used: Vec<i32> = pass.used.iter().map(|&x| x as i32).collect();
-        let used_dev = DevBuf::from_slice(&ctx, &used)?;
-        let means_dev = DevBuf::from_slice(&ctx, pass.means)?;
+        let used_dev = self.dev_from(&used)?;
+        let means_dev = self.dev_from(pass.means)?;
         let unused: Vec<i32> = (0..b as i32).filter(|x| !used.contains(x)).collect();
-        let unused_dev = DevBuf::from_slice(&ctx, &unused)?;
+        let unused_dev = self.dev_from(&unused)?;
         let cublas = self.be.route == Route::Cublas && !pass.denoise;
         let use_const = !cublas && !pass.denoise && u * k <= MAX_CONST_T;
-        let t_dev = DevBuf::from_slice(&ctx, pass.matrix)?;
+        let t_dev = self.dev_from(pass.matrix)?;
         // The constant-memory T is shared by every user of the module: hold the lock for the pass.
         let _const_guard = if use_const {
             let g = self.be.const_lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -835,9 +867,9 @@ impl CudaCube<'_> {
         let mask = if self.resident.is_none() { self.mask_setup(ignore, mask_bands)? } else { None };
         let chunk_px = self.lay.chunk_pixels_max();
         let out_bytes = chunk_px * stride * 4;
-        let dev_out = [DevBuf::alloc(&ctx, out_bytes)?, DevBuf::alloc(&ctx, out_bytes)?];
-        let xu = if cublas { Some(DevBuf::alloc(&ctx, chunk_px * u * 4)?) } else { None };
-        let mut host_out = [PinnedBuf::alloc(&ctx, out_bytes)?, PinnedBuf::alloc(&ctx, out_bytes)?];
+        let dev_out = [self.dev(out_bytes)?, self.dev(out_bytes)?];
+        let xu = if cublas { Some(self.dev(chunk_px * u * 4)?) } else { None };
+        let mut host_out = [self.pinned(out_bytes)?, self.pinned(out_bytes)?];
         let kernels_done = [event(&ctx, false)?, event(&ctx, false)?];
         let downloaded = [event(&ctx, true)?, event(&ctx, true)?];
         let ev_kernels = event(&ctx, true)?;
