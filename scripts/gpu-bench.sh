@@ -5,6 +5,7 @@
 #   HYPERMNF_BENCH_SCALES (default 1,4,16), HYPERMNF_BENCH_RUNS (default 10), HYPERMNF_BENCH_CPU_RUNS (3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+[ -x .gpu/bin/hypermnf ] && export PATH="$PWD/.gpu/bin:$PATH"
 out=${OUT:-/tmp}
 scales=${HYPERMNF_BENCH_SCALES:-1,4,16}
 runs=${HYPERMNF_BENCH_RUNS:-10}

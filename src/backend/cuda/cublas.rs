@@ -42,7 +42,14 @@ impl Blas {
         match created {
             Ok((s, handle)) => {
                 check("cublasCreate", s)?;
-                Ok(Blas { handle })
+                let b = Blas { handle };
+                // Plain float32 FMA: no TF32 tensor-op path even if the environment asks for one
+                // (NVIDIA_TF32_OVERRIDE), since the covariances must match float64 to 1e-5.
+                // SAFETY: valid handle.
+                check("cublasSetMathMode", unsafe {
+                    blas::cublasSetMathMode(b.handle, blas::cublasMath_t::CUBLAS_PEDANTIC_MATH)
+                })?;
+                Ok(b)
             }
             Err(_) => Err(BackendError::Unavailable("libcublas could not be loaded".into())),
         }
