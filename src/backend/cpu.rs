@@ -143,61 +143,48 @@ fn chunk_statistics(cube: &Cube, spec: &StatsSpec, l0: usize, l1: usize) -> (Mom
     let h1 = (l1 + 1).min(lines);
     let mut x = vec![0.0f64; (h1 - h0) * s * b];
     cube.decode_lines_f64(h0, h1 - h0, &mut x);
-    let px = |l: usize, c: usize| -> &[f64] {
-        let i = ((l - h0) * s + c) * b;
-        &x[i..i + b]
-    };
     let valid: Vec<bool> = x.chunks_exact(b).map(|p| !is_masked(p, spec.ignore_value, &spec.mask_bands)).collect();
     let ok = |l: usize, c: usize| valid[(l - h0) * s + c];
-
-    // Data: the valid pixels of lines l0..l1.
-    let mut rows = Vec::with_capacity((l1 - l0) * s * b);
-    let mut masked = 0u64;
-    for l in l0..l1 {
-        for c in 0..s {
-            if ok(l, c) {
-                rows.extend_from_slice(px(l, c));
-            } else {
-                masked += 1;
-            }
-        }
+    macro_rules! px {
+        ($l:expr, $c:expr) => {{
+            let i = (($l - h0) * s + $c) * b;
+            &x[i..i + b]
+        }};
     }
-    let mut data = Moments::new(b);
-    let n = rows.len() / b;
-    data.add_rows_in_place(&mut rows, n);
 
-    // Noise: residuals at pixels of lines l0..l1 (inside the window) whose neighbourhood is valid.
-    rows.clear();
+    // Noise first: the data moments below may centre the chunk's lines of `x` in place.
+    let mut rows: Vec<f64> = Vec::new();
     let in_window = |l: usize, c: usize| spec.window.is_none_or(|w| w.contains(l, c));
     match spec.noise {
         NoiseEstimator::MeanFilter if lines >= 3 && s >= 3 => {
+            rows.reserve((l1 - l0) * s * b);
             for l in l0.max(1)..l1.min(lines - 1) {
                 for c in 1..s - 1 {
                     if !in_window(l, c) || !(l - 1..=l + 1).all(|ll| (c - 1..=c + 1).all(|cc| ok(ll, cc))) {
                         continue;
                     }
-                    let (up, mid, down) = (l - 1, l, l + 1);
+                    // The three rows of the 3 × 3 window, each 3 pixels × b bands, contiguous in BIP.
+                    let (up, mid, down) = (px3(&x, s, b, l - 1 - h0, c), px3(&x, s, b, l - h0, c), px3(&x, s, b, l + 1 - h0, c));
+                    let centre = &mid[b..2 * b];
+                    let start = rows.len();
+                    rows.resize(start + b, 0.0);
+                    let dst = &mut rows[start..];
                     for band in 0..b {
-                        let nb = px(up, c - 1)[band]
-                            + px(up, c)[band]
-                            + px(up, c + 1)[band]
-                            + px(mid, c - 1)[band]
-                            + px(mid, c + 1)[band]
-                            + px(down, c - 1)[band]
-                            + px(down, c)[band]
-                            + px(down, c + 1)[band];
-                        rows.push(px(mid, c)[band] - nb / 8.0);
+                        let nb = up[band] + up[b + band] + up[2 * b + band] + mid[band] + mid[2 * b + band]
+                            + down[band] + down[b + band] + down[2 * b + band];
+                        dst[band] = centre[band] - nb * 0.125;
                     }
                 }
             }
         }
         NoiseEstimator::ShiftDifference if lines >= 2 && s >= 2 => {
+            rows.reserve((l1 - l0) * s * b);
             for l in l0..l1.min(lines - 1) {
                 for c in 0..s - 1 {
                     if !in_window(l, c) || !ok(l, c) || !ok(l + 1, c + 1) {
                         continue;
                     }
-                    let (a, d) = (px(l, c), px(l + 1, c + 1));
+                    let (a, d) = (px!(l, c), px!(l + 1, c + 1));
                     rows.extend(a.iter().zip(d).map(|(p, q)| p - q));
                 }
             }
@@ -207,7 +194,33 @@ fn chunk_statistics(cube: &Cube, spec: &StatsSpec, l0: usize, l1: usize) -> (Mom
     let mut noise = Moments::new(b);
     let n = rows.len() / b;
     noise.add_rows_in_place(&mut rows, n);
+
+    // Data: the valid pixels of lines l0..l1 (in place when none is masked: no copy).
+    let masked = (l0..l1).flat_map(|l| (0..s).map(move |c| (l, c))).filter(|&(l, c)| !ok(l, c)).count() as u64;
+    let mut data = Moments::new(b);
+    if masked == 0 {
+        let lines_of_chunk = &mut x[(l0 - h0) * s * b..(l1 - h0) * s * b];
+        data.add_rows_in_place(lines_of_chunk, (l1 - l0) * s);
+    } else {
+        rows.clear();
+        for l in l0..l1 {
+            for c in 0..s {
+                if ok(l, c) {
+                    rows.extend_from_slice(px!(l, c));
+                }
+            }
+        }
+        let n = rows.len() / b;
+        data.add_rows_in_place(&mut rows, n);
+    }
     (data, noise, masked)
+}
+
+/// The three pixels (c − 1, c, c + 1) of row `line` of a BIP chunk: 3 × b contiguous values.
+#[inline]
+fn px3(x: &[f64], s: usize, b: usize, line: usize, c: usize) -> &[f64] {
+    let i = (line * s + c - 1) * b;
+    &x[i..i + 3 * b]
 }
 
 /// (x_used − μ) for `rows` pixels of `x` (rows × bands): rows × u, row-major.

@@ -2,6 +2,7 @@
 //! cubes with a known signal subspace (`synthetic`).
 
 pub mod envi;
+pub mod layout;
 pub mod model;
 pub mod npy;
 pub mod synthetic;

@@ -1,17 +1,472 @@
-//! NumPy .npy input and output. (stub: being written)
+//! NumPy `.npy` input and output (format versions 1.0, 2.0, 3.0).
+//!
+//! Hand-written rather than through a crate: the format is a magic string, a length and a small Python
+//! dict literal, and the reader must take the raw samples as they are (any byte order, no typed copy)
+//! and permute Fortran order into BIP while streaming, which is what `layout` already does.
+//!
+//! A cube is a 3-D array shaped (lines, samples, bands). C order is exactly the BIP layout of [`Cube`].
+
+use std::fs::File;
+use std::io::{self, Read, Write};
 use std::path::Path;
-use super::{Cube, CubeError};
 
+use super::layout::{read_into_bip, Dims, FileOrder};
+use super::model::checked_cube_bytes;
+use super::{ByteOrder, Cube, CubeError, CubeMeta, DataType, Interleave};
+
+const MAGIC: &[u8; 6] = b"\x93NUMPY";
+/// NumPy itself refuses headers above 10 000 bytes by default; this leaves room but bounds the read.
+const MAX_HEADER_LEN: usize = 1 << 20;
+
+/// What the header of a `.npy` file says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NpyHeader {
+    pub dtype: DataType,
+    pub byte_order: ByteOrder,
+    pub fortran_order: bool,
+    pub shape: Vec<u64>,
+    /// Offset of the first sample in the file.
+    pub data_offset: u64,
+}
+
+fn npy_err(msg: impl Into<String>) -> CubeError {
+    CubeError::Npy(msg.into())
+}
+
+/// Maps a NumPy `descr` string (`'<i2'`, `'>f8'`, `'|u1'`, ...) to a data type and byte order.
+fn parse_descr(descr: &str) -> Result<(DataType, ByteOrder), CubeError> {
+    let native = if cfg!(target_endian = "little") { ByteOrder::Little } else { ByteOrder::Big };
+    let mut chars = descr.chars();
+    let (order, code) = match chars.next() {
+        Some('<') => (Some(ByteOrder::Little), chars.as_str()),
+        Some('>') => (Some(ByteOrder::Big), chars.as_str()),
+        Some('=') => (Some(native), chars.as_str()),
+        Some('|') => (None, chars.as_str()),
+        _ => (Some(native), descr),
+    };
+    let unsupported = |what: &str| {
+        Err(CubeError::Unsupported(format!(".npy dtype '{descr}' ({what}): MNF needs real numbers of a supported type (u1, i2, u2, i4, u4, i8, u8, f4, f8)")))
+    };
+    let dtype = match code {
+        "u1" | "B" => DataType::U8,
+        "i2" => DataType::I16,
+        "u2" => DataType::U16,
+        "i4" => DataType::I32,
+        "u4" => DataType::U32,
+        "i8" => DataType::I64,
+        "u8" => DataType::U64,
+        "f4" => DataType::F32,
+        "f8" => DataType::F64,
+        "b1" | "?" => return unsupported("bool"),
+        "i1" | "b" => return unsupported("int8"),
+        "f2" | "e" => return unsupported("float16"),
+        "f16" | "f12" | "g" => return unsupported("long double"),
+        c if c.starts_with('c') => return unsupported("complex"),
+        c if c.starts_with('O') => return unsupported("Python objects"),
+        c if c.starts_with(['S', 'U', 'a']) => return unsupported("strings"),
+        c if c.starts_with('V') => return unsupported("raw or structured records"),
+        c if c.starts_with(['M', 'm']) => return unsupported("dates and times"),
+        _ => return Err(npy_err(format!("unknown dtype descr '{descr}'"))),
+    };
+    let order = match order {
+        Some(o) => o,
+        None if dtype.size() == 1 => ByteOrder::Little,
+        None => return Err(npy_err(format!("dtype '{descr}': '|' (no byte order) for a multi-byte type"))),
+    };
+    Ok((dtype, order))
+}
+
+/// A value in the header dict.
+#[derive(Debug, Clone, PartialEq)]
+enum Value {
+    Str(String),
+    Bool(bool),
+    Tuple(Vec<u64>),
+    /// A list: only a structured dtype's descr looks like this.
+    List,
+}
+
+/// A tiny parser for the Python dict literal NumPy writes, e.g.
+/// `{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4, 5), }`. Keys in any order, either quote,
+/// trailing commas and spaces, Python 2's `3L` integers.
+struct DictParser<'a> {
+    s: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> DictParser<'a> {
+    fn skip_ws(&mut self) {
+        while self.pos < self.s.len() && self.s[self.pos].is_ascii_whitespace() {
+            self.pos += 1;
+        }
+    }
+    fn peek(&mut self) -> Option<u8> {
+        self.skip_ws();
+        self.s.get(self.pos).copied()
+    }
+    fn expect(&mut self, c: u8) -> Result<(), CubeError> {
+        if self.peek() == Some(c) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(self.error(&format!("expected '{}'", c as char)))
+        }
+    }
+    fn error(&self, what: &str) -> CubeError {
+        let rest = String::from_utf8_lossy(&self.s[self.pos.min(self.s.len())..]);
+        npy_err(format!(
+            "header dict: {what} at byte {} (near '{}')",
+            self.pos,
+            rest.chars().take(30).collect::<String>()
+        ))
+    }
+    fn string(&mut self) -> Result<String, CubeError> {
+        let quote = self.peek().filter(|&q| q == b'\'' || q == b'"').ok_or_else(|| self.error("expected a string"))?;
+        let start = self.pos + 1;
+        let len = self.s[start..].iter().position(|&c| c == quote).ok_or_else(|| self.error("unterminated string"))?;
+        self.pos = start + len + 1;
+        Ok(String::from_utf8_lossy(&self.s[start..start + len]).into_owned())
+    }
+    fn tuple(&mut self) -> Result<Vec<u64>, CubeError> {
+        self.expect(b'(')?;
+        let mut items = Vec::new();
+        loop {
+            match self.peek() {
+                Some(b')') => {
+                    self.pos += 1;
+                    return Ok(items);
+                }
+                Some(c) if c.is_ascii_digit() => {
+                    let start = self.pos;
+                    while self.pos < self.s.len() && self.s[self.pos].is_ascii_digit() {
+                        self.pos += 1;
+                    }
+                    let digits = std::str::from_utf8(&self.s[start..self.pos]).expect("ASCII digits");
+                    items.push(digits.parse::<u64>().map_err(|_| self.error("dimension too large"))?);
+                    if matches!(self.s.get(self.pos), Some(b'L' | b'l')) {
+                        self.pos += 1;
+                    }
+                    match self.peek() {
+                        Some(b',') => self.pos += 1,
+                        Some(b')') => {}
+                        _ => return Err(self.error("expected ',' or ')' in the shape")),
+                    }
+                }
+                _ => return Err(self.error("expected a non-negative integer in the shape")),
+            }
+        }
+    }
+    fn value(&mut self) -> Result<Value, CubeError> {
+        match self.peek() {
+            Some(b'\'' | b'"') => Ok(Value::Str(self.string()?)),
+            Some(b'(') => Ok(Value::Tuple(self.tuple()?)),
+            Some(b'[') => Ok(Value::List),
+            _ => {
+                let rest = &self.s[self.pos..];
+                for (word, v) in [(&b"True"[..], true), (&b"False"[..], false)] {
+                    if rest.starts_with(word) {
+                        self.pos += word.len();
+                        return Ok(Value::Bool(v));
+                    }
+                }
+                Err(self.error("expected a string, a tuple, True or False"))
+            }
+        }
+    }
+    /// Parses the dict into (key, value) pairs. Stops at a list value (a structured dtype), whose
+    /// contents hypermnf never needs.
+    fn dict(&mut self) -> Result<Vec<(String, Value)>, CubeError> {
+        self.expect(b'{')?;
+        let mut pairs = Vec::new();
+        loop {
+            if self.peek() == Some(b'}') {
+                self.pos += 1;
+                break;
+            }
+            let key = self.string()?;
+            self.expect(b':')?;
+            let value = self.value()?;
+            let stop = value == Value::List;
+            pairs.push((key, value));
+            if stop {
+                return Ok(pairs);
+            }
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {}
+                _ => return Err(self.error("expected ',' or '}'")),
+            }
+        }
+        if self.peek().is_some() {
+            return Err(self.error("unexpected text after the dict"));
+        }
+        Ok(pairs)
+    }
+}
+
+/// Interprets the header dict text.
+fn parse_dict(text: &str) -> Result<(DataType, ByteOrder, bool, Vec<u64>), CubeError> {
+    let pairs = DictParser { s: text.as_bytes(), pos: 0 }.dict()?;
+    let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+    let (dtype, order) = match get("descr") {
+        Some(Value::Str(d)) => parse_descr(d)?,
+        Some(Value::List) => {
+            return Err(CubeError::Unsupported(".npy with a structured dtype: save a plain numeric array".into()))
+        }
+        Some(_) => return Err(npy_err("'descr' must be a string")),
+        None => return Err(npy_err("header dict lacks 'descr'")),
+    };
+    let fortran = match get("fortran_order") {
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(npy_err("'fortran_order' must be True or False")),
+        None => return Err(npy_err("header dict lacks 'fortran_order'")),
+    };
+    let shape = match get("shape") {
+        Some(Value::Tuple(s)) => s.clone(),
+        Some(_) => return Err(npy_err("'shape' must be a tuple of integers")),
+        None => return Err(npy_err("header dict lacks 'shape'")),
+    };
+    Ok((dtype, order, fortran, shape))
+}
+
+fn shape_text(shape: &[u64]) -> String {
+    match shape {
+        [one] => format!("({one},)"),
+        _ => format!("({})", shape.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// Reads and checks the magic, version and header dict; leaves `r` at the first sample.
+pub fn read_header<R: Read>(r: &mut R) -> Result<NpyHeader, CubeError> {
+    let io = |e: io::Error| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            npy_err("file ends inside the header")
+        } else {
+            npy_err(format!("reading the header: {e}"))
+        }
+    };
+    let mut pre = [0u8; 8];
+    r.read_exact(&mut pre).map_err(io)?;
+    if &pre[..6] != MAGIC {
+        return Err(npy_err("not a .npy file: bad magic (expected \\x93NUMPY)"));
+    }
+    let (major, minor) = (pre[6], pre[7]);
+    let (header_len, preamble) = match (major, minor) {
+        (1, 0) => {
+            let mut b = [0u8; 2];
+            r.read_exact(&mut b).map_err(io)?;
+            (u16::from_le_bytes(b) as usize, 10)
+        }
+        (2, 0) | (3, 0) => {
+            let mut b = [0u8; 4];
+            r.read_exact(&mut b).map_err(io)?;
+            (u32::from_le_bytes(b) as usize, 12)
+        }
+        _ => return Err(CubeError::Unsupported(format!(".npy format version {major}.{minor} (known: 1.0, 2.0, 3.0)"))),
+    };
+    if header_len > MAX_HEADER_LEN {
+        return Err(npy_err(format!("header of {header_len} bytes is implausibly large")));
+    }
+    let mut raw = vec![0u8; header_len];
+    r.read_exact(&mut raw).map_err(io)?;
+    // Versions 1 and 2 are Latin-1, version 3 UTF-8; the dict itself is ASCII either way.
+    let text: String = if major == 3 {
+        String::from_utf8(raw).map_err(|_| npy_err("version 3.0 header is not UTF-8"))?
+    } else {
+        raw.iter().map(|&b| b as char).collect()
+    };
+    let (dtype, byte_order, fortran_order, shape) = parse_dict(&text)?;
+    Ok(NpyHeader { dtype, byte_order, fortran_order, shape, data_offset: (preamble + header_len) as u64 })
+}
+
+/// Reads a 3-D `.npy` array shaped (lines, samples, bands) into a cube (C order read straight in,
+/// Fortran order permuted while streaming). The file size is checked against the shape first.
 pub fn read(path: &Path) -> Result<Cube, CubeError> {
-    Err(CubeError::Unsupported(format!("{}: .npy reader not written yet", path.display())))
+    let mut file = File::open(path).map_err(|e| CubeError::io(path, e))?;
+    let have = file.metadata().map_err(|e| CubeError::io(path, e))?.len();
+    let in_file = |e: CubeError| match e {
+        CubeError::Npy(m) => CubeError::Npy(format!("{}: {m}", path.display())),
+        CubeError::Unsupported(m) => CubeError::Unsupported(format!("{}: {m}", path.display())),
+        other => other,
+    };
+    let header = read_header(&mut file).map_err(in_file)?;
+    let [lines, samples, bands] = header.shape[..] else {
+        return Err(in_file(npy_err(format!(
+            "expected a 3-D array shaped (lines, samples, bands), got shape {}",
+            shape_text(&header.shape)
+        ))));
+    };
+    let need = checked_cube_bytes(lines, samples, bands, header.dtype)?;
+    let data_len = have.saturating_sub(header.data_offset);
+    let geometry = format!("shape {} of {}", shape_text(&header.shape), header.dtype.name());
+    if data_len < need {
+        return Err(CubeError::SizeMismatch(format!(
+            "{}: truncated: {data_len} bytes of data, {geometry} needs {need}",
+            path.display()
+        )));
+    }
+    if data_len > need {
+        return Err(CubeError::SizeMismatch(format!(
+            "{}: {} bytes of data beyond the array ({data_len} bytes, {geometry} needs {need})",
+            path.display(),
+            data_len - need
+        )));
+    }
+    let too_big = || CubeError::TooLarge(format!("{geometry} does not fit this machine"));
+    let (lines, samples, bands) = (
+        usize::try_from(lines).map_err(|_| too_big())?,
+        usize::try_from(samples).map_err(|_| too_big())?,
+        usize::try_from(bands).map_err(|_| too_big())?,
+    );
+    let len = usize::try_from(need).map_err(|_| too_big())?;
+    let mut bytes = Vec::new();
+    bytes
+        .try_reserve_exact(len)
+        .map_err(|_| CubeError::TooLarge(format!("cannot allocate {len} bytes for {geometry}")))?;
+    bytes.resize(len, 0);
+    let order = if header.fortran_order { FileOrder::FORTRAN } else { FileOrder::BIP };
+    read_into_bip(
+        &mut file,
+        header.data_offset,
+        order,
+        Dims::new(lines, samples, bands),
+        header.dtype.size(),
+        &mut bytes,
+    )
+    .map_err(|e| CubeError::io(path, e))?;
+    let meta = CubeMeta {
+        source_interleave: Some(if header.fortran_order { Interleave::Bsq } else { Interleave::Bip }),
+        ..CubeMeta::default()
+    };
+    Cube::from_raw(lines, samples, bands, header.dtype, header.byte_order, bytes, meta)
 }
 
+/// The header bytes (magic, version, length, dict, padding) for a C-order array: version 1.0, or 2.0
+/// when the dict does not fit 1.0's 16-bit length. Padded with spaces and ended by '\n' so that the
+/// data starts at a multiple of 64 bytes, as NumPy does.
+fn header_bytes(descr: &str, shape: &[usize]) -> Vec<u8> {
+    let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {}, }}", shape_text(&shape));
+    let padded = |preamble: usize| (preamble + dict.len() + 1).next_multiple_of(64) - preamble;
+    let (version, preamble) = if padded(10) <= u16::MAX as usize { (1u8, 10) } else { (2u8, 12) };
+    let header_len = padded(preamble);
+    let mut out = Vec::with_capacity(preamble + header_len);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&[version, 0]);
+    if version == 1 {
+        out.extend_from_slice(&(header_len as u16).to_le_bytes());
+    } else {
+        out.extend_from_slice(&(header_len as u32).to_le_bytes());
+    }
+    out.extend_from_slice(dict.as_bytes());
+    out.resize(preamble + header_len - 1, b' ');
+    out.push(b'\n');
+    out
+}
+
+fn descr_of(dtype: DataType, order: ByteOrder) -> String {
+    let kind = if dtype.is_float() {
+        'f'
+    } else if matches!(dtype, DataType::I16 | DataType::I32 | DataType::I64) {
+        'i'
+    } else {
+        'u'
+    };
+    let prefix = match (dtype.size(), order) {
+        (1, _) => '|',
+        (_, ByteOrder::Little) => '<',
+        (_, ByteOrder::Big) => '>',
+    };
+    format!("{prefix}{kind}{}", dtype.size())
+}
+
+/// Writes float32 values as a little-endian C-order `.npy` of the given shape.
 pub fn write_f32(path: &Path, shape: &[usize], values: &[f32]) -> Result<(), CubeError> {
-    let _ = (path, shape, values);
-    Err(CubeError::Unsupported(".npy writer not written yet".into()))
+    let file = File::create(path).map_err(|e| CubeError::io(path, e))?;
+    let mut w = io::BufWriter::with_capacity(1 << 16, file);
+    write_f32_to(&mut w, shape, values).and_then(|()| w.flush()).map_err(|e| CubeError::io(path, e))
 }
 
-pub fn write_f32_to(w: &mut dyn std::io::Write, shape: &[usize], values: &[f32]) -> std::io::Result<()> {
-    let _ = (w, shape, values);
-    Err(std::io::Error::other(".npy writer not written yet"))
+/// Writes float32 values as a little-endian C-order `.npy` of the given shape to `w` (converted a
+/// bounded chunk at a time). The shape must hold exactly `values.len()` elements.
+pub fn write_f32_to(w: &mut dyn Write, shape: &[usize], values: &[f32]) -> io::Result<()> {
+    let elements = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    if elements != Some(values.len()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("shape {shape:?} does not hold {} values", values.len()),
+        ));
+    }
+    w.write_all(&header_bytes("<f4", shape))?;
+    let mut buf = Vec::with_capacity(4 * values.len().min(1 << 16));
+    for chunk in values.chunks(1 << 16) {
+        buf.clear();
+        buf.extend(chunk.iter().flat_map(|v| v.to_le_bytes()));
+        w.write_all(&buf)?;
+    }
+    Ok(())
+}
+
+/// Writes a cube as a C-order `.npy` shaped (lines, samples, bands) in its own data type and byte order.
+pub fn write_cube(path: &Path, cube: &Cube) -> Result<(), CubeError> {
+    let file = File::create(path).map_err(|e| CubeError::io(path, e))?;
+    let mut w = io::BufWriter::with_capacity(1 << 16, file);
+    let header =
+        header_bytes(&descr_of(cube.dtype(), cube.byte_order()), &[cube.lines(), cube.samples(), cube.bands()]);
+    w.write_all(&header)
+        .and_then(|()| w.write_all(cube.raw()))
+        .and_then(|()| w.flush())
+        .map_err(|e| CubeError::io(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dict_parser_is_tolerant() {
+        let (dt, bo, f, shape) =
+            parse_dict("{ \"shape\" : (3L, 4,5 ,),'fortran_order':True ,'descr':'>u2' ,}  \n").unwrap();
+        assert_eq!((dt, bo, f, shape), (DataType::U16, ByteOrder::Big, true, vec![3, 4, 5]));
+        assert!(parse_dict("{'descr': '<f4', 'fortran_order': False}").unwrap_err().to_string().contains("shape"));
+        assert!(parse_dict("{'descr': '<f4', 'fortran_order': Nope, 'shape': ()}").is_err());
+        assert!(matches!(
+            parse_dict("{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (2,)}"),
+            Err(CubeError::Unsupported(_))
+        ));
+    }
+
+    #[test]
+    fn descr_mapping() {
+        assert_eq!(parse_descr("|u1").unwrap(), (DataType::U8, ByteOrder::Little));
+        assert_eq!(parse_descr(">f8").unwrap(), (DataType::F64, ByteOrder::Big));
+        for bad in ["<c8", "|b1", "<f2", "|O", "|i1", "<U3"] {
+            assert!(matches!(parse_descr(bad), Err(CubeError::Unsupported(_))), "{bad}");
+        }
+        assert!(matches!(parse_descr("|i2"), Err(CubeError::Npy(_))));
+        for dt in DataType::ALL {
+            for bo in [ByteOrder::Little, ByteOrder::Big] {
+                let (d2, b2) = parse_descr(&descr_of(dt, bo)).unwrap();
+                assert_eq!(d2, dt);
+                if dt.size() > 1 {
+                    assert_eq!(b2, bo);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn header_is_aligned_and_switches_version() {
+        let h = header_bytes("<f4", &[3, 4, 5]);
+        assert_eq!(h.len() % 64, 0);
+        assert_eq!((h[6], *h.last().unwrap()), (1, b'\n'));
+        let back = read_header(&mut h.as_slice()).unwrap();
+        assert_eq!(back.shape, vec![3, 4, 5]);
+        assert_eq!(back.data_offset as usize, h.len());
+        // A shape long enough to overflow version 1.0's 16-bit header length.
+        let long = vec![1usize; 30_000];
+        let h2 = header_bytes("<f4", &long);
+        assert_eq!((h2[6], h2.len() % 64), (2, 0));
+        assert_eq!(read_header(&mut h2.as_slice()).unwrap().shape.len(), 30_000);
+    }
 }

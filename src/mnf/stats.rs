@@ -71,27 +71,7 @@ impl Moments {
                 *v -= m;
             }
         }
-        let mut m2 = vec![0.0; b * b];
-        // m2 = xᵀ · x, with x rows × B row-major (row stride B, column stride 1).
-        // SAFETY: x holds rows × b values and m2 b × b; the strides stay inside both.
-        unsafe {
-            matrixmultiply::dgemm(
-                b,
-                rows,
-                b,
-                1.0,
-                x.as_ptr(),
-                1,
-                b as isize,
-                x.as_ptr(),
-                b as isize,
-                1,
-                0.0,
-                m2.as_mut_ptr(),
-                b as isize,
-                1,
-            );
-        }
+        let m2 = centred_cross_products(x, rows, b);
         self.merge(&Moments { bands: b, n: rows as u64, mean, m2 });
     }
 
@@ -137,6 +117,49 @@ impl Moments {
         }
         self.m2[i * self.bands + i] / (self.n - 1) as f64
     }
+}
+
+/// Column block of the lower-triangle products (only blocks on or below the diagonal are formed: about
+/// 5/8 of a full product for 224 bands).
+const COL_BLOCK: usize = 64;
+
+/// Σ xᵀx (B × B, row-major, both triangles) of centred rows `x` (rows × B, row-major), in float64:
+/// block products of the lower triangle, mirrored. (Float32 products were tried: twice as fast, but
+/// ~3e-6 relative error on the smaller eigenvalues is too loose for the reference backend.)
+fn centred_cross_products(x: &[f64], rows: usize, b: usize) -> Vec<f64> {
+    let mut m2 = vec![0.0f64; b * b];
+    let col_blocks: Vec<(usize, usize)> = (0..b).step_by(COL_BLOCK).map(|c| (c, (c + COL_BLOCK).min(b))).collect();
+    for (bi, &(i0, i1)) in col_blocks.iter().enumerate() {
+        for &(j0, j1) in &col_blocks[..=bi] {
+            // m2[i0..i1, j0..j1] = x[:, i0..i1]ᵀ · x[:, j0..j1]
+            // SAFETY: x holds rows × b values and the offsets plus strides stay inside it; the output
+            // block starts at (i0, j0) of the b × b matrix m2 with row stride b.
+            unsafe {
+                matrixmultiply::dgemm(
+                    i1 - i0,
+                    rows,
+                    j1 - j0,
+                    1.0,
+                    x.as_ptr().add(i0),
+                    1,
+                    b as isize,
+                    x.as_ptr().add(j0),
+                    b as isize,
+                    1,
+                    0.0,
+                    m2.as_mut_ptr().add(i0 * b + j0),
+                    b as isize,
+                    1,
+                );
+            }
+        }
+    }
+    for i in 0..b {
+        for j in i + 1..b {
+            m2[i * b + j] = m2[j * b + i];
+        }
+    }
+    m2
 }
 
 /// Everything the eigen step needs from one pass over the cube.

@@ -1,0 +1,69 @@
+//! ENVI cubes: a text header (.hdr) and a raw data file beside it, in BSQ, BIL or BIP, any of the
+//! real ENVI data types, either byte order.
+//!
+//! - [`parse_header`] reads and validates the header text ([`header`]);
+//! - [`read`] / [`read_parts`] check the data file against it and stream it into a BIP [`Cube`]
+//!   ([`reader`]), keeping the samples in their file data type and byte order;
+//! - [`write_f32_bsq`] writes MNF results, [`write_cube`] any cube in any layout ([`writer`]).
+
+mod header;
+mod reader;
+mod writer;
+
+use std::path::Path;
+
+pub use header::{parse_header, EnviHeader};
+
+use super::{ByteOrder, Cube, CubeError, CubeMeta, Interleave};
+
+/// What an ENVI float32 BSQ output header carries besides the geometry.
+#[derive(Debug, Clone, Default)]
+pub struct OutputHeader {
+    pub description: String,
+    /// One per output band (`MNF 1`, ...). When empty and `keep_spectral`, the source's band names.
+    pub band_names: Vec<String>,
+    /// Written as `mnf eigenvalues = {...}` when present.
+    pub eigenvalues: Option<Vec<f64>>,
+    /// Source metadata carried over (map info, extra keys; wavelength/fwhm only when `keep_spectral`).
+    pub source: CubeMeta,
+    /// The output's bands are the input's (a denoised cube): carry wavelength, fwhm, wavelength units,
+    /// bbl, data ignore value and the band-keyed extras too.
+    pub keep_spectral: bool,
+}
+
+/// Reads an ENVI cube from its header path; the data file is found beside it (the same path without
+/// `.hdr`, or with .img/.dat/.raw/.bsq/.bil/.bip, lower or upper case).
+pub fn read(hdr: &Path) -> Result<Cube, CubeError> {
+    let text = reader::read_header_text(hdr)?;
+    let header = reader::parse_header_at(&text, hdr)?;
+    // Refuse absurd sizes before looking any further.
+    header.data_bytes()?;
+    let data = reader::find_data_file(hdr)?;
+    reader::read_data(header, &data)
+}
+
+/// Reads an ENVI cube whose header text and data file are stored apart (service uploads).
+pub fn read_parts(header_text: &str, data: &Path) -> Result<Cube, CubeError> {
+    let header = parse_header(header_text)?;
+    header.data_bytes()?;
+    reader::read_data(header, data)
+}
+
+/// Writes float32 little-endian BSQ: `hdr` and the data file beside it (`hdr` with extension `.img`).
+/// `values_bip` holds lines × samples × bands values in BIP order; they are transposed while streaming.
+pub fn write_f32_bsq(
+    hdr: &Path,
+    lines: usize,
+    samples: usize,
+    bands: usize,
+    values_bip: &[f32],
+    header: &OutputHeader,
+) -> Result<(), CubeError> {
+    writer::write_f32_bsq(hdr, lines, samples, bands, values_bip, header)
+}
+
+/// Writes any cube in its own data type, in the given layout and byte order: `hdr` and `hdr` with
+/// extension `.img`, with all of the cube's metadata.
+pub fn write_cube(hdr: &Path, cube: &Cube, interleave: Interleave, byte_order: ByteOrder) -> Result<(), CubeError> {
+    writer::write_cube(hdr, cube, interleave, byte_order)
+}
