@@ -1,11 +1,10 @@
 // Sums for the covariances: the float32 matrix D (npix x bands, one row per pixel, already shifted by
 // the host's per-band shift; rows of excluded pixels are zero) gives Σ d (col_sums) and the lower
-// triangle of Σ d dᵀ (cov_lower, or cuBLAS SYRK + add_slabs_f64), both accumulated into float64 so that 10^7 pixels keep their digits.
+// triangle of Σ d dᵀ (cov_lower, or cuBLAS DSYRK on widen_f64), both accumulated into float64 so that 10^7 pixels keep their digits.
 #include "common.cuh"
 
 #define CT 64             // edge of the tile of C one block computes
 #define CP 16             // pixels staged per step
-#define FLUSH_STEPS 64    // float32 partial sums cover at most CP * FLUSH_STEPS = 1024 pixels
 
 // D = raw - shift as float32 (the input of both covariance routes), zero rows at excluded pixels.
 // One thread per element, grid-stride.
@@ -56,8 +55,11 @@ __device__ __forceinline__ void tile_pair(int t, int* ti_out, int* tj_out) {
 // BIP, so a staged tile is [pixel][band] — already the transposed layout — and both tiles are read as
 // float4 rows: a warp reads 2 (left) and 16 (right) distinct float4s, the minimum of wavefronts.
 //
-// Accuracy over 10^7 pixels: each thread keeps float32 sums over at most 1024 pixels, then flushes them
-// into float64 registers. blockIdx.y splits the pixels; block (pair, split) adds its float64 tile into
+// Accuracy: the generalized eigenproblem amplifies covariance errors by 10^3 or more on real cubes (a
+// relative perturbation of 1e-7 moves Salinas-A's top eigenvalues by up to 3e-4), so float32 running
+// sums over many pixels are not good enough. Each thread sums one 16-pixel step in float32 (for
+// integer data every value is exact in float32 and each product is rounded once) and adds the step
+// into float64 registers: about one float64 add per 16 float32 FMAs. blockIdx.y splits the pixels; block (pair, split) adds its float64 tile into
 // its own slot of part_cross (no atomics: launches on one stream run one after another, and no two
 // blocks of a launch share a slot), and reduce_parts adds the slots at the end of the pass. The blocks
 // of diagonal tiles also sum their 64 bands into part_sum (the band sums Σ d).
@@ -87,10 +89,8 @@ extern "C" __global__ void __launch_bounds__(256) cov_lower(
             acc[m][n] = 0.f;
             accd[m][n] = 0.0;
         }
-    float colsum = 0.f;
     double colsumd = 0.0;
 
-    int steps = 0;
     for (i64 p0 = p_begin; p0 < p_end; p0 += CP) {
 #pragma unroll
         for (int m = 0; m < (CP * CT) / 256; ++m) {
@@ -119,22 +119,19 @@ extern "C" __global__ void __launch_bounds__(256) cov_lower(
                 for (int n = 0; n < 4; ++n) acc[m][n] = fmaf(av[m], bv[n], acc[m][n]);
         }
         if (diagonal && tid < CT) {
+            float colsum = 0.f;
 #pragma unroll
             for (int pp = 0; pp < CP; ++pp) colsum += as[pp][tid];
+            colsumd += (double)colsum;
         }
         __syncthreads();
-        if (++steps == FLUSH_STEPS) {
-            steps = 0;
 #pragma unroll
-            for (int m = 0; m < 4; ++m)
+        for (int m = 0; m < 4; ++m)
 #pragma unroll
-                for (int n = 0; n < 4; ++n) {
-                    accd[m][n] += (double)acc[m][n];
-                    acc[m][n] = 0.f;
-                }
-            colsumd += (double)colsum;
-            colsum = 0.f;
-        }
+            for (int n = 0; n < 4; ++n) {
+                accd[m][n] += (double)acc[m][n];
+                acc[m][n] = 0.f;
+            }
     }
     double* slot = part_cross + ((i64)blockIdx.y * n_pairs + blockIdx.x) * (CT * CT);
 #pragma unroll
@@ -142,10 +139,10 @@ extern "C" __global__ void __launch_bounds__(256) cov_lower(
 #pragma unroll
         for (int n = 0; n < 4; ++n) {
             const int loc = (ty * 4 + m) * CT + tx * 4 + n;
-            slot[loc] += accd[m][n] + (double)acc[m][n];
+            slot[loc] += accd[m][n];
         }
     if (diagonal && tid < CT) {
-        part_sum[((i64)blockIdx.y * n_tiles + ti) * CT + tid] += colsumd + (double)colsum;
+        part_sum[((i64)blockIdx.y * n_tiles + ti) * CT + tid] += colsumd;
     }
 }
 
@@ -177,14 +174,10 @@ extern "C" __global__ void __launch_bounds__(256) reduce_parts(
     }
 }
 
-// acc[e] += (double)slab[s][e] for all slabs: reduces the float32 SYRK outputs of the cuBLAS route
-// (one slab per segment of at most 8192 pixels) into the float64 total.
-extern "C" __global__ void __launch_bounds__(256) add_slabs_f64(
-    const float* __restrict__ slabs, int n_slabs, i64 slab_len, double* __restrict__ acc)
+// out = (double)in: the cuBLAS route's DSYRK input (the float32 values are exact, so is this).
+extern "C" __global__ void __launch_bounds__(256) widen_f64(const float* __restrict__ in, i64 n, double* __restrict__ out)
 {
-    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < slab_len; e += (i64)gridDim.x * blockDim.x) {
-        double s = 0.0;
-        for (int k = 0; k < n_slabs; ++k) s += (double)slabs[(i64)k * slab_len + e];
-        acc[e] += s;
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x) {
+        out[e] = (double)in[e];
     }
 }

@@ -132,7 +132,7 @@ mod tests {
             "col_sums",
             "cov_lower",
             "reduce_parts",
-            "add_slabs_f64",
+            "widen_f64",
             "project_const",
             "project_global",
             "pass_through",

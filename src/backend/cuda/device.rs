@@ -59,9 +59,6 @@ impl DevBuf {
         debug_assert!(byte_offset <= self.bytes);
         self.ptr + byte_offset as u64
     }
-    pub(crate) fn bytes(&self) -> usize {
-        self.bytes
-    }
     pub(crate) fn zero_async(&self, stream: &CudaStream) -> Result<(), BackendError> {
         // SAFETY: the whole buffer belongs to us.
         unsafe { result::memset_d8_async(self.ptr, 0, self.bytes, stream.cu_stream()) }.map_err(cuda("cuMemsetD8Async"))

@@ -75,7 +75,7 @@ pub(crate) struct Kernels {
     col_sums: CudaFunction,
     cov_lower: CudaFunction,
     reduce_parts: CudaFunction,
-    add_slabs_f64: CudaFunction,
+    widen_f64: CudaFunction,
     project_const: CudaFunction,
     project_global: CudaFunction,
     pass_through: CudaFunction,
@@ -121,7 +121,7 @@ impl Kernels {
             col_sums: f("col_sums")?,
             cov_lower: f("cov_lower")?,
             reduce_parts: f("reduce_parts")?,
-            add_slabs_f64: f("add_slabs_f64")?,
+            widen_f64: f("widen_f64")?,
             project_const: f("project_const")?,
             project_global: f("project_global")?,
             pass_through: f("pass_through")?,
@@ -260,13 +260,16 @@ impl Kernels {
         .map_err(cuda("launch reduce_parts"))
     }
 
-    /// acc[e] += Σ_s slabs[s][e] in float64.
-    pub(crate) fn add_slabs(&self, s: &CudaStream, slabs: u64, n_slabs: i32, len: i64, acc: u64) -> Result<(), BackendError> {
-        let cfg = grid_for(len as u64, self.sms);
-        // SAFETY: matches add_slabs_f64 in covariance.cu.
-        unsafe { s.launch_builder(&self.add_slabs_f64).arg(&slabs).arg(&n_slabs).arg(&len).arg(&acc).launch(cfg) }
+    /// out (float64) = in (float32), n values.
+    pub(crate) fn widen_f64(&self, s: &CudaStream, input: u64, n: i64, out: u64) -> Result<(), BackendError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let cfg = grid_for(n as u64, self.sms);
+        // SAFETY: matches widen_f64 in covariance.cu.
+        unsafe { s.launch_builder(&self.widen_f64).arg(&input).arg(&n).arg(&out).launch(cfg) }
             .map(|_| ())
-            .map_err(cuda("launch add_slabs_f64"))
+            .map_err(cuda("launch widen_f64"))
     }
 
     /// The projection / inverse kernel (see transform.cu); `t_global` 0 selects the constant-memory T.

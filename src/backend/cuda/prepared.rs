@@ -20,7 +20,6 @@ use std::time::Instant;
 use cudarc::driver::{CudaEvent, CudaStream};
 use rayon::prelude::*;
 
-use super::cublas::SYRK_SEGMENT;
 use super::device::{cuda, dtoh_async, event, htod_async, is_registered, DevBuf, PinnedBuf, Pooled};
 use super::kernels::{CovParts, NoiseArgs, RawType, COV_TILE, MAX_CONST_T};
 use super::{CudaBackend, Route};
@@ -372,7 +371,8 @@ impl<'c> CudaCube<'c> {
 /// The accumulators of one covariance for the chosen route.
 enum CovAcc<'c> {
     Kernels(CovParts<'c>),
-    Cublas { slabs: Pooled<'c, DevBuf>, max_segments: usize },
+    /// A float64 copy of the work matrix for DSYRK.
+    Cublas { wide: Pooled<'c, DevBuf> },
 }
 
 /// Device results of the statistics pass: for noise and data, the lower triangle of Σddᵀ (B × B) and
@@ -413,10 +413,7 @@ impl<'c> CudaCube<'c> {
                     p.zero(&self.compute)?;
                     CovAcc::Kernels(p)
                 }
-                Route::Cublas => {
-                    let max_segments = self.lay.chunk_pixels_max().div_ceil(SYRK_SEGMENT).max(1);
-                    CovAcc::Cublas { slabs: self.dev(max_segments * b * b * 4)?, max_segments }
-                }
+                Route::Cublas => CovAcc::Cublas { wide: self.dev(self.lay.chunk_pixels_max() * b * 8)? },
             })
         };
         Ok(StatBufs { results, counters, noise: acc()?, data: acc()? })
@@ -428,21 +425,15 @@ impl<'c> CudaCube<'c> {
         let b = self.lay.bands;
         match acc {
             CovAcc::Kernels(parts) => k.cov_lower(&self.compute, d, npix as i64, parts),
-            CovAcc::Cublas { slabs, max_segments } => {
+            CovAcc::Cublas { wide } => {
+                if npix == 0 {
+                    return Ok(());
+                }
                 k.col_sums(&self.compute, d, npix as i64, b as i32, sum)?;
+                k.widen_f64(&self.compute, d, (npix * b) as i64, wide.ptr())?;
                 let blas = self.be.blas.as_ref().expect("cuBLAS route has a handle");
                 let blas = blas.lock().unwrap_or_else(|e| e.into_inner());
-                let segments = npix.div_ceil(SYRK_SEGMENT);
-                debug_assert!(segments <= *max_segments);
-                for sgm in 0..segments {
-                    let p0 = sgm * SYRK_SEGMENT;
-                    let n = SYRK_SEGMENT.min(npix - p0);
-                    blas.syrk(&self.compute, d + (p0 * b * 4) as u64, n, b, slabs.at(sgm * b * b * 4))?;
-                }
-                if segments > 0 {
-                    k.add_slabs(&self.compute, slabs.ptr(), segments as i32, (b * b) as i64, cross)?;
-                }
-                Ok(())
+                blas.dsyrk_add(&self.compute, wide.ptr(), npix, b, cross)
             }
         }
     }
@@ -510,7 +501,8 @@ fn sample_shifts(cube: &Cube, spec: &StatsSpec) -> (Vec<f64>, Vec<f64>) {
     if x1 > x0 && y1 > y0 {
         let (w, h) = (x1 - x0, y1 - y0);
         let area = w * h;
-        let n = SHIFT_SAMPLES.min(area);
+        // Fewer than for the data: each mean-filter sample decodes nine pixels.
+        let n = (SHIFT_SAMPLES / 4).min(area);
         let mut nb = vec![0.0; b];
         for i in 0..n {
             let q = ((i as u128 * area as u128) / n as u128) as usize;
@@ -562,9 +554,12 @@ fn sample_shifts(cube: &Cube, spec: &StatsSpec) -> (Vec<f64>, Vec<f64>) {
     if n_noise > 0 {
         noise.iter_mut().for_each(|a| *a /= n_noise as f64);
     }
-    // Whole numbers for integer data keep x − shift exact in float32.
+    // For integer data, shifts on the residuals' grid (whole numbers; eighths for the mean filter)
+    // keep every shifted value exact in float32.
     if !cube.dtype().is_float() {
         data.iter_mut().for_each(|a| *a = a.round());
+        let grid = if spec.noise == NoiseEstimator::MeanFilter { 8.0 } else { 1.0 };
+        noise.iter_mut().for_each(|a| *a = (*a * grid).round() / grid);
     }
     (data, noise)
 }
@@ -619,7 +614,10 @@ impl PreparedCube for CudaCube<'_> {
         let lb = self.lay.line_bytes();
         let t = self.lay.t;
         let k = &self.be.kernels;
-        let mut host_res = self.pinned(bufs.results.bytes() + bufs.counters.bytes())?;
+        // Pooled buffers may be larger than asked: sizes come from the layout, never from .bytes().
+        let results_bytes = 2 * (b * b + b) * 8;
+        let counters_bytes = 3 * 8;
+        let mut host_res = self.pinned(results_bytes + counters_bytes)?;
         let ev_noise = event(&ctx, true)?;
         let ev_data = event(&ctx, true)?;
         let ev_upload = event(&ctx, true)?;
@@ -627,7 +625,7 @@ impl PreparedCube for CudaCube<'_> {
         let noise_bytes = off[2];
 
         if self.resident.is_some() {
-            // Noise first (uploading as we go), then the data covariance.
+            // Upload and compute interleaved, chunk by chunk.
             let key = MaskKey { ignore: spec.ignore_value.map(f64::to_bits), bands: spec.mask_bands.clone() };
             if mask.is_some() && self.valid.is_none() {
                 self.valid = Some(self.dev(lines * samples)?);
@@ -639,6 +637,17 @@ impl PreparedCube for CudaCube<'_> {
                 k.noise(&me.compute, mean_filter, raw, valid, t, g, n_shift.ptr(), work.ptr(), cnt_noise)?;
                 me.accumulate(&bufs.noise, work.ptr(), (l1 - l0) * samples, n_cross, n_sum)
             };
+            let data_chunk = |me: &Self, c: usize| -> Result<(), BackendError> {
+                let (l0, l1) = me.lay.chunk(c);
+                let raw = me.resident.as_ref().expect("resident").raw.at(l0 * lb);
+                let vp = if mask.is_some() { me.valid.as_ref().expect("mask").at(l0 * samples) } else { 0 };
+                let npix = (l1 - l0) * samples;
+                k.convert_shifted(&me.compute, raw, vp, npix as i64, b as i32, t, d_shift.ptr(), work.ptr())?;
+                me.accumulate(&bufs.data, work.ptr(), npix, d_cross, d_sum)
+            };
+            // Chunk c − 1 is processed (noise, then data) once chunk c, its halo, has arrived, so the
+            // kernels keep pace with the upload. The last chunk's noise is finished and copied back
+            // before its data, so the host starts on the noise moments while the device finishes.
             for c in 0..n_chunks {
                 self.ensure_chunk(c)?;
                 if let Some((v, list, n_mask)) = &mask {
@@ -648,8 +657,9 @@ impl PreparedCube for CudaCube<'_> {
                 let valid = self.valid.as_ref().filter(|_| mask.is_some()).map_or(0, |v| v.ptr());
                 if c > 0 {
                     noise_chunk(self, c - 1, valid)?;
+                    data_chunk(self, c - 1)?;
                 }
-                monitor.tick(Stage::Statistics, 0.5 * c as f64 / n_chunks as f64)?;
+                monitor.tick(Stage::Statistics, c as f64 / n_chunks as f64)?;
             }
             ev_upload.record(&self.copy).map_err(cuda("cuEventRecord"))?;
             let valid = self.valid.as_ref().filter(|_| mask.is_some()).map_or(0, |v| v.ptr());
@@ -658,21 +668,17 @@ impl PreparedCube for CudaCube<'_> {
             // SAFETY: host_res lives until the synchronize calls below.
             unsafe {
                 dtoh_async(&mut host_res.as_mut_slice()[..noise_bytes], bufs.results.ptr(), &self.compute)?;
-                dtoh_async(&mut host_res.as_mut_slice()[bufs.results.bytes()..], bufs.counters.ptr(), &self.compute)?;
+                dtoh_async(
+                    &mut host_res.as_mut_slice()[results_bytes..results_bytes + counters_bytes],
+                    bufs.counters.ptr(),
+                    &self.compute,
+                )?;
             }
             ev_noise.record(&self.compute).map_err(cuda("cuEventRecord"))?;
             if mask.is_some() {
                 self.mask_key = Some(key);
             }
-            for c in 0..n_chunks {
-                let (l0, l1) = self.lay.chunk(c);
-                let raw = self.resident.as_ref().expect("resident").raw.at(l0 * lb);
-                let vp = if mask.is_some() { self.valid.as_ref().expect("mask").at(l0 * samples) } else { 0 };
-                let npix = (l1 - l0) * samples;
-                k.convert_shifted(&self.compute, raw, vp, npix as i64, b as i32, t, d_shift.ptr(), work.ptr())?;
-                self.accumulate(&bufs.data, work.ptr(), npix, d_cross, d_sum)?;
-                monitor.tick(Stage::Statistics, 0.5 + 0.5 * c as f64 / n_chunks as f64)?;
-            }
+            data_chunk(self, n_chunks - 1)?;
             self.finish(&bufs.data, d_cross, d_sum)?;
         } else {
             // Streamed: each chunk (with its halo lines) once, noise and data together.
@@ -718,14 +724,14 @@ impl PreparedCube for CudaCube<'_> {
             // SAFETY: as above.
             unsafe {
                 dtoh_async(&mut host_res.as_mut_slice()[..noise_bytes], bufs.results.ptr(), &self.compute)?;
-                dtoh_async(&mut host_res.as_mut_slice()[bufs.results.bytes()..], bufs.counters.ptr(), &self.compute)?;
+                dtoh_async(&mut host_res.as_mut_slice()[results_bytes..results_bytes + counters_bytes], bufs.counters.ptr(), &self.compute)?;
             }
             ev_noise.record(&self.compute).map_err(cuda("cuEventRecord"))?;
         }
         // SAFETY: as above.
         unsafe {
             dtoh_async(
-                &mut host_res.as_mut_slice()[noise_bytes..bufs.results.bytes()],
+                &mut host_res.as_mut_slice()[noise_bytes..results_bytes],
                 bufs.results.at(noise_bytes),
                 &self.compute,
             )?;
@@ -735,7 +741,7 @@ impl PreparedCube for CudaCube<'_> {
         // Noise moments as soon as they are on the host.
         ev_noise.synchronize().map_err(cuda("cuEventSynchronize"))?;
         let all = host_res.as_slice();
-        let counters: Vec<u64> = all[bufs.results.bytes()..bufs.results.bytes() + 24]
+        let counters: Vec<u64> = all[results_bytes..results_bytes + 24]
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
             .collect();
@@ -749,7 +755,7 @@ impl PreparedCube for CudaCube<'_> {
         self.compute.synchronize().map_err(cuda("cuStreamSynchronize"))?;
         self.copy.synchronize().map_err(cuda("cuStreamSynchronize"))?;
         let all = host_res.as_slice();
-        let data_vals = f64s(&all[noise_bytes..bufs.results.bytes()]);
+        let data_vals = f64s(&all[noise_bytes..results_bytes]);
         let total = (lines * samples) as u64;
         let n_valid = if mask.is_some() { counters[0] } else { total };
         let data = moments_from(n_valid, &data_shift, &data_vals[b * b..], &data_vals[..b * b]);
@@ -865,7 +871,14 @@ impl CudaCube<'_> {
         };
         let valid_resident = if self.resident.is_some() { self.ensure_resident_mask(ignore, mask_bands)? } else { 0 };
         let mask = if self.resident.is_none() { self.mask_setup(ignore, mask_bands)? } else { None };
-        let chunk_px = self.lay.chunk_pixels_max();
+        // Output chunks: a resident cube is read in larger pieces (about 8 MB of output each), which
+        // keeps the per-chunk host work (waiting, copying out of pinned memory) few and large.
+        let out_lines = if self.resident.is_some() {
+            ((8usize << 20) / (samples * stride * 4).max(1)).max(self.lay.chunk_lines).min(lines)
+        } else {
+            self.lay.chunk_lines
+        };
+        let chunk_px = out_lines * samples;
         let out_bytes = chunk_px * stride * 4;
         let dev_out = [self.dev(out_bytes)?, self.dev(out_bytes)?];
         let xu = if cublas { Some(self.dev(chunk_px * u * 4)?) } else { None };
@@ -874,7 +887,7 @@ impl CudaCube<'_> {
         let downloaded = [event(&ctx, true)?, event(&ctx, true)?];
         let ev_kernels = event(&ctx, true)?;
         self.t0.record(&self.compute).map_err(cuda("cuEventRecord"))?;
-        let n_chunks = self.lay.chunks();
+        let n_chunks = lines.div_ceil(out_lines);
         let lb = self.lay.line_bytes();
         let mut pending: [Option<(usize, usize)>; 2] = [None, None];
 
@@ -893,7 +906,7 @@ impl CudaCube<'_> {
         };
 
         for c in 0..n_chunks {
-            let (l0, l1) = self.lay.chunk(c);
+            let (l0, l1) = (c * out_lines, ((c + 1) * out_lines).min(lines));
             let npix = (l1 - l0) * samples;
             let slot = c % 2;
             if let Some(range) = pending[slot].take() {
@@ -902,7 +915,9 @@ impl CudaCube<'_> {
             // The kernels may overwrite dev_out[slot] once its previous download is done.
             self.compute.wait(&downloaded[slot]).map_err(cuda("cuStreamWaitEvent"))?;
             let (raw, valid, stream_slot) = if self.resident.is_some() {
-                self.ensure_chunk(c)?;
+                for uc in l0 / self.lay.chunk_lines..=(l1 - 1) / self.lay.chunk_lines {
+                    self.ensure_chunk(uc)?;
+                }
                 let raw = self.resident.as_ref().expect("resident").raw.at(l0 * lb);
                 let v = if valid_resident != 0 { valid_resident + (l0 * samples) as u64 } else { 0 };
                 (raw, v, None)
