@@ -51,24 +51,26 @@ __device__ __forceinline__ void tile_pair(int t, int* ti_out, int* tj_out) {
 // only, stages the operands in shared memory as thx x thx tiles slid along the pixel axis, and stores
 // the right-hand tile transposed so that the inner product reads rows, free of bank conflicts. Here a
 // block owns one 64 x 64 tile of the lower triangle (blockIdx.x enumerates the tile pairs ti >= tj) and
-// each thread a 4 x 4 register tile of it, which a current GPU needs to be arithmetic-bound. The cube is
-// BIP, so a staged tile is [pixel][band] — already the transposed layout — and both tiles are read as
-// float4 rows: a warp reads 2 (left) and 16 (right) distinct float4s, the minimum of wavefronts.
+// each thread a 4 x 4 register tile of it, which a current GPU needs to keep its arithmetic units busy.
+// The cube is BIP, so a staged tile is [pixel][band] — already the transposed layout — and both tiles
+// are read as rows of 16-byte vectors (a warp reads 2 distinct rows of the left tile, 16 of the right).
+// The next step's tiles are fetched into registers while the current one is multiplied.
 //
-// Accuracy: the generalized eigenproblem amplifies covariance errors by 10^3 or more on real cubes (a
-// relative perturbation of 1e-7 moves Salinas-A's top eigenvalues by up to 3e-4), so float32 running
-// sums over many pixels are not good enough. Each thread sums one 16-pixel step in float32 (for
-// integer data every value is exact in float32 and each product is rounded once) and adds the step
-// into float64 registers: about one float64 add per 16 float32 FMAs. blockIdx.y splits the pixels; block (pair, split) adds its float64 tile into
-// its own slot of part_cross (no atomics: launches on one stream run one after another, and no two
-// blocks of a launch share a slot), and reduce_parts adds the slots at the end of the pass. The blocks
-// of diagonal tiles also sum their 64 bands into part_sum (the band sums Σ d).
+// Accuracy: the generalized eigenproblem amplifies covariance errors by 10^3 and more on real cubes (a
+// relative perturbation of 1e-7 moves Salinas-A's top eigenvalues by up to 3e-4), so the products are
+// accumulated in float64: values that are exact in float32 (all integer data, shifted by whole numbers
+// or eighths) give exact products, and their sums stay exact far beyond 10^7 pixels.
+//
+// blockIdx.y splits the pixels; block (pair, split) adds its tile into its own slot of part_cross (no
+// atomics: launches on one stream run one after another, and no two blocks of a launch share a slot),
+// and reduce_parts adds the slots at the end of the pass. The blocks of diagonal tiles also sum their
+// 64 bands into part_sum (the band sums Σ d).
 extern "C" __global__ void __launch_bounds__(256) cov_lower(
     const float* __restrict__ d, i64 npix, int bands, i64 pix_per_split, int n_pairs, int n_tiles,
     double* __restrict__ part_cross, double* __restrict__ part_sum)
 {
-    __shared__ __align__(16) float as[CP][CT];
-    __shared__ __align__(16) float bs[CP][CT];
+    __shared__ __align__(16) double as[CP][CT];
+    __shared__ __align__(16) double bs[CP][CT];
 
     int ti, tj;
     tile_pair(blockIdx.x, &ti, &tj);
@@ -80,18 +82,16 @@ extern "C" __global__ void __launch_bounds__(256) cov_lower(
     const int tid = threadIdx.x;
     const int tx = tid & 15, ty = tid >> 4;
 
-    float acc[4][4];
-    double accd[4][4];
+    double acc[4][4];
 #pragma unroll
     for (int m = 0; m < 4; ++m)
 #pragma unroll
-        for (int n = 0; n < 4; ++n) {
-            acc[m][n] = 0.f;
-            accd[m][n] = 0.0;
-        }
-    double colsumd = 0.0;
+        for (int n = 0; n < 4; ++n) acc[m][n] = 0.0;
+    double colsum = 0.0;
 
-    for (i64 p0 = p_begin; p0 < p_end; p0 += CP) {
+    // This thread's share of one step's tiles: element e = tid + m * 256 is (pixel e / CT, band e % CT).
+    float ra[(CP * CT) / 256], rb[(CP * CT) / 256];
+    auto fetch = [&](i64 p0) {
 #pragma unroll
         for (int m = 0; m < (CP * CT) / 256; ++m) {
             const int e = tid + m * 256;
@@ -103,35 +103,39 @@ extern "C" __global__ void __launch_bounds__(256) cov_lower(
                 if (i0 + cc < bands) a = row[i0 + cc];
                 if (j0 + cc < bands) b = row[j0 + cc];
             }
-            as[pp][cc] = a;
-            bs[pp][cc] = b;
+            ra[m] = a;
+            rb[m] = b;
+        }
+    };
+    if (p_begin < p_end) fetch(p_begin);
+
+    for (i64 p0 = p_begin; p0 < p_end; p0 += CP) {
+#pragma unroll
+        for (int m = 0; m < (CP * CT) / 256; ++m) {
+            const int e = tid + m * 256;
+            as[e / CT][e % CT] = (double)ra[m];
+            bs[e / CT][e % CT] = (double)rb[m];
         }
         __syncthreads();
+        if (p0 + CP < p_end) fetch(p0 + CP);
 #pragma unroll
         for (int pp = 0; pp < CP; ++pp) {
-            const float4 a4 = *reinterpret_cast<const float4*>(&as[pp][ty * 4]);
-            const float4 b4 = *reinterpret_cast<const float4*>(&bs[pp][tx * 4]);
-            const float av[4] = {a4.x, a4.y, a4.z, a4.w};
-            const float bv[4] = {b4.x, b4.y, b4.z, b4.w};
+            const double2 a01 = *reinterpret_cast<const double2*>(&as[pp][ty * 4]);
+            const double2 a23 = *reinterpret_cast<const double2*>(&as[pp][ty * 4 + 2]);
+            const double2 b01 = *reinterpret_cast<const double2*>(&bs[pp][tx * 4]);
+            const double2 b23 = *reinterpret_cast<const double2*>(&bs[pp][tx * 4 + 2]);
+            const double av[4] = {a01.x, a01.y, a23.x, a23.y};
+            const double bv[4] = {b01.x, b01.y, b23.x, b23.y};
 #pragma unroll
             for (int m = 0; m < 4; ++m)
 #pragma unroll
-                for (int n = 0; n < 4; ++n) acc[m][n] = fmaf(av[m], bv[n], acc[m][n]);
+                for (int n = 0; n < 4; ++n) acc[m][n] = fma(av[m], bv[n], acc[m][n]);
         }
         if (diagonal && tid < CT) {
-            float colsum = 0.f;
 #pragma unroll
             for (int pp = 0; pp < CP; ++pp) colsum += as[pp][tid];
-            colsumd += (double)colsum;
         }
         __syncthreads();
-#pragma unroll
-        for (int m = 0; m < 4; ++m)
-#pragma unroll
-            for (int n = 0; n < 4; ++n) {
-                accd[m][n] += (double)acc[m][n];
-                acc[m][n] = 0.f;
-            }
     }
     double* slot = part_cross + ((i64)blockIdx.y * n_pairs + blockIdx.x) * (CT * CT);
 #pragma unroll
@@ -139,10 +143,10 @@ extern "C" __global__ void __launch_bounds__(256) cov_lower(
 #pragma unroll
         for (int n = 0; n < 4; ++n) {
             const int loc = (ty * 4 + m) * CT + tx * 4 + n;
-            slot[loc] += accd[m][n];
+            slot[loc] += acc[m][n];
         }
     if (diagonal && tid < CT) {
-        part_sum[((i64)blockIdx.y * n_tiles + ti) * CT + tid] += colsumd;
+        part_sum[((i64)blockIdx.y * n_tiles + ti) * CT + tid] += colsum;
     }
 }
 
