@@ -150,6 +150,100 @@ extern "C" __global__ void __launch_bounds__(256) cov_lower(
     }
 }
 
+// The same partial sums on the float64 tensor cores (DMMA, sm_80 and later): twice the float64 rate
+// of cov_lower's FMAs, with the same exact products and float64 sums. Same grid, slots and results as
+// cov_lower. Each warp owns 8 rows of the block's 64 x 64 tile (eight 8 x 8 accumulator tiles) and
+// issues mma.m8n8k4: A = 8 bands x 4 pixels of the left tile, B = 4 pixels x 8 bands of the right.
+// Shared rows are padded to 72 doubles so that the four pixel rows a warp reads fall on distinct
+// halves of the banks.
+#define CTP 72
+extern "C" __global__ void __launch_bounds__(256) cov_lower_dmma(
+    const float* __restrict__ d, i64 npix, int bands, i64 pix_per_split, int n_pairs, int n_tiles,
+    double* __restrict__ part_cross, double* __restrict__ part_sum)
+{
+#if __CUDA_ARCH__ >= 800
+    __shared__ __align__(16) double as[CP][CTP];
+    __shared__ __align__(16) double bs[CP][CTP];
+
+    int ti, tj;
+    tile_pair(blockIdx.x, &ti, &tj);
+    const int i0 = ti * CT, j0 = tj * CT;
+    const bool diagonal = ti == tj;
+
+    const i64 p_begin = (i64)blockIdx.y * pix_per_split;
+    const i64 p_end = min(npix, p_begin + pix_per_split);
+    const int tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t4 = lane & 3;   // groupID, threadID_in_group
+
+    double acc[8][2];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) acc[n][0] = acc[n][1] = 0.0;
+    double colsum = 0.0;
+
+    float ra[(CP * CT) / 256], rb[(CP * CT) / 256];
+    auto fetch = [&](i64 p0) {
+#pragma unroll
+        for (int m = 0; m < (CP * CT) / 256; ++m) {
+            const int e = tid + m * 256;
+            const int pp = e / CT, cc = e % CT;
+            const i64 p = p0 + pp;
+            float a = 0.f, b = 0.f;
+            if (p < p_end) {
+                const float* row = d + p * bands;
+                if (i0 + cc < bands) a = row[i0 + cc];
+                if (j0 + cc < bands) b = row[j0 + cc];
+            }
+            ra[m] = a;
+            rb[m] = b;
+        }
+    };
+    if (p_begin < p_end) fetch(p_begin);
+
+    for (i64 p0 = p_begin; p0 < p_end; p0 += CP) {
+#pragma unroll
+        for (int m = 0; m < (CP * CT) / 256; ++m) {
+            const int e = tid + m * 256;
+            as[e / CT][e % CT] = (double)ra[m];
+            bs[e / CT][e % CT] = (double)rb[m];
+        }
+        __syncthreads();
+        if (p0 + CP < p_end) fetch(p0 + CP);
+#pragma unroll
+        for (int k0 = 0; k0 < CP; k0 += 4) {
+            // A[m][k] = d[p0 + k0 + k][i0 + 8 warp + m]: this lane holds A[g][t4].
+            const double a = as[k0 + t4][warp * 8 + g];
+#pragma unroll
+            for (int n = 0; n < 8; ++n) {
+                // B[k][n'] = d[p0 + k0 + k][j0 + 8 n + n']: this lane holds B[t4][g].
+                const double b = bs[k0 + t4][n * 8 + g];
+                asm volatile(
+                    "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
+                    : "+d"(acc[n][0]), "+d"(acc[n][1])
+                    : "d"(a), "d"(b));
+            }
+        }
+        if (diagonal && tid < CT) {
+#pragma unroll
+            for (int pp = 0; pp < CP; ++pp) colsum += as[pp][tid];
+        }
+        __syncthreads();
+    }
+    // This lane holds C[g][2 t4 + {0, 1}] of each 8 x 8 tile n: row 8 warp + g, columns 8 n + 2 t4 + c.
+    double* slot = part_cross + ((i64)blockIdx.y * n_pairs + blockIdx.x) * (CT * CT);
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const int loc = (warp * 8 + g) * CT + n * 8 + 2 * t4 + c;
+            slot[loc] += acc[n][c];
+        }
+    if (diagonal && tid < CT) {
+        part_sum[((i64)blockIdx.y * n_tiles + ti) * CT + tid] += colsum;
+    }
+#endif
+}
+
 // Adds the per-split slots of cov_lower: c[i, j] (j <= i) and sums[b] for every band.
 extern "C" __global__ void __launch_bounds__(256) reduce_parts(
     const double* __restrict__ part_cross, const double* __restrict__ part_sum, int n_splits, int n_pairs,

@@ -180,6 +180,27 @@ fn statistics_match_cpu_with_no_data_and_noise_window() {
     }
 }
 
+/// Both covariance kernels (float64 tensor cores, float64 FMAs) on a real cube and a random one.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn both_covariance_kernels_match_cpu() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let cpu = CpuBackend::new();
+    let fma = gpu(Route::Kernels).with_fma_covariance();
+    let mut cubes = real_cubes();
+    cubes.push(("random f32".into(), random_cube(&mut rng, 57, 71, 133, DataType::F32, ByteOrder::Little)));
+    for (name, cube) in cubes {
+        for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
+            let sp = spec(noise, &cube);
+            let (c, _) = stats_of(&cpu, &cube, &sp);
+            let (g, _) = stats_of(&fma, &cube, &sp);
+            assert_stats_match(&format!("fma kernel {name} {noise:?}"), &g, &c);
+            let params = MnfParams { components: Some(10), noise, ..Default::default() };
+            assert_pipeline_matches(&format!("fma kernel {name} {noise:?}"), &cube, &params, &fma);
+        }
+    }
+}
+
 /// Float32 partial sums must not lose digits over ten million pixels.
 #[test]
 #[ignore = "needs a CUDA device"]

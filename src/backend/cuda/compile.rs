@@ -131,6 +131,7 @@ mod tests {
             "convert_shifted",
             "col_sums",
             "cov_lower",
+            "cov_lower_dmma",
             "reduce_parts",
             "widen_f64",
             "project_const",

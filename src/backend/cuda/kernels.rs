@@ -68,12 +68,15 @@ pub(crate) struct Kernels {
     pub module: Arc<CudaModule>,
     pub sms: u32,
     pub origin: PtxOrigin,
+    /// Covariance on the float64 tensor cores (compute capability 8.0 and later), else float64 FMAs.
+    pub use_dmma: bool,
     pixel_mask: CudaFunction,
     noise_mean_filter: CudaFunction,
     noise_shift_difference: CudaFunction,
     convert_shifted: CudaFunction,
     col_sums: CudaFunction,
     cov_lower: CudaFunction,
+    cov_lower_dmma: CudaFunction,
     reduce_parts: CudaFunction,
     widen_f64: CudaFunction,
     project_const: CudaFunction,
@@ -120,6 +123,8 @@ impl Kernels {
             convert_shifted: f("convert_shifted")?,
             col_sums: f("col_sums")?,
             cov_lower: f("cov_lower")?,
+            cov_lower_dmma: f("cov_lower_dmma")?,
+            use_dmma: major >= 8,
             reduce_parts: f("reduce_parts")?,
             widen_f64: f("widen_f64")?,
             project_const: f("project_const")?,
@@ -235,9 +240,10 @@ impl Kernels {
             shared_mem_bytes: 0,
         };
         let (pc, ps) = (parts.cross.ptr(), parts.sum.ptr());
-        // SAFETY: matches cov_lower in covariance.cu; parts holds splits × pairs tiles.
+        let f = if self.use_dmma { &self.cov_lower_dmma } else { &self.cov_lower };
+        // SAFETY: matches cov_lower / cov_lower_dmma in covariance.cu; parts holds splits × pairs tiles.
         unsafe {
-            s.launch_builder(&self.cov_lower)
+            s.launch_builder(f)
                 .arg(&d).arg(&npix).arg(&bands).arg(&per_split).arg(&pairs).arg(&tiles).arg(&pc).arg(&ps)
                 .launch(cfg)
         }

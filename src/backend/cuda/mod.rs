@@ -106,6 +106,12 @@ impl CudaBackend {
         self
     }
 
+    /// Uses the float64-FMA covariance kernel instead of the tensor-core one (tests compare both).
+    pub fn with_fma_covariance(mut self) -> Self {
+        self.kernels.use_dmma = false;
+        self
+    }
+
     /// Device memory available for a cube: the free memory less a margin, capped by the budget.
     fn memory_budget(&self) -> Result<usize, BackendError> {
         self.ctx.bind_to_thread().map_err(device::cuda("cuCtxSetCurrent"))?;
