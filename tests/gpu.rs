@@ -201,7 +201,7 @@ fn both_covariance_kernels_match_cpu() {
     }
 }
 
-/// Float32 partial sums must not lose digits over ten million pixels.
+/// The sums must not lose digits over ten million pixels, far from zero.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn statistics_stay_accurate_over_ten_million_pixels() {

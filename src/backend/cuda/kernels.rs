@@ -355,12 +355,13 @@ pub(crate) struct CovParts<'c> {
 }
 
 impl CovParts<'_> {
-    /// (tiles, pairs, splits): enough splits for about four blocks per multiprocessor (two are
-    /// resident at 125 registers per thread).
-    pub(crate) fn shape(bands: usize, sms: u32) -> (usize, usize, usize) {
+    /// (tiles, pairs, splits): one full wave of blocks (`blocks_per_sm` resident per multiprocessor:
+    /// 3 for the tensor-core kernel at 80 registers per thread, 2 for the FMA kernel at 128), so that
+    /// no partial second wave leaves most of the GPU idle.
+    pub(crate) fn shape(bands: usize, sms: u32, blocks_per_sm: usize) -> (usize, usize, usize) {
         let tiles = bands.div_ceil(COV_TILE);
         let pairs = tiles * (tiles + 1) / 2;
-        let splits = (sms as usize * 4).div_ceil(pairs).max(1);
+        let splits = (sms as usize * blocks_per_sm / pairs).max(1);
         (tiles, pairs, splits)
     }
     pub(crate) fn zero(&self, s: &CudaStream) -> Result<(), BackendError> {

@@ -30,7 +30,7 @@ use crate::mnf::stats::{is_masked, Denoise, Moments, Projection, Statistics, Sta
 use crate::mnf::{Monitor, NoiseEstimator, Stage};
 
 /// Target size of one chunk's float32 work matrix (chunk pixels × bands × 4 bytes).
-const CHUNK_WORK_BYTES: usize = 32 << 20;
+const CHUNK_WORK_BYTES: usize = 64 << 20;
 /// Host pixels sampled to choose the shifts.
 const SHIFT_SAMPLES: usize = 1024;
 
@@ -401,7 +401,8 @@ impl<'c> CudaCube<'c> {
         let acc = || -> Result<CovAcc<'c>, BackendError> {
             Ok(match self.be.route {
                 Route::Kernels => {
-                    let (tiles, pairs, splits) = CovParts::shape(b, self.be.kernels.sms);
+                    let per_sm = if self.be.kernels.use_dmma { 3 } else { 2 };
+                    let (tiles, pairs, splits) = CovParts::shape(b, self.be.kernels.sms, per_sm);
                     let p = CovParts {
                         bands: b,
                         tiles,
