@@ -11,7 +11,7 @@ use hypermnf::backend::Backend;
 use hypermnf::cube::synthetic::{self, SyntheticSpec};
 use hypermnf::cube::{ByteOrder, Cube, CubeMeta, DataType};
 use hypermnf::mnf::stats::{Moments, Projection, Statistics, StatsSpec};
-use hypermnf::mnf::{self, Monitor, MnfParams, NoiseEstimator, Window};
+use hypermnf::mnf::{self, MnfParams, Monitor, NoiseEstimator, Window};
 use rand::{Rng, SeedableRng};
 
 const ROUTES: [Route; 2] = [Route::Kernels, Route::Cublas];
@@ -27,9 +27,15 @@ fn data_dir() -> PathBuf {
 }
 
 fn seed() -> u64 {
-    let s = std::env::var("HYPERMNF_TEST_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos() as u64
-    });
+    let s = std::env::var("HYPERMNF_TEST_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_nanos() as u64
+        });
     eprintln!("seed {s}");
     s
 }
@@ -48,7 +54,9 @@ fn rel_fro(a: &[f64], b: &[f64]) -> f64 {
 fn stats_of(backend: &dyn Backend, cube: &Cube, spec: &StatsSpec) -> (Statistics, Option<Moments>) {
     let mut prepared = backend.prepare(cube, &Monitor::silent()).expect("prepare");
     let mut early = None;
-    let s = prepared.statistics(spec, &mut |m: &Moments| early = Some(m.clone()), &Monitor::silent()).expect("statistics");
+    let s = prepared
+        .statistics(spec, &mut |m: &Moments| early = Some(m.clone()), &Monitor::silent())
+        .expect("statistics");
     (s, early)
 }
 
@@ -67,18 +75,35 @@ fn assert_stats_match(what: &str, gpu: &Statistics, cpu: &Statistics) {
         for i in 0..c.bands {
             let sd = c.variance(i).sqrt();
             let d = (g.mean[i] - c.mean[i]).abs();
-            assert!(d <= 1e-6 * sd + 1e-12 * c.mean[i].abs(), "{what}: {name} mean of band {i}: GPU {} CPU {} (sd {sd})", g.mean[i], c.mean[i]);
+            assert!(
+                d <= 1e-6 * sd + 1e-12 * c.mean[i].abs(),
+                "{what}: {name} mean of band {i}: GPU {} CPU {} (sd {sd})",
+                g.mean[i],
+                c.mean[i]
+            );
         }
     }
 }
 
 fn spec(noise: NoiseEstimator, cube: &Cube) -> StatsSpec {
-    StatsSpec { noise, window: None, ignore_value: None, mask_bands: (0..cube.bands()).collect() }
+    StatsSpec {
+        noise,
+        window: None,
+        ignore_value: None,
+        mask_bands: (0..cube.bands()).collect(),
+    }
 }
 
 /// A cube of `dtype` with random values: a smooth random field plus noise, so that both covariances
 /// are well conditioned; never all zeros.
-fn random_cube(rng: &mut rand::rngs::StdRng, lines: usize, samples: usize, bands: usize, dtype: DataType, order: ByteOrder) -> Cube {
+fn random_cube(
+    rng: &mut rand::rngs::StdRng,
+    lines: usize,
+    samples: usize,
+    bands: usize,
+    dtype: DataType,
+    order: ByteOrder,
+) -> Cube {
     let (lo, hi): (f64, f64) = match dtype {
         DataType::U8 => (0.0, 255.0),
         DataType::I16 => (-3000.0, 12000.0),
@@ -90,7 +115,9 @@ fn random_cube(rng: &mut rand::rngs::StdRng, lines: usize, samples: usize, bands
     };
     let mid = (lo + hi) / 2.0;
     let amp = (hi - lo) / 6.0;
-    let phases: Vec<f64> = (0..bands * 2).map(|_| rng.random_range(0.0..6.28)).collect();
+    let phases: Vec<f64> = (0..bands * 2)
+        .map(|_| rng.random_range(0.0..std::f64::consts::TAU))
+        .collect();
     let mut data = Vec::with_capacity(lines * samples * bands * dtype.size());
     for l in 0..lines {
         for s in 0..samples {
@@ -131,7 +158,11 @@ fn statistics_match_cpu_for_every_data_type_and_byte_order() {
     for dtype in DataType::ALL {
         for order in [ByteOrder::Little, ByteOrder::Big] {
             // Odd sizes: not a multiple of the 16-pixel noise tile or the 64-band covariance tile.
-            let (l, s, b) = (rng.random_range(19..41), rng.random_range(17..53), rng.random_range(3..70));
+            let (l, s, b) = (
+                rng.random_range(19..41),
+                rng.random_range(17..53),
+                rng.random_range(3..70),
+            );
             let cube = random_cube(&mut rng, l, s, b, dtype, order);
             for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
                 let sp = spec(noise, &cube);
@@ -160,13 +191,25 @@ fn statistics_match_cpu_with_no_data_and_noise_window() {
         // Punch no-data holes: a pixel holding -9999 in one (random) band.
         let mut raw = cube.raw().to_vec();
         for _ in 0..150 {
-            let (l, s, b) = (rng.random_range(0..61), rng.random_range(0..45), rng.random_range(0..37));
+            let (l, s, b) = (
+                rng.random_range(0..61),
+                rng.random_range(0..45),
+                rng.random_range(0..37),
+            );
             let at = ((l * 45 + s) * 37 + b) * 2;
             raw[at..at + 2].copy_from_slice(&(-9999i16).to_le_bytes());
         }
         let cube = Cube::from_raw(61, 45, 37, DataType::I16, ByteOrder::Little, raw, CubeMeta::default()).unwrap();
         for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
-            for window in [None, Some(Window { x0: 3, y0: 5, x1: 40, y1: 52 })] {
+            for window in [
+                None,
+                Some(Window {
+                    x0: 3,
+                    y0: 5,
+                    x1: 40,
+                    y1: 52,
+                }),
+            ] {
                 let mut st = spec(noise, &cube);
                 st.ignore_value = Some(-9999.0);
                 st.mask_bands = (0..37).filter(|b| b % 5 != 3).collect();
@@ -188,14 +231,21 @@ fn both_covariance_kernels_match_cpu() {
     let cpu = CpuBackend::new();
     let fma = gpu(Route::Kernels).with_fma_covariance();
     let mut cubes = real_cubes();
-    cubes.push(("random f32".into(), random_cube(&mut rng, 57, 71, 133, DataType::F32, ByteOrder::Little)));
+    cubes.push((
+        "random f32".into(),
+        random_cube(&mut rng, 57, 71, 133, DataType::F32, ByteOrder::Little),
+    ));
     for (name, cube) in cubes {
         for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
             let sp = spec(noise, &cube);
             let (c, _) = stats_of(&cpu, &cube, &sp);
             let (g, _) = stats_of(&fma, &cube, &sp);
             assert_stats_match(&format!("fma kernel {name} {noise:?}"), &g, &c);
-            let params = MnfParams { components: Some(10), noise, ..Default::default() };
+            let params = MnfParams {
+                components: Some(10),
+                noise,
+                ..Default::default()
+            };
             assert_pipeline_matches(&format!("fma kernel {name} {noise:?}"), &cube, &params, &fma);
         }
     }
@@ -227,7 +277,9 @@ fn correlation(a: &[f32], b: &[f32], k: usize, c: usize) -> f64 {
         .filter(|(x, y)| x.is_finite() && y.is_finite())
         .collect();
     let n = pairs.len() as f64;
-    let (mx, my) = pairs.iter().fold((0.0, 0.0), |(sx, sy), (x, y)| (sx + x / n, sy + y / n));
+    let (mx, my) = pairs
+        .iter()
+        .fold((0.0, 0.0), |(sx, sy), (x, y)| (sx + x / n, sy + y / n));
     let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
     for (x, y) in &pairs {
         sxy += (x - mx) * (y - my);
@@ -245,7 +297,11 @@ fn assert_pipeline_matches(what: &str, cube: &Cube, params: &MnfParams, g: &dyn 
     let (c, r) = match (c, r) {
         (Ok(c), Ok(r)) => (c, r),
         (Err(ce), Err(ge)) => {
-            assert_eq!(ce.code(), ge.code(), "{what}: both fail, with different errors: {ce} / {ge}");
+            assert_eq!(
+                ce.code(),
+                ge.code(),
+                "{what}: both fail, with different errors: {ce} / {ge}"
+            );
             eprintln!("{what}: both fail alike: {ce}");
             return;
         }
@@ -256,7 +312,10 @@ fn assert_pipeline_matches(what: &str, cube: &Cube, params: &MnfParams, g: &dyn 
     let top = c.metadata.eigenvalues.len().min(10);
     for i in 0..top {
         let (x, y) = (r.metadata.eigenvalues[i], c.metadata.eigenvalues[i]);
-        assert!((x - y).abs() <= 1e-4 * y.abs(), "{what}: eigenvalue {i}: GPU {x} CPU {y}");
+        assert!(
+            (x - y).abs() <= 1e-4 * y.abs(),
+            "{what}: eigenvalue {i}: GPU {x} CPU {y}"
+        );
     }
     for (i, (x, y)) in r.components.iter().zip(&c.components).enumerate() {
         assert_eq!(x.is_nan(), y.is_nan(), "{what}: NaN mismatch at {i}");
@@ -274,8 +333,12 @@ fn assert_pipeline_matches(what: &str, cube: &Cube, params: &MnfParams, g: &dyn 
         assert!(rho >= 0.9999, "{what}: component {comp} correlation {rho}");
     }
     if let (Some(dg), Some(dc)) = (&r.denoised, &c.denoised) {
-        let (a, b): (Vec<f64>, Vec<f64>) =
-            dg.iter().zip(dc).filter(|(x, y)| x.is_finite() && y.is_finite()).map(|(x, y)| (*x as f64, *y as f64)).unzip();
+        let (a, b): (Vec<f64>, Vec<f64>) = dg
+            .iter()
+            .zip(dc)
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .map(|(x, y)| (*x as f64, *y as f64))
+            .unzip();
         let e = rel_fro(&a, &b);
         assert!(e <= 1e-4, "{what}: inverse rel. error {e:.3e}");
     }
@@ -283,10 +346,19 @@ fn assert_pipeline_matches(what: &str, cube: &Cube, params: &MnfParams, g: &dyn 
 
 fn real_cubes() -> Vec<(String, Cube)> {
     let dir = data_dir();
-    ["salinasA_224_bip_be", "jasper_ridge_r198_bil", "abu_beach1_cat_island_bsq"]
-        .iter()
-        .map(|n| (n.to_string(), hypermnf::cube::open(&dir.join(format!("{n}.hdr"))).expect("real cube")))
-        .collect()
+    [
+        "salinasA_224_bip_be",
+        "jasper_ridge_r198_bil",
+        "abu_beach1_cat_island_bsq",
+    ]
+    .iter()
+    .map(|n| {
+        (
+            n.to_string(),
+            hypermnf::cube::open(&dir.join(format!("{n}.hdr"))).expect("real cube"),
+        )
+    })
+    .collect()
 }
 
 #[test]
@@ -301,7 +373,12 @@ fn real_cubes_statistics_and_pipeline_match_cpu() {
                 let (c, _) = stats_of(&cpu, &cube, &sp);
                 let (gs, _) = stats_of(&g, &cube, &sp);
                 assert_stats_match(&format!("{route:?} {name} {noise:?}"), &gs, &c);
-                let params = MnfParams { components: Some(10), noise, inverse: true, ..Default::default() };
+                let params = MnfParams {
+                    components: Some(10),
+                    noise,
+                    inverse: true,
+                    ..Default::default()
+                };
                 assert_pipeline_matches(&format!("{route:?} {name} {noise:?}"), &cube, &params, &g);
             }
         }
@@ -318,7 +395,11 @@ fn pipeline_matches_cpu_on_edge_cases() {
         for lines in [1, 2, 3] {
             let cube = random_cube(&mut rng, lines, 40, 12, DataType::I16, ByteOrder::Little);
             for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
-                let params = MnfParams { components: Some(3), noise, ..Default::default() };
+                let params = MnfParams {
+                    components: Some(3),
+                    noise,
+                    ..Default::default()
+                };
                 assert_pipeline_matches(&format!("{route:?} {lines} lines {noise:?}"), &cube, &params, &g);
             }
         }
@@ -327,7 +408,11 @@ fn pipeline_matches_cpu_on_edge_cases() {
         sp.seed = rng.random();
         let cube = synthetic::generate(&sp);
         for k in [1, 29] {
-            let params = MnfParams { components: Some(k), inverse: true, ..Default::default() };
+            let params = MnfParams {
+                components: Some(k),
+                inverse: true,
+                ..Default::default()
+            };
             assert_pipeline_matches(&format!("{route:?} k={k}"), &cube, &params, &g);
         }
         // 425 bands (AVIRIS-NG): k = 10 uses constant memory, k = 40 (425·40 > 16320 floats) global.
@@ -336,7 +421,10 @@ fn pipeline_matches_cpu_on_edge_cases() {
         sp.dtype = DataType::F32;
         let cube = synthetic::generate(&sp);
         for k in [10, 40] {
-            let params = MnfParams { components: Some(k), ..Default::default() };
+            let params = MnfParams {
+                components: Some(k),
+                ..Default::default()
+            };
             assert_pipeline_matches(&format!("{route:?} 425 bands k={k}"), &cube, &params, &g);
         }
     }
@@ -361,15 +449,28 @@ fn projection_kernels_match_cpu() {
         };
         let mut want = vec![0f32; 50 * 43 * k];
         let cpu = CpuBackend::new();
-        cpu.prepare(&cube, &Monitor::silent()).unwrap().project(&proj, &mut want, &Monitor::silent()).unwrap();
+        cpu.prepare(&cube, &Monitor::silent())
+            .unwrap()
+            .project(&proj, &mut want, &Monitor::silent())
+            .unwrap();
         for route in ROUTES {
             let g = gpu(route);
             let mut got = vec![f32::INFINITY; 50 * 43 * k];
-            g.prepare(&cube, &Monitor::silent()).unwrap().project(&proj, &mut got, &Monitor::silent()).unwrap();
-            assert!(got.iter().zip(&want).all(|(a, b)| a.is_nan() == b.is_nan()), "{route:?} k={k}: NaN pattern");
+            g.prepare(&cube, &Monitor::silent())
+                .unwrap()
+                .project(&proj, &mut got, &Monitor::silent())
+                .unwrap();
+            assert!(
+                got.iter().zip(&want).all(|(a, b)| a.is_nan() == b.is_nan()),
+                "{route:?} k={k}: NaN pattern"
+            );
             assert!(got.iter().any(|v| v.is_nan()), "the masked pixel must be NaN");
-            let (a, b): (Vec<f64>, Vec<f64>) =
-                got.iter().zip(&want).filter(|(x, _)| !x.is_nan()).map(|(x, y)| (*x as f64, *y as f64)).unzip();
+            let (a, b): (Vec<f64>, Vec<f64>) = got
+                .iter()
+                .zip(&want)
+                .filter(|(x, _)| !x.is_nan())
+                .map(|(x, y)| (*x as f64, *y as f64))
+                .unzip();
             let e = rel_fro(&a, &b);
             eprintln!("{route:?} projection k={k}: rel. error {e:.2e}");
             assert!(e <= 1e-5, "{route:?} projection k={k}: rel. error {e:.3e}");
@@ -387,7 +488,10 @@ fn streamed_cube_matches_resident_and_cpu() {
     let cube = synthetic::generate(&sp);
     for route in ROUTES {
         let small = gpu(route).with_memory_budget(cube.raw().len() / 5);
-        assert!(!small.prepare_cuda(&cube).unwrap().is_resident(), "the budget must force streaming");
+        assert!(
+            !small.prepare_cuda(&cube).unwrap().is_resident(),
+            "the budget must force streaming"
+        );
         assert!(gpu(route).prepare_cuda(&cube).unwrap().is_resident());
         for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
             let mut st = spec(noise, &cube);
@@ -395,7 +499,12 @@ fn streamed_cube_matches_resident_and_cpu() {
             let (c, _) = stats_of(&CpuBackend::new(), &cube, &st);
             let (s, _) = stats_of(&small, &cube, &st);
             assert_stats_match(&format!("{route:?} streamed {noise:?}"), &s, &c);
-            let params = MnfParams { components: Some(6), noise, inverse: true, ..Default::default() };
+            let params = MnfParams {
+                components: Some(6),
+                noise,
+                inverse: true,
+                ..Default::default()
+            };
             assert_pipeline_matches(&format!("{route:?} streamed {noise:?}"), &cube, &params, &small);
         }
     }
@@ -412,12 +521,21 @@ fn sanitizer_small_case() {
         for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
             let mut st = spec(noise, &cube);
             st.ignore_value = Some(cube.to_f64()[67 * 30 + 4]);
-            st.window = Some(Window { x0: 2, y0: 1, x1: 18, y1: 20 });
+            st.window = Some(Window {
+                x0: 2,
+                y0: 1,
+                x1: 18,
+                y1: 20,
+            });
             let (c, _) = stats_of(&CpuBackend::new(), &cube, &st);
             let (s, _) = stats_of(&g, &cube, &st);
             assert_stats_match(&format!("sanitizer {route:?} {noise:?}"), &s, &c);
         }
-        let params = MnfParams { components: Some(5), inverse: true, ..Default::default() };
+        let params = MnfParams {
+            components: Some(5),
+            inverse: true,
+            ..Default::default()
+        };
         assert_pipeline_matches(&format!("sanitizer {route:?}"), &cube, &params, &g);
         let streamed = gpu(route).with_memory_budget(cube.raw().len() / 4);
         assert_pipeline_matches(&format!("sanitizer streamed {route:?}"), &cube, &params, &streamed);

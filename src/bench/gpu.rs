@@ -23,7 +23,7 @@ use crate::backend::{Backend, PreparedCube};
 use crate::cube::synthetic::{self, SyntheticSpec};
 use crate::cube::Cube;
 use crate::mnf::stats::{Moments, Projection, StatsSpec};
-use crate::mnf::{bands, eigen, Monitor, MnfParams, NoiseEstimator};
+use crate::mnf::{bands, eigen, MnfParams, Monitor, NoiseEstimator};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -63,7 +63,13 @@ struct Row {
 
 fn median(mut v: Vec<f64>) -> (f64, f64) {
     v.sort_by(|a, b| a.total_cmp(b));
-    let m = if v.is_empty() { f64::NAN } else if v.len() % 2 == 1 { v[v.len() / 2] } else { (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0 };
+    let m = if v.is_empty() {
+        f64::NAN
+    } else if v.len() % 2 == 1 {
+        v[v.len() / 2]
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    };
     (m, v.first().copied().unwrap_or(f64::NAN))
 }
 
@@ -87,12 +93,20 @@ fn backend_mnf(be: &CudaBackend, cube: &Cube, k: usize, out: &mut [f32]) -> anyh
     let mut prep = be.prepare_cuda(cube)?;
     let pre = bands::preselect(cube.bands(), cube.meta.bbl.as_deref(), &[]);
     let noise_kind = NoiseEstimator::MeanFilter;
-    let spec = StatsSpec { noise: noise_kind, window: None, ignore_value: cube.meta.ignore_value, mask_bands: pre.used.clone() };
+    let spec = StatsSpec {
+        noise: noise_kind,
+        window: None,
+        ignore_value: cube.meta.ignore_value,
+        mask_bands: pre.used.clone(),
+    };
     let scale = noise_kind.scale();
     let whiten = |noise: &Moments| -> anyhow::Result<(Vec<usize>, eigen::NoiseWhitening)> {
         let sel = bands::drop_noiseless(&pre, noise, None);
         let cov = noise.covariance().context("too few noise samples")?;
-        let cn: Vec<f64> = bands::submatrix(&cov, noise.bands, &sel.used).iter().map(|v| v / scale).collect();
+        let cn: Vec<f64> = bands::submatrix(&cov, noise.bands, &sel.used)
+            .iter()
+            .map(|v| v / scale)
+            .collect();
         Ok((sel.used.clone(), eigen::NoiseWhitening::new(&cn, sel.used.len())?))
     };
     let mut early = None;
@@ -149,25 +163,55 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             let label = be.name();
             if route == Route::Kernels {
                 let (m, lo) = pcie_ms(&be, &cube, args.warmup, args.runs)?;
-                rows.push(Row { scale, lines: cube.lines(), what: "pcie (pinned raw cube, H2D only)".into(), median_ms: m, min_ms: lo, runs: args.runs, timeline: None, eigen_ms: None });
+                rows.push(Row {
+                    scale,
+                    lines: cube.lines(),
+                    what: "pcie (pinned raw cube, H2D only)".into(),
+                    median_ms: m,
+                    min_ms: lo,
+                    runs: args.runs,
+                    timeline: None,
+                    eigen_ms: None,
+                });
             }
             // Page-locked input (skipped, with a note, where the driver refuses to register it).
             match be.register_host(cube.raw()) {
                 Err(e) => eprintln!("bench gpu: cannot page-lock the cube ({e}); pinned-input rows skipped"),
                 Ok(_reg) => {
-                let mut eig = Vec::new();
-                let (m, lo) = time_runs(args.warmup, args.runs, || {
-                    eig.push(backend_mnf(&be, &cube, k, &mut out)?);
-                    Ok(())
-                })?;
-                let eigen_ms = median(eig).0;
-                rows.push(Row { scale, lines: cube.lines(), what: format!("{label}: backend, pinned input"), median_ms: m, min_ms: lo, runs: args.runs, timeline: be.last_timeline(), eigen_ms: Some(eigen_ms) });
-                let params = MnfParams { components: Some(k), ..Default::default() };
-                let (m, lo) = time_runs(1, args.runs, || {
-                    crate::mnf::run(&cube, &params, &be, &Monitor::silent())?;
-                    Ok(())
-                })?;
-                rows.push(Row { scale, lines: cube.lines(), what: format!("{label}: mnf::run, pinned input"), median_ms: m, min_ms: lo, runs: args.runs, timeline: None, eigen_ms: None });
+                    let mut eig = Vec::new();
+                    let (m, lo) = time_runs(args.warmup, args.runs, || {
+                        eig.push(backend_mnf(&be, &cube, k, &mut out)?);
+                        Ok(())
+                    })?;
+                    let eigen_ms = median(eig).0;
+                    rows.push(Row {
+                        scale,
+                        lines: cube.lines(),
+                        what: format!("{label}: backend, pinned input"),
+                        median_ms: m,
+                        min_ms: lo,
+                        runs: args.runs,
+                        timeline: be.last_timeline(),
+                        eigen_ms: Some(eigen_ms),
+                    });
+                    let params = MnfParams {
+                        components: Some(k),
+                        ..Default::default()
+                    };
+                    let (m, lo) = time_runs(1, args.runs, || {
+                        crate::mnf::run(&cube, &params, &be, &Monitor::silent())?;
+                        Ok(())
+                    })?;
+                    rows.push(Row {
+                        scale,
+                        lines: cube.lines(),
+                        what: format!("{label}: mnf::run, pinned input"),
+                        median_ms: m,
+                        min_ms: lo,
+                        runs: args.runs,
+                        timeline: None,
+                        eigen_ms: None,
+                    });
                 }
             }
             // Ordinary (pageable) input, through the pinned staging buffers.
@@ -176,24 +220,55 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 backend_mnf(&be, &cube, k, &mut out)?;
                 Ok(())
             })?;
-            rows.push(Row { scale, lines: cube.lines(), what: format!("{label}: backend, pageable input"), median_ms: m, min_ms: lo, runs, timeline: be.last_timeline(), eigen_ms: None });
+            rows.push(Row {
+                scale,
+                lines: cube.lines(),
+                what: format!("{label}: backend, pageable input"),
+                median_ms: m,
+                min_ms: lo,
+                runs,
+                timeline: be.last_timeline(),
+                eigen_ms: None,
+            });
         }
         if !args.no_cpu {
             let cpu = crate::backend::cpu::CpuBackend::new();
-            let params = MnfParams { components: Some(k), ..Default::default() };
-            let runs = if scale == 1 { args.cpu_runs.max(1) } else { args.cpu_runs.clamp(1, 3) };
+            let params = MnfParams {
+                components: Some(k),
+                ..Default::default()
+            };
+            let runs = if scale == 1 {
+                args.cpu_runs.max(1)
+            } else {
+                args.cpu_runs.clamp(1, 3)
+            };
             let (m, lo) = time_runs(usize::from(scale == 1), runs, || {
                 crate::mnf::run(&cube, &params, &cpu, &Monitor::silent())?;
                 Ok(())
             })?;
-            rows.push(Row { scale, lines: cube.lines(), what: format!("cpu: mnf::run ({})", cpu.device()), median_ms: m, min_ms: lo, runs, timeline: None, eigen_ms: None });
+            rows.push(Row {
+                scale,
+                lines: cube.lines(),
+                what: format!("cpu: mnf::run ({})", cpu.device()),
+                median_ms: m,
+                min_ms: lo,
+                runs,
+                timeline: None,
+                eigen_ms: None,
+            });
         }
         print_rows(&rows, scale);
     }
-    println!("\ndevice: {device}; k = {k}; medians of {} runs after {} warm-up runs (CPU: fewer, see runs)", args.runs, args.warmup);
+    println!(
+        "\ndevice: {device}; k = {k}; medians of {} runs after {} warm-up runs (CPU: fewer, see runs)",
+        args.runs, args.warmup
+    );
     if let Some(p) = &args.json {
-        std::fs::write(p, serde_json::to_vec_pretty(&serde_json::json!({ "device": device, "k": k, "rows": rows }))?)
-            .with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(
+            p,
+            serde_json::to_vec_pretty(&serde_json::json!({ "device": device, "k": k, "rows": rows }))?,
+        )
+        .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
 }
@@ -204,10 +279,19 @@ fn print_rows(rows: &[Row], scale: usize) {
     for r in rows.iter().filter(|r| r.scale == scale) {
         let f = |v: f32| format!("{v:.2}");
         let (a, b, c, d, e) = match &r.timeline {
-            Some(t) => (f(t.upload_done_ms), f(t.noise_done_ms), f(t.data_done_ms), f(t.project_kernels_ms), f(t.project_download_ms)),
+            Some(t) => (
+                f(t.upload_done_ms),
+                f(t.noise_done_ms),
+                f(t.data_done_ms),
+                f(t.project_kernels_ms),
+                f(t.project_download_ms),
+            ),
             None => Default::default(),
         };
         let eig = r.eigen_ms.map(|v| format!("{v:.2}")).unwrap_or_default();
-        println!("| {}x | {} | {} | {:.2} | {:.2} | {} | {a} | {b} | {c} | {eig} | {d} | {e} |", r.scale, r.lines, r.what, r.median_ms, r.min_ms, r.runs);
+        println!(
+            "| {}x | {} | {} | {:.2} | {:.2} | {} | {a} | {b} | {c} | {eig} | {d} | {e} |",
+            r.scale, r.lines, r.what, r.median_ms, r.min_ms, r.runs
+        );
     }
 }

@@ -18,7 +18,11 @@ const TRANSFORM: &str = include_str!("../../../kernels/transform.cu");
 pub(crate) fn program_source() -> String {
     let mut src = String::with_capacity(COMMON.len() + NOISE.len() + COVARIANCE.len() + TRANSFORM.len() + 256);
     src.push_str(&COMMON.replace("#pragma once", ""));
-    for (name, body) in [("noise.cu", NOISE), ("covariance.cu", COVARIANCE), ("transform.cu", TRANSFORM)] {
+    for (name, body) in [
+        ("noise.cu", NOISE),
+        ("covariance.cu", COVARIANCE),
+        ("transform.cu", TRANSFORM),
+    ] {
         src.push_str(&format!("\n// ---- kernels/{name}\n"));
         for line in body.lines() {
             if line.trim_start().starts_with("#include \"common.cuh\"") {
@@ -32,7 +36,11 @@ pub(crate) fn program_source() -> String {
 }
 
 fn options(arch: &str) -> Vec<String> {
-    vec![format!("--gpu-architecture={arch}"), "--std=c++17".into(), "-default-device".into()]
+    vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".into(),
+        "-default-device".into(),
+    ]
 }
 
 /// Where compiled PTX is kept: $HYPERMNF_CACHE_DIR, else $XDG_CACHE_HOME/hypermnf, else ~/.cache/hypermnf.
@@ -85,7 +93,10 @@ pub(crate) fn load_ptx(arch: &str) -> Result<(Ptx, PtxOrigin, Option<PathBuf>), 
 
 /// Compiles without the cache (also used when a cached PTX fails to load).
 pub(crate) fn compile(src: &str, arch: &str) -> Result<Ptx, BackendError> {
-    let opts = CompileOptions { options: options(arch), ..Default::default() };
+    let opts = CompileOptions {
+        options: options(arch),
+        ..Default::default()
+    };
     // NVRTC is loaded dynamically; a missing libnvrtc panics inside cudarc, which we turn into an error.
     let src = src.to_owned();
     match std::panic::catch_unwind(move || cudarc::nvrtc::compile_ptx_with_opts(src, opts)) {
@@ -123,7 +134,10 @@ mod tests {
     #[test]
     fn program_has_every_kernel_and_no_includes() {
         let src = program_source();
-        assert!(!src.lines().any(|l| l.trim_start().starts_with("#include")), "NVRTC gets no include path");
+        assert!(
+            !src.lines().any(|l| l.trim_start().starts_with("#include")),
+            "NVRTC gets no include path"
+        );
         for k in [
             "pixel_mask",
             "noise_mean_filter",
@@ -139,7 +153,10 @@ mod tests {
             "pass_through",
             "convert_centred_used",
         ] {
-            assert!(src.contains(&format!("void __launch_bounds__(256) {k}(")), "kernel {k} missing");
+            assert!(
+                src.contains(&format!("void __launch_bounds__(256) {k}(")),
+                "kernel {k} missing"
+            );
         }
     }
 

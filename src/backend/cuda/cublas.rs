@@ -54,13 +54,22 @@ impl Blas {
 
     fn bind(&self, stream: &CudaStream) -> Result<(), BackendError> {
         // SAFETY: valid handle and stream.
-        check("cublasSetStream", unsafe { blas::cublasSetStream_v2(self.handle, stream.cu_stream() as _) })
+        check("cublasSetStream", unsafe {
+            blas::cublasSetStream_v2(self.handle, stream.cu_stream() as _)
+        })
     }
 
     /// c (B × B float64) += Σ_p d[p] d[p]ᵀ over `npix` rows of the row-major npix × B float64 matrix
     /// `d`. Column-major, d is a B × npix matrix A (lda = B) and the update A·Aᵀ; its "upper" triangle
     /// in column-major order is the lower triangle in row-major order, the one the custom kernel fills.
-    pub(crate) fn dsyrk_add(&self, stream: &CudaStream, d: u64, npix: usize, bands: usize, c: u64) -> Result<(), BackendError> {
+    pub(crate) fn dsyrk_add(
+        &self,
+        stream: &CudaStream,
+        d: u64,
+        npix: usize,
+        bands: usize,
+        c: u64,
+    ) -> Result<(), BackendError> {
         self.bind(stream)?;
         let (alpha, beta) = (1.0f64, 1.0f64);
         // SAFETY: d holds npix × bands doubles, c bands × bands doubles.
@@ -85,7 +94,14 @@ impl Blas {
     /// zᵀ (k × npix) = tᵀ (k × u, lda = k) · xᵀ (u × npix, ldb = u).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemm_project(
-        &self, stream: &CudaStream, x: u64, npix: usize, u: usize, t: u64, k: usize, z: u64,
+        &self,
+        stream: &CudaStream,
+        x: u64,
+        npix: usize,
+        u: usize,
+        t: u64,
+        k: usize,
+        z: u64,
     ) -> Result<(), BackendError> {
         self.bind(stream)?;
         let (alpha, beta) = (1.0f32, 0.0f32);

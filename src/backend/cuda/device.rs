@@ -50,7 +50,11 @@ impl DevBuf {
         // SAFETY: plain allocation; the pointer is owned by the returned value.
         let ptr = unsafe { result::malloc_sync(bytes.max(16)) }
             .map_err(|e| BackendError::Cuda(format!("cannot allocate {bytes} bytes on the device: {e}")))?;
-        Ok(DevBuf { ptr, bytes, ctx: ctx.clone() })
+        Ok(DevBuf {
+            ptr,
+            bytes,
+            ctx: ctx.clone(),
+        })
     }
     pub(crate) fn ptr(&self) -> u64 {
         self.ptr
@@ -89,7 +93,11 @@ impl PinnedBuf {
         // SAFETY: plain allocation; freed in Drop.
         let ptr = unsafe { result::malloc_host(bytes.max(16), 0) }
             .map_err(|e| BackendError::Cuda(format!("cannot allocate {bytes} bytes of pinned host memory: {e}")))?;
-        Ok(PinnedBuf { ptr: ptr as *mut u8, bytes, ctx: ctx.clone() })
+        Ok(PinnedBuf {
+            ptr: ptr as *mut u8,
+            bytes,
+            ctx: ctx.clone(),
+        })
     }
     pub(crate) fn as_slice(&self) -> &[u8] {
         // SAFETY: ptr is valid for `bytes` bytes for the life of self.
@@ -153,14 +161,25 @@ impl<'a> HostRegistration<'a> {
         unsafe { sys::cuMemHostRegister_v2(ptr, bytes.len(), 0) }
             .result()
             .map_err(|e| BackendError::Cuda(format!("cuMemHostRegister of {} bytes: {e}", bytes.len())))?;
-        registry.lock().unwrap_or_else(|e| e.into_inner()).push((ptr as usize, bytes.len()));
-        Ok(HostRegistration { ptr, ctx: ctx.clone(), registry: registry.clone(), _borrow: std::marker::PhantomData })
+        registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((ptr as usize, bytes.len()));
+        Ok(HostRegistration {
+            ptr,
+            ctx: ctx.clone(),
+            registry: registry.clone(),
+            _borrow: std::marker::PhantomData,
+        })
     }
 }
 
 impl Drop for HostRegistration<'_> {
     fn drop(&mut self) {
-        self.registry.lock().unwrap_or_else(|e| e.into_inner()).retain(|&(p, _)| p != self.ptr as usize);
+        self.registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|&(p, _)| p != self.ptr as usize);
         let _ = self.ctx.bind_to_thread();
         // SAFETY: registered in new().
         let _ = unsafe { sys::cuMemHostUnregister(self.ptr) }.result();
@@ -170,12 +189,20 @@ impl Drop for HostRegistration<'_> {
 /// True when `bytes` lies inside a registered range.
 pub(crate) fn is_registered(registry: &std::sync::Mutex<Vec<(usize, usize)>>, bytes: &[u8]) -> bool {
     let (a, n) = (bytes.as_ptr() as usize, bytes.len());
-    registry.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|&(p, len)| a >= p && a + n <= p + len)
+    registry
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|&(p, len)| a >= p && a + n <= p + len)
 }
 
 /// An event that can be recorded many times (timing disabled unless asked for).
 pub(crate) fn event(ctx: &Arc<CudaContext>, timing: bool) -> Result<CudaEvent, BackendError> {
-    let flags = if timing { sys::CUevent_flags::CU_EVENT_DEFAULT } else { sys::CUevent_flags::CU_EVENT_DISABLE_TIMING };
+    let flags = if timing {
+        sys::CUevent_flags::CU_EVENT_DEFAULT
+    } else {
+        sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
+    };
     ctx.new_event(Some(flags)).map_err(cuda("cuEventCreate"))
 }
 
@@ -204,7 +231,10 @@ pub(crate) struct Pool<T: Sized_> {
 
 impl<T: Sized_> Pool<T> {
     pub(crate) fn new(cap: usize) -> Self {
-        Pool { free: std::sync::Mutex::new(Vec::new()), cap }
+        Pool {
+            free: std::sync::Mutex::new(Vec::new()),
+            cap,
+        }
     }
 
     /// A buffer of at least `bytes` (at most 4 × + 1 MiB larger, so small requests do not pin big
@@ -230,7 +260,11 @@ impl<T: Sized_> Pool<T> {
             Some(b) => b,
             None => alloc(bytes)?,
         };
-        Ok(Pooled { item: Some(item), pool: self, streams: streams.iter().map(|s| (*s).clone()).collect() })
+        Ok(Pooled {
+            item: Some(item),
+            pool: self,
+            streams: streams.iter().map(|s| (*s).clone()).collect(),
+        })
     }
 
     fn put(&self, item: T) {

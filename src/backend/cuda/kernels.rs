@@ -34,14 +34,22 @@ impl RawType {
     pub(crate) fn of(dtype: DataType, order: ByteOrder) -> RawType {
         let swap = (order == ByteOrder::Big && dtype.size() > 1) as i32;
         match dtype {
-            DataType::U8 => RawType { code: 0, swap: 0, size: 1 },
+            DataType::U8 => RawType {
+                code: 0,
+                swap: 0,
+                size: 1,
+            },
             DataType::I16 => RawType { code: 1, swap, size: 2 },
             DataType::U16 => RawType { code: 2, swap, size: 2 },
             DataType::I32 => RawType { code: 3, swap, size: 4 },
             DataType::U32 => RawType { code: 4, swap, size: 4 },
             DataType::F32 => RawType { code: 5, swap, size: 4 },
             DataType::F64 => RawType { code: 6, swap, size: 8 },
-            DataType::I64 | DataType::U64 => RawType { code: 6, swap: 0, size: 8 },
+            DataType::I64 | DataType::U64 => RawType {
+                code: 6,
+                swap: 0,
+                size: 8,
+            },
         }
     }
     /// True when the host must convert the cube before upload (i64 / u64).
@@ -87,7 +95,11 @@ pub(crate) struct Kernels {
 
 fn grid_for(n: u64, sms: u32) -> LaunchConfig {
     let blocks = n.div_ceil(THREADS as u64).clamp(1, sms as u64 * 16) as u32;
-    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 impl Kernels {
@@ -113,7 +125,11 @@ impl Kernels {
             }
             Err(e) => return Err(BackendError::Cuda(format!("cuModuleLoadData: {e}"))),
         };
-        let f = |name: &str| module.load_function(name).map_err(|e| BackendError::Cuda(format!("kernel {name}: {e}")));
+        let f = |name: &str| {
+            module
+                .load_function(name)
+                .map_err(|e| BackendError::Cuda(format!("kernel {name}: {e}")))
+        };
         Ok(Kernels {
             sms,
             origin,
@@ -138,8 +154,17 @@ impl Kernels {
     /// valid[p] for `npix` pixels from `raw`; adds the valid count to `count` (0: not counted).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn pixel_mask(
-        &self, s: &CudaStream, raw: u64, npix: i64, bands: i32, t: RawType, mask_bands: u64, n_mask: i32,
-        ignore: f64, valid: u64, count: u64,
+        &self,
+        s: &CudaStream,
+        raw: u64,
+        npix: i64,
+        bands: i32,
+        t: RawType,
+        mask_bands: u64,
+        n_mask: i32,
+        ignore: f64,
+        valid: u64,
+        count: u64,
     ) -> Result<(), BackendError> {
         if npix == 0 {
             return Ok(());
@@ -148,8 +173,16 @@ impl Kernels {
         // SAFETY: the argument list matches pixel_mask in common.cuh; buffers are sized by the caller.
         unsafe {
             s.launch_builder(&self.pixel_mask)
-                .arg(&raw).arg(&npix).arg(&bands).arg(&t.code).arg(&t.swap)
-                .arg(&mask_bands).arg(&n_mask).arg(&ignore).arg(&valid).arg(&count)
+                .arg(&raw)
+                .arg(&npix)
+                .arg(&bands)
+                .arg(&t.code)
+                .arg(&t.swap)
+                .arg(&mask_bands)
+                .arg(&n_mask)
+                .arg(&ignore)
+                .arg(&valid)
+                .arg(&count)
                 .launch(cfg)
         }
         .map(|_| ())
@@ -159,8 +192,16 @@ impl Kernels {
     /// Noise residual rows for lines out_l0..out_l1 into `out`, minus `shift`; `count` += residuals.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn noise(
-        &self, s: &CudaStream, mean_filter: bool, raw: u64, valid: u64, t: RawType, g: NoiseArgs, shift: u64,
-        out: u64, count: u64,
+        &self,
+        s: &CudaStream,
+        mean_filter: bool,
+        raw: u64,
+        valid: u64,
+        t: RawType,
+        g: NoiseArgs,
+        shift: u64,
+        out: u64,
+        count: u64,
     ) -> Result<(), BackendError> {
         let rows = (g.out_l1 - g.out_l0).max(0) as u64;
         if rows == 0 {
@@ -175,15 +216,33 @@ impl Kernels {
         } else {
             grid_for(rows * g.samples as u64 * g.bands as u64, self.sms)
         };
-        let f = if mean_filter { &self.noise_mean_filter } else { &self.noise_shift_difference };
+        let f = if mean_filter {
+            &self.noise_mean_filter
+        } else {
+            &self.noise_shift_difference
+        };
         let [wx0, wx1, wy0, wy1] = g.window;
         // SAFETY: matches noise_mean_filter / noise_shift_difference in noise.cu.
         unsafe {
             s.launch_builder(f)
-                .arg(&raw).arg(&valid).arg(&t.code).arg(&t.swap)
-                .arg(&g.lines).arg(&g.samples).arg(&g.bands).arg(&g.buf_l0).arg(&g.buf_lines)
-                .arg(&g.out_l0).arg(&g.out_l1).arg(&wx0).arg(&wx1).arg(&wy0).arg(&wy1)
-                .arg(&shift).arg(&out).arg(&count)
+                .arg(&raw)
+                .arg(&valid)
+                .arg(&t.code)
+                .arg(&t.swap)
+                .arg(&g.lines)
+                .arg(&g.samples)
+                .arg(&g.bands)
+                .arg(&g.buf_l0)
+                .arg(&g.buf_lines)
+                .arg(&g.out_l0)
+                .arg(&g.out_l1)
+                .arg(&wx0)
+                .arg(&wx1)
+                .arg(&wy0)
+                .arg(&wy1)
+                .arg(&shift)
+                .arg(&out)
+                .arg(&count)
                 .launch(cfg)
         }
         .map(|_| ())
@@ -193,7 +252,15 @@ impl Kernels {
     /// out = raw − shift (float32), zero rows at invalid pixels.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn convert_shifted(
-        &self, s: &CudaStream, raw: u64, valid: u64, npix: i64, bands: i32, t: RawType, shift: u64, out: u64,
+        &self,
+        s: &CudaStream,
+        raw: u64,
+        valid: u64,
+        npix: i64,
+        bands: i32,
+        t: RawType,
+        shift: u64,
+        out: u64,
     ) -> Result<(), BackendError> {
         if npix == 0 {
             return Ok(());
@@ -202,7 +269,14 @@ impl Kernels {
         // SAFETY: matches convert_shifted in covariance.cu.
         unsafe {
             s.launch_builder(&self.convert_shifted)
-                .arg(&raw).arg(&valid).arg(&npix).arg(&bands).arg(&t.code).arg(&t.swap).arg(&shift).arg(&out)
+                .arg(&raw)
+                .arg(&valid)
+                .arg(&npix)
+                .arg(&bands)
+                .arg(&t.code)
+                .arg(&t.swap)
+                .arg(&shift)
+                .arg(&out)
                 .launch(cfg)
         }
         .map(|_| ())
@@ -210,16 +284,33 @@ impl Kernels {
     }
 
     /// sums[b] += Σ_p d[p, b] (float64 atomics, one per block and band).
-    pub(crate) fn col_sums(&self, s: &CudaStream, d: u64, npix: i64, bands: i32, sums: u64) -> Result<(), BackendError> {
+    pub(crate) fn col_sums(
+        &self,
+        s: &CudaStream,
+        d: u64,
+        npix: i64,
+        bands: i32,
+        sums: u64,
+    ) -> Result<(), BackendError> {
         if npix == 0 {
             return Ok(());
         }
         let per_block: i64 = 256;
         let blocks = (npix as u64).div_ceil(per_block as u64) as u32;
-        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
         // SAFETY: matches col_sums in covariance.cu.
         unsafe {
-            s.launch_builder(&self.col_sums).arg(&d).arg(&npix).arg(&bands).arg(&per_block).arg(&sums).launch(cfg)
+            s.launch_builder(&self.col_sums)
+                .arg(&d)
+                .arg(&npix)
+                .arg(&bands)
+                .arg(&per_block)
+                .arg(&sums)
+                .launch(cfg)
         }
         .map(|_| ())
         .map_err(cuda("launch col_sums"))
@@ -240,11 +331,22 @@ impl Kernels {
             shared_mem_bytes: 0,
         };
         let (pc, ps) = (parts.cross.ptr(), parts.sum.ptr());
-        let f = if self.use_dmma { &self.cov_lower_dmma } else { &self.cov_lower };
+        let f = if self.use_dmma {
+            &self.cov_lower_dmma
+        } else {
+            &self.cov_lower
+        };
         // SAFETY: matches cov_lower / cov_lower_dmma in covariance.cu; parts holds splits × pairs tiles.
         unsafe {
             s.launch_builder(f)
-                .arg(&d).arg(&npix).arg(&bands).arg(&per_split).arg(&pairs).arg(&tiles).arg(&pc).arg(&ps)
+                .arg(&d)
+                .arg(&npix)
+                .arg(&bands)
+                .arg(&per_split)
+                .arg(&pairs)
+                .arg(&tiles)
+                .arg(&pc)
+                .arg(&ps)
                 .launch(cfg)
         }
         .map(|_| ())
@@ -254,12 +356,24 @@ impl Kernels {
     /// c (B × B, lower triangle) and sums (B) from the partial sums.
     pub(crate) fn reduce_parts(&self, s: &CudaStream, parts: &CovParts, c: u64, sums: u64) -> Result<(), BackendError> {
         let cfg = grid_for((parts.pairs * COV_TILE * COV_TILE) as u64, self.sms);
-        let (splits, pairs, tiles, bands) = (parts.splits as i32, parts.pairs as i32, parts.tiles as i32, parts.bands as i32);
+        let (splits, pairs, tiles, bands) = (
+            parts.splits as i32,
+            parts.pairs as i32,
+            parts.tiles as i32,
+            parts.bands as i32,
+        );
         let (pc, ps) = (parts.cross.ptr(), parts.sum.ptr());
         // SAFETY: matches reduce_parts in covariance.cu.
         unsafe {
             s.launch_builder(&self.reduce_parts)
-                .arg(&pc).arg(&ps).arg(&splits).arg(&pairs).arg(&tiles).arg(&bands).arg(&c).arg(&sums)
+                .arg(&pc)
+                .arg(&ps)
+                .arg(&splits)
+                .arg(&pairs)
+                .arg(&tiles)
+                .arg(&bands)
+                .arg(&c)
+                .arg(&sums)
                 .launch(cfg)
         }
         .map(|_| ())
@@ -273,29 +387,69 @@ impl Kernels {
         }
         let cfg = grid_for(n as u64, self.sms);
         // SAFETY: matches widen_f64 in covariance.cu.
-        unsafe { s.launch_builder(&self.widen_f64).arg(&input).arg(&n).arg(&out).launch(cfg) }
-            .map(|_| ())
-            .map_err(cuda("launch widen_f64"))
+        unsafe {
+            s.launch_builder(&self.widen_f64)
+                .arg(&input)
+                .arg(&n)
+                .arg(&out)
+                .launch(cfg)
+        }
+        .map(|_| ())
+        .map_err(cuda("launch widen_f64"))
     }
 
     /// The projection / inverse kernel (see transform.cu); `t_global` 0 selects the constant-memory T.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn project(
-        &self, s: &CudaStream, raw: u64, valid: u64, npix: i64, bands: i32, t: RawType, used: u64, n_used: i32,
-        means: u64, t_global: u64, k: i32, out: u64, out_stride: i32, out_col: u64, add_mean: u64,
+        &self,
+        s: &CudaStream,
+        raw: u64,
+        valid: u64,
+        npix: i64,
+        bands: i32,
+        t: RawType,
+        used: u64,
+        n_used: i32,
+        means: u64,
+        t_global: u64,
+        k: i32,
+        out: u64,
+        out_stride: i32,
+        out_col: u64,
+        add_mean: u64,
     ) -> Result<(), BackendError> {
         if npix == 0 {
             return Ok(());
         }
         let blocks = (npix as u64).div_ceil(32).clamp(1, self.sms as u64 * 16) as u32;
-        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-        let f = if t_global == 0 { &self.project_const } else { &self.project_global };
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let f = if t_global == 0 {
+            &self.project_const
+        } else {
+            &self.project_global
+        };
         // SAFETY: matches project_const / project_global in transform.cu.
         unsafe {
             s.launch_builder(f)
-                .arg(&raw).arg(&valid).arg(&npix).arg(&bands).arg(&t.code).arg(&t.swap)
-                .arg(&used).arg(&n_used).arg(&means).arg(&t_global).arg(&k)
-                .arg(&out).arg(&out_stride).arg(&out_col).arg(&add_mean)
+                .arg(&raw)
+                .arg(&valid)
+                .arg(&npix)
+                .arg(&bands)
+                .arg(&t.code)
+                .arg(&t.swap)
+                .arg(&used)
+                .arg(&n_used)
+                .arg(&means)
+                .arg(&t_global)
+                .arg(&k)
+                .arg(&out)
+                .arg(&out_stride)
+                .arg(&out_col)
+                .arg(&add_mean)
                 .launch(cfg)
         }
         .map(|_| ())
@@ -305,7 +459,16 @@ impl Kernels {
     /// out[p, cols[j]] = float32(x) (NaN at invalid pixels).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn pass_through(
-        &self, s: &CudaStream, raw: u64, valid: u64, npix: i64, bands: i32, t: RawType, cols: u64, n_cols: i32, out: u64,
+        &self,
+        s: &CudaStream,
+        raw: u64,
+        valid: u64,
+        npix: i64,
+        bands: i32,
+        t: RawType,
+        cols: u64,
+        n_cols: i32,
+        out: u64,
     ) -> Result<(), BackendError> {
         if npix == 0 || n_cols == 0 {
             return Ok(());
@@ -314,7 +477,15 @@ impl Kernels {
         // SAFETY: matches pass_through in transform.cu.
         unsafe {
             s.launch_builder(&self.pass_through)
-                .arg(&raw).arg(&valid).arg(&npix).arg(&bands).arg(&t.code).arg(&t.swap).arg(&cols).arg(&n_cols).arg(&out)
+                .arg(&raw)
+                .arg(&valid)
+                .arg(&npix)
+                .arg(&bands)
+                .arg(&t.code)
+                .arg(&t.swap)
+                .arg(&cols)
+                .arg(&n_cols)
+                .arg(&out)
                 .launch(cfg)
         }
         .map(|_| ())
@@ -324,8 +495,17 @@ impl Kernels {
     /// out = x_used − means (float32, npix × n_used), NaN rows at invalid pixels.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn convert_centred_used(
-        &self, s: &CudaStream, raw: u64, valid: u64, npix: i64, bands: i32, t: RawType, used: u64, n_used: i32,
-        means: u64, out: u64,
+        &self,
+        s: &CudaStream,
+        raw: u64,
+        valid: u64,
+        npix: i64,
+        bands: i32,
+        t: RawType,
+        used: u64,
+        n_used: i32,
+        means: u64,
+        out: u64,
     ) -> Result<(), BackendError> {
         if npix == 0 {
             return Ok(());
@@ -334,8 +514,16 @@ impl Kernels {
         // SAFETY: matches convert_centred_used in transform.cu.
         unsafe {
             s.launch_builder(&self.convert_centred_used)
-                .arg(&raw).arg(&valid).arg(&npix).arg(&bands).arg(&t.code).arg(&t.swap)
-                .arg(&used).arg(&n_used).arg(&means).arg(&out)
+                .arg(&raw)
+                .arg(&valid)
+                .arg(&npix)
+                .arg(&bands)
+                .arg(&t.code)
+                .arg(&t.swap)
+                .arg(&used)
+                .arg(&n_used)
+                .arg(&means)
+                .arg(&out)
                 .launch(cfg)
         }
         .map(|_| ())

@@ -156,7 +156,11 @@ impl CudaBackend {
             }
         }
         times.sort_by(|x, y| x.total_cmp(y));
-        let med = if times.is_empty() { f64::NAN } else { times[times.len() / 2] };
+        let med = if times.is_empty() {
+            f64::NAN
+        } else {
+            times[times.len() / 2]
+        };
         Ok((med, times.first().copied().unwrap_or(f64::NAN)))
     }
 
@@ -211,7 +215,9 @@ mod tests {
         }
         let b = crate::backend::select(crate::mnf::BackendChoice::Auto).expect("auto must fall back");
         assert_eq!(b.name(), "cpu");
-        let e = crate::backend::select(crate::mnf::BackendChoice::Cuda).err().expect("cuda must fail here");
+        let e = crate::backend::select(crate::mnf::BackendChoice::Cuda)
+            .err()
+            .expect("cuda must fail here");
         assert_eq!(e.code(), "backend_unavailable");
     }
 }

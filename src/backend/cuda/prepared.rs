@@ -161,7 +161,13 @@ impl<'c> CudaCube<'c> {
             let fixed = 2 * 2 * (line_bytes + samples);
             chunk_lines = (budget.saturating_sub(fixed) / per_line.max(1)).clamp(1, chunk_lines);
         }
-        let lay = Layout { lines, samples, bands, t, chunk_lines };
+        let lay = Layout {
+            lines,
+            samples,
+            bands,
+            t,
+            chunk_lines,
+        };
         let compute = be.ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
         let copy = be.ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
         let n = lay.chunks();
@@ -170,21 +176,46 @@ impl<'c> CudaCube<'c> {
         let (resident, slots) = if resident {
             let raw = dev(host.len())?;
             let arrived = (0..n).map(|_| event(&be.ctx, false)).collect::<Result<Vec<_>, _>>()?;
-            (Some(Resident { raw, uploaded: vec![false; n], arrived }), None)
+            (
+                Some(Resident {
+                    raw,
+                    uploaded: vec![false; n],
+                    arrived,
+                }),
+                None,
+            )
         } else {
             let slot_lines = chunk_lines + 2;
             let mk = || dev(slot_lines * line_bytes);
             let mv = || dev(slot_lines * samples);
             let ev = || event(&be.ctx, false);
-            (None, Some(Slots { raw: [mk()?, mk()?], valid: [mv()?, mv()?], arrived: [ev()?, ev()?], released: [ev()?, ev()?] }))
+            (
+                None,
+                Some(Slots {
+                    raw: [mk()?, mk()?],
+                    valid: [mv()?, mv()?],
+                    arrived: [ev()?, ev()?],
+                    released: [ev()?, ev()?],
+                }),
+            )
         };
-        tracing::debug!(resident = resident.is_some(), chunk_lines, chunks = n, registered, "cube prepared on the device");
+        tracing::debug!(
+            resident = resident.is_some(),
+            chunk_lines,
+            chunks = n,
+            registered,
+            "cube prepared on the device"
+        );
         Ok(CudaCube {
             be,
             cube,
             host,
             registered,
-            timeline: Timeline { resident: resident.is_some(), chunks: n, ..Default::default() },
+            timeline: Timeline {
+                resident: resident.is_some(),
+                chunks: n,
+                ..Default::default()
+            },
             lay,
             compute,
             copy,
@@ -213,7 +244,9 @@ impl<'c> CudaCube<'c> {
     /// Device memory from the backend's pool.
     fn dev(&self, bytes: usize) -> Result<Pooled<'c, DevBuf>, BackendError> {
         let ctx = &self.be.ctx;
-        self.be.dev_pool.take(bytes, &[&self.compute, &self.copy], |n| DevBuf::alloc(ctx, n))
+        self.be
+            .dev_pool
+            .take(bytes, &[&self.compute, &self.copy], |n| DevBuf::alloc(ctx, n))
     }
 
     /// Device memory holding `data` (copied in order on the compute stream).
@@ -230,7 +263,9 @@ impl<'c> CudaCube<'c> {
     /// Page-locked host memory from the backend's pool.
     fn pinned(&self, bytes: usize) -> Result<Pooled<'c, PinnedBuf>, BackendError> {
         let ctx = &self.be.ctx;
-        self.be.pinned_pool.take(bytes, &[&self.compute, &self.copy], |n| PinnedBuf::alloc(ctx, n))
+        self.be
+            .pinned_pool
+            .take(bytes, &[&self.compute, &self.copy], |n| PinnedBuf::alloc(ctx, n))
     }
 
     /// Sends host bytes `range` to device address `dst` on the copy stream: directly from page-locked
@@ -259,7 +294,10 @@ impl<'c> CudaCube<'c> {
         st.copied[i].synchronize().map_err(cuda("cuEventSynchronize"))?;
         let src = &self.host[range.clone()];
         let dst_host = &mut st.buf[i].as_mut_slice()[..src.len()];
-        dst_host.par_chunks_mut(1 << 20).zip(src.par_chunks(1 << 20)).for_each(|(d, s)| d.copy_from_slice(s));
+        dst_host
+            .par_chunks_mut(1 << 20)
+            .zip(src.par_chunks(1 << 20))
+            .for_each(|(d, s)| d.copy_from_slice(s));
         // SAFETY: the staging buffer is not touched again before `copied[i]` has passed (synchronized
         // above before each reuse, and in Drop).
         unsafe { htod_async(dst, &st.buf[i].as_slice()[..src.len()], &self.copy)? };
@@ -291,28 +329,43 @@ impl<'c> CudaCube<'c> {
         let lb = self.lay.line_bytes();
         let slots = self.slots.as_ref().expect("streamed cube");
         // The copy may only overwrite the slot once the kernels of chunk c − 2 are done with it.
-        self.copy.wait(&slots.released[slot]).map_err(cuda("cuStreamWaitEvent"))?;
+        self.copy
+            .wait(&slots.released[slot])
+            .map_err(cuda("cuStreamWaitEvent"))?;
         let dst = slots.raw[slot].ptr();
         self.send(b0 * lb..b1 * lb, dst)?;
         let slots = self.slots.as_ref().expect("streamed cube");
         slots.arrived[slot].record(&self.copy).map_err(cuda("cuEventRecord"))?;
-        self.compute.wait(&slots.arrived[slot]).map_err(cuda("cuStreamWaitEvent"))?;
+        self.compute
+            .wait(&slots.arrived[slot])
+            .map_err(cuda("cuStreamWaitEvent"))?;
         Ok((slot, b0, b1 - b0))
     }
 
     fn release_slot(&self, slot: usize) -> Result<(), BackendError> {
         let slots = self.slots.as_ref().expect("streamed cube");
-        slots.released[slot].record(&self.compute).map_err(cuda("cuEventRecord"))
+        slots.released[slot]
+            .record(&self.compute)
+            .map_err(cuda("cuEventRecord"))
     }
 
     /// Checks mask parameters and uploads the mask band list.
-    fn mask_setup(&self, ignore: Option<f64>, mask_bands: &[usize]) -> Result<Option<(f64, Pooled<'c, DevBuf>, i32)>, BackendError> {
+    fn mask_setup(
+        &self,
+        ignore: Option<f64>,
+        mask_bands: &[usize],
+    ) -> Result<Option<(f64, Pooled<'c, DevBuf>, i32)>, BackendError> {
         let Some(v) = ignore else { return Ok(None) };
         if v.is_nan() {
-            return Err(BackendError::Invalid("the no-data value must be a number, not NaN".into()));
+            return Err(BackendError::Invalid(
+                "the no-data value must be a number, not NaN".into(),
+            ));
         }
         if let Some(&b) = mask_bands.iter().find(|&&b| b >= self.lay.bands) {
-            return Err(BackendError::Invalid(format!("mask band {b} is out of range (bands: {})", self.lay.bands)));
+            return Err(BackendError::Invalid(format!(
+                "mask band {b} is out of range (bands: {})",
+                self.lay.bands
+            )));
         }
         let list: Vec<i32> = mask_bands.iter().map(|&b| b as i32).collect();
         Ok(Some((v, self.dev_from(&list)?, list.len() as i32)))
@@ -321,8 +374,13 @@ impl<'c> CudaCube<'c> {
     /// Resident cube: computes the valid-pixel buffer for (ignore, mask_bands) over all chunks unless it
     /// is already there. Returns its address (0: no mask, all pixels valid).
     fn ensure_resident_mask(&mut self, ignore: Option<f64>, mask_bands: &[usize]) -> Result<u64, BackendError> {
-        let key = MaskKey { ignore: ignore.map(f64::to_bits), bands: mask_bands.to_vec() };
-        let Some((v, list, n_mask)) = self.mask_setup(ignore, mask_bands)? else { return Ok(0) };
+        let key = MaskKey {
+            ignore: ignore.map(f64::to_bits),
+            bands: mask_bands.to_vec(),
+        };
+        let Some((v, list, n_mask)) = self.mask_setup(ignore, mask_bands)? else {
+            return Ok(0);
+        };
         if self.mask_key.as_ref() == Some(&key) {
             if let Some(valid) = &self.valid {
                 return Ok(valid.ptr());
@@ -340,7 +398,14 @@ impl<'c> CudaCube<'c> {
     }
 
     /// valid[] for the pixels of chunk c of a resident cube (adds the valid count to `count` unless 0).
-    fn mask_chunk_resident(&self, c: usize, v: f64, list: &DevBuf, n_mask: i32, count: u64) -> Result<(), BackendError> {
+    fn mask_chunk_resident(
+        &self,
+        c: usize,
+        v: f64,
+        list: &DevBuf,
+        n_mask: i32,
+        count: u64,
+    ) -> Result<(), BackendError> {
         let (l0, l1) = self.lay.chunk(c);
         let s = self.lay.samples;
         let res = self.resident.as_ref().expect("resident cube");
@@ -372,7 +437,9 @@ impl<'c> CudaCube<'c> {
 enum CovAcc<'c> {
     Kernels(CovParts<'c>),
     /// A float64 copy of the work matrix for DSYRK.
-    Cublas { wide: Pooled<'c, DevBuf> },
+    Cublas {
+        wide: Pooled<'c, DevBuf>,
+    },
 }
 
 /// Device results of the statistics pass: for noise and data, the lower triangle of Σddᵀ (B × B) and
@@ -414,10 +481,17 @@ impl<'c> CudaCube<'c> {
                     p.zero(&self.compute)?;
                     CovAcc::Kernels(p)
                 }
-                Route::Cublas => CovAcc::Cublas { wide: self.dev(self.lay.chunk_pixels_max() * b * 8)? },
+                Route::Cublas => CovAcc::Cublas {
+                    wide: self.dev(self.lay.chunk_pixels_max() * b * 8)?,
+                },
             })
         };
-        Ok(StatBufs { results, counters, noise: acc()?, data: acc()? })
+        Ok(StatBufs {
+            results,
+            counters,
+            noise: acc()?,
+            data: acc()?,
+        })
     }
 
     /// Adds the `npix` rows of the work matrix `d` into the accumulators of one covariance.
@@ -559,7 +633,11 @@ fn sample_shifts(cube: &Cube, spec: &StatsSpec) -> (Vec<f64>, Vec<f64>) {
     // keep every shifted value exact in float32.
     if !cube.dtype().is_float() {
         data.iter_mut().for_each(|a| *a = a.round());
-        let grid = if spec.noise == NoiseEstimator::MeanFilter { 8.0 } else { 1.0 };
+        let grid = if spec.noise == NoiseEstimator::MeanFilter {
+            8.0
+        } else {
+            1.0
+        };
         noise.iter_mut().for_each(|a| *a = (*a * grid).round() / grid);
     }
     (data, noise)
@@ -578,7 +656,10 @@ fn moments_from(n: u64, shift: &[f64], sum: &[f64], cross_lower: &[f64]) -> Mome
 }
 
 fn f64s(bytes: &[u8]) -> Vec<f64> {
-    bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+    bytes
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect()
 }
 
 impl PreparedCube for CudaCube<'_> {
@@ -608,8 +689,12 @@ impl PreparedCube for CudaCube<'_> {
         let bufs = self.stat_bufs()?;
         let work = self.dev(self.lay.chunk_pixels_max() * b * 4)?;
         let off = StatBufs::offsets(b);
-        let (n_cross, n_sum, d_cross, d_sum) =
-            (bufs.results.at(off[0]), bufs.results.at(off[1]), bufs.results.at(off[2]), bufs.results.at(off[3]));
+        let (n_cross, n_sum, d_cross, d_sum) = (
+            bufs.results.at(off[0]),
+            bufs.results.at(off[1]),
+            bufs.results.at(off[2]),
+            bufs.results.at(off[3]),
+        );
         let (cnt_valid, cnt_noise) = (bufs.counters.at(0), bufs.counters.at(8));
         let n_chunks = self.lay.chunks();
         let lb = self.lay.line_bytes();
@@ -627,7 +712,10 @@ impl PreparedCube for CudaCube<'_> {
 
         if self.resident.is_some() {
             // Upload and compute interleaved, chunk by chunk.
-            let key = MaskKey { ignore: spec.ignore_value.map(f64::to_bits), bands: spec.mask_bands.clone() };
+            let key = MaskKey {
+                ignore: spec.ignore_value.map(f64::to_bits),
+                bands: spec.mask_bands.clone(),
+            };
             if mask.is_some() && self.valid.is_none() {
                 self.valid = Some(self.dev(lines * samples)?);
             }
@@ -635,15 +723,38 @@ impl PreparedCube for CudaCube<'_> {
                 let (l0, l1) = me.lay.chunk(c);
                 let raw = me.resident.as_ref().expect("resident").raw.ptr();
                 let g = me.noise_args(spec, 0, lines, l0, l1);
-                k.noise(&me.compute, mean_filter, raw, valid, t, g, n_shift.ptr(), work.ptr(), cnt_noise)?;
+                k.noise(
+                    &me.compute,
+                    mean_filter,
+                    raw,
+                    valid,
+                    t,
+                    g,
+                    n_shift.ptr(),
+                    work.ptr(),
+                    cnt_noise,
+                )?;
                 me.accumulate(&bufs.noise, work.ptr(), (l1 - l0) * samples, n_cross, n_sum)
             };
             let data_chunk = |me: &Self, c: usize| -> Result<(), BackendError> {
                 let (l0, l1) = me.lay.chunk(c);
                 let raw = me.resident.as_ref().expect("resident").raw.at(l0 * lb);
-                let vp = if mask.is_some() { me.valid.as_ref().expect("mask").at(l0 * samples) } else { 0 };
+                let vp = if mask.is_some() {
+                    me.valid.as_ref().expect("mask").at(l0 * samples)
+                } else {
+                    0
+                };
                 let npix = (l1 - l0) * samples;
-                k.convert_shifted(&me.compute, raw, vp, npix as i64, b as i32, t, d_shift.ptr(), work.ptr())?;
+                k.convert_shifted(
+                    &me.compute,
+                    raw,
+                    vp,
+                    npix as i64,
+                    b as i32,
+                    t,
+                    d_shift.ptr(),
+                    work.ptr(),
+                )?;
                 me.accumulate(&bufs.data, work.ptr(), npix, d_cross, d_sum)
             };
             // Chunk c − 1 is processed (noise, then data) once chunk c, its halo, has arrived, so the
@@ -668,7 +779,11 @@ impl PreparedCube for CudaCube<'_> {
             self.finish(&bufs.noise, n_cross, n_sum)?;
             // SAFETY: host_res lives until the synchronize calls below.
             unsafe {
-                dtoh_async(&mut host_res.as_mut_slice()[..noise_bytes], bufs.results.ptr(), &self.compute)?;
+                dtoh_async(
+                    &mut host_res.as_mut_slice()[..noise_bytes],
+                    bufs.results.ptr(),
+                    &self.compute,
+                )?;
                 dtoh_async(
                     &mut host_res.as_mut_slice()[results_bytes..results_bytes + counters_bytes],
                     bufs.counters.ptr(),
@@ -694,27 +809,77 @@ impl PreparedCube for CudaCube<'_> {
                     let (m, bl) = (*n_mask, b as i32);
                     let before = l0 - b0;
                     let after = blines - before - (l1 - l0);
-                    k.pixel_mask(&self.compute, raw, (before * samples) as i64, bl, t, list.ptr(), m, *v, vbuf.ptr(), 0)?;
                     k.pixel_mask(
-                        &self.compute, raw + (before * lb) as u64, ((l1 - l0) * samples) as i64, bl, t, list.ptr(), m, *v,
-                        vbuf.at(before * samples), cnt_valid,
+                        &self.compute,
+                        raw,
+                        (before * samples) as i64,
+                        bl,
+                        t,
+                        list.ptr(),
+                        m,
+                        *v,
+                        vbuf.ptr(),
+                        0,
+                    )?;
+                    k.pixel_mask(
+                        &self.compute,
+                        raw + (before * lb) as u64,
+                        ((l1 - l0) * samples) as i64,
+                        bl,
+                        t,
+                        list.ptr(),
+                        m,
+                        *v,
+                        vbuf.at(before * samples),
+                        cnt_valid,
                     )?;
                     let at = before + (l1 - l0);
                     k.pixel_mask(
-                        &self.compute, raw + (at * lb) as u64, (after * samples) as i64, bl, t, list.ptr(), m, *v,
-                        vbuf.at(at * samples), 0,
+                        &self.compute,
+                        raw + (at * lb) as u64,
+                        (after * samples) as i64,
+                        bl,
+                        t,
+                        list.ptr(),
+                        m,
+                        *v,
+                        vbuf.at(at * samples),
+                        0,
                     )?;
                     vbuf.ptr()
                 } else {
                     0
                 };
                 let g = self.noise_args(spec, b0, blines, l0, l1);
-                k.noise(&self.compute, mean_filter, raw, valid, t, g, n_shift.ptr(), work.ptr(), cnt_noise)?;
+                k.noise(
+                    &self.compute,
+                    mean_filter,
+                    raw,
+                    valid,
+                    t,
+                    g,
+                    n_shift.ptr(),
+                    work.ptr(),
+                    cnt_noise,
+                )?;
                 let npix = (l1 - l0) * samples;
                 self.accumulate(&bufs.noise, work.ptr(), npix, n_cross, n_sum)?;
                 let before = l0 - b0;
-                let vp = if valid != 0 { valid + (before * samples) as u64 } else { 0 };
-                k.convert_shifted(&self.compute, raw + (before * lb) as u64, vp, npix as i64, b as i32, t, d_shift.ptr(), work.ptr())?;
+                let vp = if valid != 0 {
+                    valid + (before * samples) as u64
+                } else {
+                    0
+                };
+                k.convert_shifted(
+                    &self.compute,
+                    raw + (before * lb) as u64,
+                    vp,
+                    npix as i64,
+                    b as i32,
+                    t,
+                    d_shift.ptr(),
+                    work.ptr(),
+                )?;
                 self.accumulate(&bufs.data, work.ptr(), npix, d_cross, d_sum)?;
                 self.release_slot(slot)?;
                 monitor.tick(Stage::Statistics, c as f64 / n_chunks as f64)?;
@@ -724,8 +889,16 @@ impl PreparedCube for CudaCube<'_> {
             self.finish(&bufs.data, d_cross, d_sum)?;
             // SAFETY: as above.
             unsafe {
-                dtoh_async(&mut host_res.as_mut_slice()[..noise_bytes], bufs.results.ptr(), &self.compute)?;
-                dtoh_async(&mut host_res.as_mut_slice()[results_bytes..results_bytes + counters_bytes], bufs.counters.ptr(), &self.compute)?;
+                dtoh_async(
+                    &mut host_res.as_mut_slice()[..noise_bytes],
+                    bufs.results.ptr(),
+                    &self.compute,
+                )?;
+                dtoh_async(
+                    &mut host_res.as_mut_slice()[results_bytes..results_bytes + counters_bytes],
+                    bufs.counters.ptr(),
+                    &self.compute,
+                )?;
             }
             ev_noise.record(&self.compute).map_err(cuda("cuEventRecord"))?;
         }
@@ -766,7 +939,11 @@ impl PreparedCube for CudaCube<'_> {
         self.timeline.statistics_wall_ms = wall.elapsed().as_secs_f64() * 1e3;
         self.store_timeline();
         monitor.tick(Stage::Statistics, 1.0)?;
-        Ok(Statistics { data, noise, masked_pixels: total - n_valid })
+        Ok(Statistics {
+            data,
+            noise,
+            masked_pixels: total - n_valid,
+        })
     }
 
     fn project(&mut self, projection: &Projection, out: &mut [f32], monitor: &Monitor) -> Result<(), BackendError> {
@@ -774,7 +951,9 @@ impl PreparedCube for CudaCube<'_> {
         let u = p.bands_used.len();
         let k = p.k;
         if k == 0 || u == 0 {
-            return Err(BackendError::Invalid("projection needs at least one band and one component".into()));
+            return Err(BackendError::Invalid(
+                "projection needs at least one band and one component".into(),
+            ));
         }
         if p.means.len() != u || p.transform.len() != u * k {
             return Err(BackendError::Invalid(format!(
@@ -784,7 +963,14 @@ impl PreparedCube for CudaCube<'_> {
             )));
         }
         let t: Vec<f32> = p.transform.iter().map(|&v| v as f32).collect();
-        let pass = OutputPass { used: &p.bands_used, means: &p.means, matrix: &t, k, stride: k, denoise: false };
+        let pass = OutputPass {
+            used: &p.bands_used,
+            means: &p.means,
+            matrix: &t,
+            k,
+            stride: k,
+            denoise: false,
+        };
         self.output_pass(&pass, p.ignore_value, &p.mask_bands, out, monitor, Stage::Projection)
     }
 
@@ -804,7 +990,14 @@ impl PreparedCube for CudaCube<'_> {
                 t[q * u + r] = d.matrix[r * u + q] as f32;
             }
         }
-        let pass = OutputPass { used: &d.bands_used, means: &d.means, matrix: &t, k: u, stride: self.lay.bands, denoise: true };
+        let pass = OutputPass {
+            used: &d.bands_used,
+            means: &d.means,
+            matrix: &t,
+            k: u,
+            stride: self.lay.bands,
+            denoise: true,
+        };
         self.output_pass(&pass, d.ignore_value, &d.mask_bands, out, monitor, Stage::Inverse)
     }
 }
@@ -843,7 +1036,9 @@ impl CudaCube<'_> {
             )));
         }
         if let Some(&bad) = pass.used.iter().find(|&&x| x >= b) {
-            return Err(BackendError::Invalid(format!("band {bad} is out of range (bands: {b})")));
+            return Err(BackendError::Invalid(format!(
+                "band {bad} is out of range (bands: {b})"
+            )));
         }
         let ctx = self.be.ctx.clone();
         let kern = &self.be.kernels;
@@ -859,7 +1054,12 @@ impl CudaCube<'_> {
         // The constant-memory T is shared by every user of the module: hold the lock for the pass.
         let _const_guard = if use_const {
             let g = self.be.const_lock.lock().unwrap_or_else(|e| e.into_inner());
-            let sym = self.be.kernels.module.get_global("c_transform", &self.compute).map_err(cuda("cuModuleGetGlobal"))?;
+            let sym = self
+                .be
+                .kernels
+                .module
+                .get_global("c_transform", &self.compute)
+                .map_err(cuda("cuModuleGetGlobal"))?;
             let (sym_ptr, _sync) = cudarc::driver::DevicePtr::device_ptr(&sym, &self.compute);
             // SAFETY: pass.matrix (u·k ≤ MAX_CONST_T floats) outlives the copy (synchronized below).
             unsafe {
@@ -870,19 +1070,33 @@ impl CudaCube<'_> {
         } else {
             None
         };
-        let valid_resident = if self.resident.is_some() { self.ensure_resident_mask(ignore, mask_bands)? } else { 0 };
-        let mask = if self.resident.is_none() { self.mask_setup(ignore, mask_bands)? } else { None };
+        let valid_resident = if self.resident.is_some() {
+            self.ensure_resident_mask(ignore, mask_bands)?
+        } else {
+            0
+        };
+        let mask = if self.resident.is_none() {
+            self.mask_setup(ignore, mask_bands)?
+        } else {
+            None
+        };
         // Output chunks: a resident cube is read in larger pieces (about 8 MB of output each), which
         // keeps the per-chunk host work (waiting, copying out of pinned memory) few and large.
         let out_lines = if self.resident.is_some() {
-            ((8usize << 20) / (samples * stride * 4).max(1)).max(self.lay.chunk_lines).min(lines)
+            ((8usize << 20) / (samples * stride * 4).max(1))
+                .max(self.lay.chunk_lines)
+                .min(lines)
         } else {
             self.lay.chunk_lines
         };
         let chunk_px = out_lines * samples;
         let out_bytes = chunk_px * stride * 4;
         let dev_out = [self.dev(out_bytes)?, self.dev(out_bytes)?];
-        let xu = if cublas { Some(self.dev(chunk_px * u * 4)?) } else { None };
+        let xu = if cublas {
+            Some(self.dev(chunk_px * u * 4)?)
+        } else {
+            None
+        };
         let mut host_out = [self.pinned(out_bytes)?, self.pinned(out_bytes)?];
         let kernels_done = [event(&ctx, false)?, event(&ctx, false)?];
         let downloaded = [event(&ctx, true)?, event(&ctx, true)?];
@@ -893,18 +1107,21 @@ impl CudaCube<'_> {
         let mut pending: [Option<(usize, usize)>; 2] = [None, None];
 
         // Copies a finished chunk from pinned memory into `out`.
-        let drain = |host: &PinnedBuf, ev: &CudaEvent, range: (usize, usize), out: &mut [f32]| -> Result<(), BackendError> {
-            ev.synchronize().map_err(cuda("cuEventSynchronize"))?;
-            let (first, count) = range;
-            let src = &host.as_slice()[..count * 4];
-            let dst = &mut out[first..first + count];
-            dst.par_chunks_mut(1 << 18).zip(src.par_chunks(1 << 20)).for_each(|(d, s)| {
-                for (o, c) in d.iter_mut().zip(s.chunks_exact(4)) {
-                    *o = f32::from_ne_bytes(c.try_into().expect("4 bytes"));
-                }
-            });
-            Ok(())
-        };
+        let drain =
+            |host: &PinnedBuf, ev: &CudaEvent, range: (usize, usize), out: &mut [f32]| -> Result<(), BackendError> {
+                ev.synchronize().map_err(cuda("cuEventSynchronize"))?;
+                let (first, count) = range;
+                let src = &host.as_slice()[..count * 4];
+                let dst = &mut out[first..first + count];
+                dst.par_chunks_mut(1 << 18)
+                    .zip(src.par_chunks(1 << 20))
+                    .for_each(|(d, s)| {
+                        for (o, c) in d.iter_mut().zip(s.chunks_exact(4)) {
+                            *o = f32::from_ne_bytes(c.try_into().expect("4 bytes"));
+                        }
+                    });
+                Ok(())
+            };
 
         for c in 0..n_chunks {
             let (l0, l1) = (c * out_lines, ((c + 1) * out_lines).min(lines));
@@ -914,13 +1131,19 @@ impl CudaCube<'_> {
                 drain(&host_out[slot], &downloaded[slot], range, out)?;
             }
             // The kernels may overwrite dev_out[slot] once its previous download is done.
-            self.compute.wait(&downloaded[slot]).map_err(cuda("cuStreamWaitEvent"))?;
+            self.compute
+                .wait(&downloaded[slot])
+                .map_err(cuda("cuStreamWaitEvent"))?;
             let (raw, valid, stream_slot) = if self.resident.is_some() {
                 for uc in l0 / self.lay.chunk_lines..=(l1 - 1) / self.lay.chunk_lines {
                     self.ensure_chunk(uc)?;
                 }
                 let raw = self.resident.as_ref().expect("resident").raw.at(l0 * lb);
-                let v = if valid_resident != 0 { valid_resident + (l0 * samples) as u64 } else { 0 };
+                let v = if valid_resident != 0 {
+                    valid_resident + (l0 * samples) as u64
+                } else {
+                    0
+                };
                 (raw, v, None)
             } else {
                 let (s, b0, blines) = self.load_slot(c, 0)?;
@@ -928,7 +1151,18 @@ impl CudaCube<'_> {
                 let slots = self.slots.as_ref().expect("streamed");
                 let raw = slots.raw[s].ptr();
                 let v = if let Some((v, list, n_mask)) = &mask {
-                    kern.pixel_mask(&self.compute, raw, npix as i64, b as i32, t, list.ptr(), *n_mask, *v, slots.valid[s].ptr(), 0)?;
+                    kern.pixel_mask(
+                        &self.compute,
+                        raw,
+                        npix as i64,
+                        b as i32,
+                        t,
+                        list.ptr(),
+                        *n_mask,
+                        *v,
+                        slots.valid[s].ptr(),
+                        0,
+                    )?;
                     slots.valid[s].ptr()
                 } else {
                     0
@@ -938,27 +1172,76 @@ impl CudaCube<'_> {
             let dst = dev_out[slot].ptr();
             if cublas {
                 let xu = xu.as_ref().expect("allocated for cuBLAS").ptr();
-                kern.convert_centred_used(&self.compute, raw, valid, npix as i64, b as i32, t, used_dev.ptr(), u as i32, means_dev.ptr(), xu)?;
+                kern.convert_centred_used(
+                    &self.compute,
+                    raw,
+                    valid,
+                    npix as i64,
+                    b as i32,
+                    t,
+                    used_dev.ptr(),
+                    u as i32,
+                    means_dev.ptr(),
+                    xu,
+                )?;
                 let blas = self.be.blas.as_ref().expect("cuBLAS route has a handle");
                 let blas = blas.lock().unwrap_or_else(|e| e.into_inner());
                 blas.gemm_project(&self.compute, xu, npix, u, t_dev.ptr(), k, dst)?;
             } else if pass.denoise {
                 kern.project(
-                    &self.compute, raw, valid, npix as i64, b as i32, t, used_dev.ptr(), u as i32, means_dev.ptr(),
-                    t_dev.ptr(), k as i32, dst, stride as i32, used_dev.ptr(), means_dev.ptr(),
+                    &self.compute,
+                    raw,
+                    valid,
+                    npix as i64,
+                    b as i32,
+                    t,
+                    used_dev.ptr(),
+                    u as i32,
+                    means_dev.ptr(),
+                    t_dev.ptr(),
+                    k as i32,
+                    dst,
+                    stride as i32,
+                    used_dev.ptr(),
+                    means_dev.ptr(),
                 )?;
-                kern.pass_through(&self.compute, raw, valid, npix as i64, b as i32, t, unused_dev.ptr(), unused.len() as i32, dst)?;
+                kern.pass_through(
+                    &self.compute,
+                    raw,
+                    valid,
+                    npix as i64,
+                    b as i32,
+                    t,
+                    unused_dev.ptr(),
+                    unused.len() as i32,
+                    dst,
+                )?;
             } else {
                 let tg = if use_const { 0 } else { t_dev.ptr() };
                 kern.project(
-                    &self.compute, raw, valid, npix as i64, b as i32, t, used_dev.ptr(), u as i32, means_dev.ptr(),
-                    tg, k as i32, dst, stride as i32, 0, 0,
+                    &self.compute,
+                    raw,
+                    valid,
+                    npix as i64,
+                    b as i32,
+                    t,
+                    used_dev.ptr(),
+                    u as i32,
+                    means_dev.ptr(),
+                    tg,
+                    k as i32,
+                    dst,
+                    stride as i32,
+                    0,
+                    0,
                 )?;
             }
             if let Some(s) = stream_slot {
                 self.release_slot(s)?;
             }
-            kernels_done[slot].record(&self.compute).map_err(cuda("cuEventRecord"))?;
+            kernels_done[slot]
+                .record(&self.compute)
+                .map_err(cuda("cuEventRecord"))?;
             self.copy.wait(&kernels_done[slot]).map_err(cuda("cuStreamWaitEvent"))?;
             // SAFETY: host_out[slot] is only read after `downloaded[slot]` has passed (drain).
             unsafe { dtoh_async(&mut host_out[slot].as_mut_slice()[..npix * stride * 4], dst, &self.copy)? };
