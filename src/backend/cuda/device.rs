@@ -244,7 +244,7 @@ impl<T: Sized_> Pool<T> {
         &'p self,
         bytes: usize,
         streams: &[&Arc<CudaStream>],
-        alloc: impl FnOnce(usize) -> Result<T, BackendError>,
+        alloc: impl Fn(usize) -> Result<T, BackendError>,
     ) -> Result<Pooled<'p, T>, BackendError> {
         let found = {
             let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
@@ -258,13 +258,29 @@ impl<T: Sized_> Pool<T> {
         };
         let item = match found {
             Some(b) => b,
-            None => alloc(bytes)?,
+            // Out of memory with idle buffers around: free them and try once more.
+            None => match alloc(bytes) {
+                Ok(b) => b,
+                Err(e) => {
+                    let idle = std::mem::take(&mut *self.free.lock().unwrap_or_else(|e| e.into_inner()));
+                    if idle.is_empty() {
+                        return Err(e);
+                    }
+                    drop(idle);
+                    alloc(bytes)?
+                }
+            },
         };
         Ok(Pooled {
             item: Some(item),
             pool: self,
             streams: streams.iter().map(|s| (*s).clone()).collect(),
         })
+    }
+
+    /// Bytes held by idle buffers.
+    pub(crate) fn idle_bytes(&self) -> usize {
+        self.free.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|b| b.size()).sum()
     }
 
     fn put(&self, item: T) {

@@ -116,6 +116,8 @@ impl CudaBackend {
     fn memory_budget(&self) -> Result<usize, BackendError> {
         self.ctx.bind_to_thread().map_err(device::cuda("cuCtxSetCurrent"))?;
         let (free, _total) = self.ctx.mem_get_info().map_err(device::cuda("cuMemGetInfo"))?;
+        // Idle pooled buffers count as free: the pool hands them out again.
+        let free = free + self.dev_pool.idle_bytes();
         let usable = free.saturating_sub(free / 10 + (256 << 20));
         Ok(self.budget.map_or(usable, |b| b.min(usable)))
     }

@@ -1113,13 +1113,18 @@ impl CudaCube<'_> {
                 let (first, count) = range;
                 let src = &host.as_slice()[..count * 4];
                 let dst = &mut out[first..first + count];
-                dst.par_chunks_mut(1 << 18)
-                    .zip(src.par_chunks(1 << 20))
-                    .for_each(|(d, s)| {
+                // SAFETY: any 4 bytes are a valid f32; align_to only reinterprets the aligned middle.
+                let (head, floats, _) = unsafe { src.align_to::<f32>() };
+                if head.is_empty() && floats.len() == count {
+                    // Pinned buffers are page-aligned: a plain parallel memcpy.
+                    dst.par_chunks_mut(1 << 18).zip(floats.par_chunks(1 << 18)).for_each(|(d, s)| d.copy_from_slice(s));
+                } else {
+                    dst.par_chunks_mut(1 << 18).zip(src.par_chunks(1 << 20)).for_each(|(d, s)| {
                         for (o, c) in d.iter_mut().zip(s.chunks_exact(4)) {
                             *o = f32::from_ne_bytes(c.try_into().expect("4 bytes"));
                         }
                     });
+                }
                 Ok(())
             };
 
