@@ -87,18 +87,10 @@ __device__ __forceinline__ void project_body(
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256) project_const(
-    const u8* __restrict__ raw, const u8* __restrict__ valid, i64 npix, int bands, int dtype, int swap,
-    const int* __restrict__ used, int n_used, const double* __restrict__ means,
-    const float* __restrict__ t_global, int k,
-    float* __restrict__ out, int out_stride, const int* __restrict__ out_col, const double* __restrict__ add_mean)
-{
-    project_body<true>(raw, valid, npix, bands, dtype, swap, used, n_used, means, t_global, k, out, out_stride,
-                       out_col, add_mean);
-}
-
 // The fallback when n_used x k floats exceed constant memory (e.g. 425 bands with a large k, and the
-// inverse, whose matrix is n_used x n_used): T in global memory, read through the L1 cache.
+// inverse, whose matrix is n_used x n_used): T in global memory, read through the L1 cache. (The
+// constant-memory instance of project_body was replaced by project_px below, which is faster for the
+// usual small k.)
 extern "C" __global__ void __launch_bounds__(256) project_global(
     const u8* __restrict__ raw, const u8* __restrict__ valid, i64 npix, int bands, int dtype, int swap,
     const int* __restrict__ used, int n_used, const double* __restrict__ means,
@@ -108,6 +100,79 @@ extern "C" __global__ void __launch_bounds__(256) project_global(
     project_body<false>(raw, valid, npix, bands, dtype, swap, used, n_used, means, t_global, k, out, out_stride,
                         out_col, add_mean);
 }
+
+// The projection for small k (the usual case, k <= 16 per pass): one thread per pixel holding all the
+// pass's components in registers, so that every lane does useful work (the kernel above spreads the
+// components over warps, which wastes most lanes when k is 10). T is in constant memory, padded with
+// zero columns to kpad (a multiple of KP): every thread of the block reads the same T entry, a
+// constant-cache broadcast. The block stages 32 used bands × 256 pixels, converted and centred, in
+// shared memory (rows padded to 257 floats so the staging writes do not collide on one bank).
+#define PX_BLOCK 256
+#define PX_BANDS 32
+template <int KP>
+__device__ __forceinline__ void project_px_body(
+    const u8* __restrict__ raw, const u8* __restrict__ valid, i64 npix, int bands, int dtype, int swap,
+    const int* __restrict__ used, int n_used, const double* __restrict__ means, int kpad, int k,
+    float* __restrict__ out)
+{
+    __shared__ float xs[PX_BANDS][PX_BLOCK + 1];
+    __shared__ u8 okp[PX_BLOCK];
+    const int tid = threadIdx.x;
+    const float nan = __int_as_float(0x7fc00000);
+    for (i64 p0 = (i64)blockIdx.x * PX_BLOCK; p0 < npix; p0 += (i64)gridDim.x * PX_BLOCK) {
+        const i64 p = p0 + tid;
+        okp[tid] = p < npix && (valid == 0 || valid[p]);
+        __syncthreads();
+        for (int c0 = 0; c0 < kpad; c0 += KP) {
+            float acc[KP];
+#pragma unroll
+            for (int c = 0; c < KP; ++c) acc[c] = 0.f;
+            for (int r0 = 0; r0 < n_used; r0 += PX_BANDS) {
+                const int rn = min(PX_BANDS, n_used - r0);
+                // A warp reads 32 consecutive used bands of one pixel.
+                for (int e = tid; e < PX_BANDS * PX_BLOCK; e += PX_BLOCK) {
+                    const int rl = e & 31, q = e >> 5;
+                    float v = 0.f;
+                    if (rl < rn && okp[q]) {
+                        v = (float)(sample_f64(raw, (p0 + q) * bands + used[r0 + rl], dtype, swap) - means[r0 + rl]);
+                    }
+                    xs[rl][q] = v;
+                }
+                __syncthreads();
+                for (int rl = 0; rl < rn; ++rl) {
+                    const float xv = xs[rl][tid];
+                    const int row = (r0 + rl) * kpad + c0;
+#pragma unroll
+                    for (int c = 0; c < KP; ++c) acc[c] = fmaf(c_transform[row + c], xv, acc[c]);
+                }
+                __syncthreads();
+            }
+            if (p < npix) {
+                float* o = out + p * k;
+#pragma unroll
+                for (int c = 0; c < KP; ++c) {
+                    if (c0 + c < k) o[c0 + c] = okp[tid] ? acc[c] : nan;
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
+#define PROJECT_PX(KP)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(256) project_px##KP(                                        \
+        const u8* __restrict__ raw, const u8* __restrict__ valid, i64 npix, int bands, int dtype, int swap,  \
+        const int* __restrict__ used, int n_used, const double* __restrict__ means, int kpad, int k,         \
+        float* __restrict__ out)                                                                             \
+    {                                                                                                         \
+        project_px_body<KP>(raw, valid, npix, bands, dtype, swap, used, n_used, means, kpad, k, out);        \
+    }
+PROJECT_PX(1)
+PROJECT_PX(2)
+PROJECT_PX(4)
+PROJECT_PX(8)
+PROJECT_PX(12)
+PROJECT_PX(16)
 
 // Bands that the inverse does not touch pass through as float32(x); NaN at invalid pixels.
 extern "C" __global__ void __launch_bounds__(256) pass_through(

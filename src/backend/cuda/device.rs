@@ -280,7 +280,12 @@ impl<T: Sized_> Pool<T> {
 
     /// Bytes held by idle buffers.
     pub(crate) fn idle_bytes(&self) -> usize {
-        self.free.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|b| b.size()).sum()
+        self.free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|b| b.size())
+            .sum()
     }
 
     fn put(&self, item: T) {

@@ -16,6 +16,8 @@ pub(crate) const COV_TILE: usize = 64;
 /// Floats of T that fit the constant-memory array (MAX_CONST_T in transform.cu).
 pub(crate) const MAX_CONST_T: usize = 16320;
 const THREADS: u32 = 256;
+/// Components per pass of the project_px kernels (template instances in transform.cu).
+pub(crate) const PX_KP: [usize; 6] = [1, 2, 4, 8, 12, 16];
 
 /// How the kernels read the raw samples of one cube.
 #[derive(Debug, Clone, Copy)]
@@ -87,7 +89,8 @@ pub(crate) struct Kernels {
     cov_lower_dmma: CudaFunction,
     reduce_parts: CudaFunction,
     widen_f64: CudaFunction,
-    project_const: CudaFunction,
+    /// project_px{KP}, by KP.
+    project_px: Vec<(usize, CudaFunction)>,
     project_global: CudaFunction,
     pass_through: CudaFunction,
     convert_centred_used: CudaFunction,
@@ -143,7 +146,10 @@ impl Kernels {
             use_dmma: major >= 8,
             reduce_parts: f("reduce_parts")?,
             widen_f64: f("widen_f64")?,
-            project_const: f("project_const")?,
+            project_px: PX_KP
+                .iter()
+                .map(|&kp| Ok((kp, f(&format!("project_px{kp}"))?)))
+                .collect::<Result<_, BackendError>>()?,
             project_global: f("project_global")?,
             pass_through: f("pass_through")?,
             convert_centred_used: f("convert_centred_used")?,
@@ -398,7 +404,7 @@ impl Kernels {
         .map_err(cuda("launch widen_f64"))
     }
 
-    /// The projection / inverse kernel (see transform.cu); `t_global` 0 selects the constant-memory T.
+    /// The projection / inverse kernel with T in global memory (project_global in transform.cu).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn project(
         &self,
@@ -427,14 +433,9 @@ impl Kernels {
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let f = if t_global == 0 {
-            &self.project_const
-        } else {
-            &self.project_global
-        };
-        // SAFETY: matches project_const / project_global in transform.cu.
+        // SAFETY: matches project_global in transform.cu.
         unsafe {
-            s.launch_builder(f)
+            s.launch_builder(&self.project_global)
                 .arg(&raw)
                 .arg(&valid)
                 .arg(&npix)
@@ -453,7 +454,61 @@ impl Kernels {
                 .launch(cfg)
         }
         .map(|_| ())
-        .map_err(cuda("launch project"))
+        .map_err(cuda("launch project_global"))
+    }
+
+    /// The projection with T (u × kpad, zero-padded) in constant memory, `kp` components per pass.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn project_px(
+        &self,
+        s: &CudaStream,
+        kp: usize,
+        raw: u64,
+        valid: u64,
+        npix: i64,
+        bands: i32,
+        t: RawType,
+        used: u64,
+        n_used: i32,
+        means: u64,
+        kpad: i32,
+        k: i32,
+        out: u64,
+    ) -> Result<(), BackendError> {
+        if npix == 0 {
+            return Ok(());
+        }
+        let f = &self
+            .project_px
+            .iter()
+            .find(|(p, _)| *p == kp)
+            .ok_or_else(|| BackendError::Invalid(format!("no projection kernel for {kp} components per pass")))?
+            .1;
+        let blocks = (npix as u64).div_ceil(THREADS as u64).clamp(1, self.sms as u64 * 8) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: matches project_px{KP} in transform.cu.
+        unsafe {
+            s.launch_builder(f)
+                .arg(&raw)
+                .arg(&valid)
+                .arg(&npix)
+                .arg(&bands)
+                .arg(&t.code)
+                .arg(&t.swap)
+                .arg(&used)
+                .arg(&n_used)
+                .arg(&means)
+                .arg(&kpad)
+                .arg(&k)
+                .arg(&out)
+                .launch(cfg)
+        }
+        .map(|_| ())
+        .map_err(cuda("launch project_px"))
     }
 
     /// out[p, cols[j]] = float32(x) (NaN at invalid pixels).

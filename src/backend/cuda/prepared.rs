@@ -21,7 +21,7 @@ use cudarc::driver::{CudaEvent, CudaStream};
 use rayon::prelude::*;
 
 use super::device::{cuda, dtoh_async, event, htod_async, is_registered, DevBuf, PinnedBuf, Pooled};
-use super::kernels::{CovParts, NoiseArgs, RawType, COV_TILE, MAX_CONST_T};
+use super::kernels::{CovParts, NoiseArgs, RawType, COV_TILE, MAX_CONST_T, PX_KP};
 use super::{CudaBackend, Route};
 use crate::backend::{BackendError, PreparedCube};
 use crate::cube::model::decode_into;
@@ -1049,7 +1049,19 @@ impl CudaCube<'_> {
         let unused: Vec<i32> = (0..b as i32).filter(|x| !used.contains(x)).collect();
         let unused_dev = self.dev_from(&unused)?;
         let cublas = self.be.route == Route::Cublas && !pass.denoise;
-        let use_const = !cublas && !pass.denoise && u * k <= MAX_CONST_T;
+        // Components per pass of project_px and T padded with zero columns to a multiple of it.
+        let kp = PX_KP.iter().copied().find(|&p| p >= k).unwrap_or(16);
+        let kpad = k.div_ceil(kp) * kp;
+        let use_const = !cublas && !pass.denoise && u * kpad <= MAX_CONST_T;
+        let t_padded: Vec<f32> = if use_const {
+            let mut v = vec![0f32; u * kpad];
+            for r in 0..u {
+                v[r * kpad..r * kpad + k].copy_from_slice(&pass.matrix[r * k..(r + 1) * k]);
+            }
+            v
+        } else {
+            Vec::new()
+        };
         let t_dev = self.dev_from(pass.matrix)?;
         // The constant-memory T is shared by every user of the module: hold the lock for the pass.
         let _const_guard = if use_const {
@@ -1061,9 +1073,9 @@ impl CudaCube<'_> {
                 .get_global("c_transform", &self.compute)
                 .map_err(cuda("cuModuleGetGlobal"))?;
             let (sym_ptr, _sync) = cudarc::driver::DevicePtr::device_ptr(&sym, &self.compute);
-            // SAFETY: pass.matrix (u·k ≤ MAX_CONST_T floats) outlives the copy (synchronized below).
+            // SAFETY: t_padded (u·kpad ≤ MAX_CONST_T floats) outlives the copy (synchronized below).
             unsafe {
-                cudarc::driver::result::memcpy_htod_async(sym_ptr, pass.matrix, self.compute.cu_stream())
+                cudarc::driver::result::memcpy_htod_async(sym_ptr, &t_padded, self.compute.cu_stream())
                     .map_err(cuda("cuMemcpyHtoDAsync (constant memory)"))?;
             }
             Some(g)
@@ -1117,13 +1129,17 @@ impl CudaCube<'_> {
                 let (head, floats, _) = unsafe { src.align_to::<f32>() };
                 if head.is_empty() && floats.len() == count {
                     // Pinned buffers are page-aligned: a plain parallel memcpy.
-                    dst.par_chunks_mut(1 << 18).zip(floats.par_chunks(1 << 18)).for_each(|(d, s)| d.copy_from_slice(s));
+                    dst.par_chunks_mut(1 << 18)
+                        .zip(floats.par_chunks(1 << 18))
+                        .for_each(|(d, s)| d.copy_from_slice(s));
                 } else {
-                    dst.par_chunks_mut(1 << 18).zip(src.par_chunks(1 << 20)).for_each(|(d, s)| {
-                        for (o, c) in d.iter_mut().zip(s.chunks_exact(4)) {
-                            *o = f32::from_ne_bytes(c.try_into().expect("4 bytes"));
-                        }
-                    });
+                    dst.par_chunks_mut(1 << 18)
+                        .zip(src.par_chunks(1 << 20))
+                        .for_each(|(d, s)| {
+                            for (o, c) in d.iter_mut().zip(s.chunks_exact(4)) {
+                                *o = f32::from_ne_bytes(c.try_into().expect("4 bytes"));
+                            }
+                        });
                 }
                 Ok(())
             };
@@ -1221,8 +1237,23 @@ impl CudaCube<'_> {
                     unused.len() as i32,
                     dst,
                 )?;
+            } else if use_const {
+                kern.project_px(
+                    &self.compute,
+                    kp,
+                    raw,
+                    valid,
+                    npix as i64,
+                    b as i32,
+                    t,
+                    used_dev.ptr(),
+                    u as i32,
+                    means_dev.ptr(),
+                    kpad as i32,
+                    k as i32,
+                    dst,
+                )?;
             } else {
-                let tg = if use_const { 0 } else { t_dev.ptr() };
                 kern.project(
                     &self.compute,
                     raw,
@@ -1233,7 +1264,7 @@ impl CudaCube<'_> {
                     used_dev.ptr(),
                     u as i32,
                     means_dev.ptr(),
-                    tg,
+                    t_dev.ptr(),
                     k as i32,
                     dst,
                     stride as i32,
