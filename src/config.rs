@@ -1,6 +1,105 @@
-//! Service configuration. (stub: being written)
+//! Service configuration: every `hypermnf serve` option, each also read from a `HYPERMNF_*` variable.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::mnf::BackendChoice;
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port; the chosen address is printed on stdout).
     #[arg(long, env = "HYPERMNF_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
+    /// Where the database (by default), uploads and results live.
+    #[arg(long, env = "HYPERMNF_DATA_DIR", default_value = "./hypermnf-data")]
+    pub data_dir: PathBuf,
+    /// Database URL (default: sqlite://DATA_DIR/hypermnf.db). Only SQLite is supported for now.
+    #[arg(long, env = "HYPERMNF_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Backend for jobs that ask for `auto`: auto (CUDA when a device is found), cpu, cuda, cuda-cublas.
+    #[arg(long, env = "HYPERMNF_BACKEND", default_value = "auto")]
+    pub backend: BackendChoice,
+    /// Jobs run at the same time.
+    #[arg(long, env = "HYPERMNF_WORKERS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub workers: u16,
+    /// Largest accepted upload in bytes (the whole request body), and the largest cube a header may claim.
+    #[arg(long, env = "HYPERMNF_MAX_UPLOAD_BYTES", default_value_t = 4 << 30)]
+    pub max_upload_bytes: u64,
+    /// File of API keys: one per line, `key` or `name:key`; `#` starts a comment. When given, every
+    /// `/v1` request needs `Authorization: Bearer <key>`, and each key sees only its own jobs.
+    #[arg(long, env = "HYPERMNF_API_KEYS_FILE")]
+    pub api_keys_file: Option<PathBuf>,
+    /// Directory whose files may be named by `file://` hrefs (repeatable; comma-separated in the
+    /// variable). Without one, href inputs are refused.
+    #[arg(long = "input-root", env = "HYPERMNF_INPUT_ROOT", value_delimiter = ',')]
+    pub input_roots: Vec<PathBuf>,
+    /// Allow listening on a non-loopback address without API keys.
+    #[arg(long, env = "HYPERMNF_INSECURE")]
+    pub insecure: bool,
+    /// How long finished jobs and their files are kept (e.g. 7d, 12h, 30m, 90s).
+    #[arg(long, env = "HYPERMNF_RETENTION", default_value = "7d", value_parser = parse_duration)]
+    pub retention: Duration,
+    /// Longest a request may take (uploads included) before it is answered 408.
+    #[arg(long, env = "HYPERMNF_REQUEST_TIMEOUT", default_value = "30m", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+}
+
+impl ServeArgs {
+    /// The defaults, as `hypermnf serve` with no options and no environment would use them, with the
+    /// given data dir (tests and the benchmark start from this).
+    pub fn with_data_dir(data_dir: impl Into<PathBuf>) -> Self {
+        ServeArgs {
+            listen: "127.0.0.1:0".into(),
+            data_dir: data_dir.into(),
+            database_url: None,
+            backend: BackendChoice::Auto,
+            workers: 1,
+            max_upload_bytes: 4 << 30,
+            api_keys_file: None,
+            input_roots: Vec::new(),
+            insecure: false,
+            retention: Duration::from_secs(7 * 86400),
+            request_timeout: Duration::from_secs(1800),
+        }
+    }
+
+    pub fn database_url(&self) -> String {
+        match &self.database_url {
+            Some(u) => u.clone(),
+            None => format!("sqlite://{}", self.data_dir.join("hypermnf.db").display()),
+        }
+    }
+}
+
+/// Parses `90s`, `30m`, `12h`, `7d` (or a bare number of seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => (&s[..i], s[i..].trim()),
+        None => (s, "s"),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("duration must look like 90s, 30m, 12h or 7d, not {s:?}"))?;
+    let mult = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => return Err(format!("duration unit must be s, m, h or d, not {unit:?}")),
+    };
+    n.checked_mul(mult).map(Duration::from_secs).ok_or_else(|| format!("duration {s:?} is too long"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
+        assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(604800));
+        assert!(parse_duration("7w").is_err());
+        assert!(parse_duration("d").is_err());
+        assert!(parse_duration("99999999999999999999d").is_err());
+    }
 }

@@ -4,7 +4,11 @@
 pub mod api;
 pub mod backend;
 pub mod bench;
+pub mod cache;
 pub mod config;
 pub mod cube;
+pub mod hashtable;
+pub mod jobs;
 pub mod mnf;
 pub mod output;
+pub mod storage;

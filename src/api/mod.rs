@@ -1,5 +1,230 @@
-//! The HTTP service. (stub: being written)
-pub async fn serve(args: crate::config::ServeArgs) -> anyhow::Result<()> {
-    let _ = args;
-    anyhow::bail!("the service is not written yet")
+//! The HTTP service (`hypermnf serve`): axum routes over the job store, the storage and the workers.
+//! The contract is `openapi.yaml`; `error` maps every failure to `{"code", "message"}`.
+
+pub mod auth;
+pub mod error;
+pub mod health;
+pub mod jobs;
+pub mod metrics;
+pub mod params;
+pub mod upload;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use tower_http::compression::predicate::{DefaultPredicate, NotForContentType, Predicate};
+use tower_http::compression::CompressionLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::config::ServeArgs;
+use crate::jobs::model::now_ms;
+use crate::jobs::worker::Backends;
+use crate::jobs::{JobStore, Runner, Workers};
+use crate::storage::Storage;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct ApiContext {
+    pub config: Arc<ServeArgs>,
+    pub runner: Arc<Runner>,
+    pub keys: Option<Arc<auth::ApiKeys>>,
+    pub metrics: Arc<metrics::ApiMetrics>,
+    /// Canonical `--input-root` directories.
+    pub input_roots: Arc<Vec<PathBuf>>,
+}
+
+/// The routes, with the tower-http layers (request ids, tracing, timeouts, compression).
+pub fn app(ctx: ApiContext) -> Router {
+    let timeout = ctx.config.request_timeout;
+    let v1 = Router::new()
+        .route("/jobs", get(jobs::list).post(jobs::create))
+        .route("/jobs/{id}", get(jobs::get).delete(jobs::delete))
+        .route("/jobs/{id}/result", get(jobs::result))
+        .route("/jobs/{id}/metadata", get(jobs::metadata))
+        .route("/info", get(health::info));
+    // Results are float samples that hardly compress; JSON does.
+    let compress = DefaultPredicate::new()
+        .and(NotForContentType::const_new("application/x-npy"))
+        .and(NotForContentType::const_new("application/zip"));
+    Router::new()
+        .nest("/v1", v1)
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .fallback(|| async { error::Error::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        // Uploads enforce --max-upload-bytes themselves while streaming (with JSON errors); the
+        // extractors' own 2 MB default would cut multipart uploads short.
+        .layer(DefaultBodyLimit::disable())
+        .layer(axum::middleware::map_response(error::jsonify_errors))
+        .layer(CompressionLayer::new().compress_when(compress))
+        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout))
+        .layer(TraceLayer::new_for_http())
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .with_state(ctx)
+}
+
+/// A running server: its address, and a handle to stop it.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub ctx: ApiContext,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    workers: Workers,
+    expiry: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Stops accepting, finishes the requests in flight, and stops the workers (a job in progress is
+    /// left 'running' and picked up again at the next start).
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.workers.abort();
+        self.expiry.abort();
+        (&mut self.task).await??;
+        Ok(())
+    }
+
+    /// Waits until the server stops by itself (it does not, short of an I/O error).
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await??;
+        Ok(())
+    }
+}
+
+/// Builds the shared state from the options: opens the database (applying migrations), the storage
+/// and the default backend, and puts back in the queue the jobs a dead process left running.
+pub async fn context(args: ServeArgs) -> anyhow::Result<ApiContext> {
+    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("cannot create the data dir {}", args.data_dir.display()))?;
+    let keys = match &args.api_keys_file {
+        Some(p) => Some(Arc::new(auth::ApiKeys::load(p)?)),
+        None => None,
+    };
+    let mut roots = Vec::new();
+    for r in &args.input_roots {
+        roots.push(r.canonicalize().with_context(|| format!("input root {} does not exist", r.display()))?);
+    }
+    let store = JobStore::open(&args.database_url()).await.context("cannot open the job database")?;
+    let storage = Storage::local(args.data_dir.join("objects")).context("cannot open the storage")?;
+    storage.clear_scratch();
+    let choice = args.backend;
+    let backends = tokio::task::spawn_blocking(move || Backends::new(choice))
+        .await?
+        .with_context(|| format!("cannot start the {} backend", choice.name()))?;
+    let requeued = store.requeue_running().await?;
+    if requeued > 0 {
+        tracing::info!(requeued, "jobs left running by an earlier process are queued again");
+    }
+    Ok(ApiContext {
+        config: Arc::new(args),
+        runner: Arc::new(Runner::new(store, storage, backends)),
+        keys,
+        metrics: Arc::new(metrics::ApiMetrics::default()),
+        input_roots: Arc::new(roots),
+    })
+}
+
+/// Starts the server: binds, starts the workers and the expiry of old jobs, and serves in the
+/// background.
+pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
+    let addr: SocketAddr = tokio::net::lookup_host(&args.listen)
+        .await
+        .with_context(|| format!("cannot resolve --listen {}", args.listen))?
+        .next()
+        .with_context(|| format!("--listen {} resolves to no address", args.listen))?;
+    if !addr.ip().is_loopback() && args.api_keys_file.is_none() && !args.insecure {
+        anyhow::bail!(
+            "refusing to listen on {addr} (not a loopback address) without --api-keys-file; \
+             pass --insecure to do it anyway"
+        );
+    }
+    let workers = args.workers as usize;
+    let ctx = context(args).await?;
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+    let addr = listener.local_addr()?;
+    let running = ctx.runner.start(workers);
+    let expiry = tokio::spawn(expire_loop(ctx.clone()));
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let router = app(ctx.clone());
+    let task = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                let _ = rx.await;
+            })
+            .await
+    });
+    Ok(Server { addr, ctx, shutdown: Some(tx), task, workers: running, expiry })
+}
+
+/// `hypermnf serve`: runs until SIGINT or SIGTERM.
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let server = start(args).await?;
+    let b = server.ctx.runner.backends.default_backend();
+    tracing::info!(addr = %server.addr, backend = b.name(), device = %b.device(), "hypermnf serve is listening");
+    // On stdout too, for scripts and tests that started it on port 0.
+    println!("listening on http://{}", server.addr);
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    server.stop().await
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
+/// Deletes finished jobs (rows and files) older than `--retention`, once a minute.
+async fn expire_loop(ctx: ApiContext) {
+    let period = ctx.config.retention.min(Duration::from_secs(60)).max(Duration::from_secs(1));
+    loop {
+        if let Err(e) = expire_once(&ctx).await {
+            tracing::warn!("expiry of old jobs failed: {e:#}");
+        }
+        tokio::time::sleep(period).await;
+    }
+}
+
+pub async fn expire_once(ctx: &ApiContext) -> anyhow::Result<usize> {
+    let cutoff = now_ms() - ctx.config.retention.as_millis() as i64;
+    let mut n = 0;
+    loop {
+        let old = ctx.runner.store.finished_before(cutoff, 100).await?;
+        if old.is_empty() {
+            return Ok(n);
+        }
+        for job in old {
+            jobs::purge_files(ctx, &job).await;
+            ctx.runner.store.delete(&job.id).await?;
+            n += 1;
+        }
+    }
 }

@@ -1,0 +1,288 @@
+"""The connection to a hypermnf service: submitting cubes, finding jobs, one-call reduction."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+import httpx
+import numpy as np
+
+from ._inputs import CubeLike, build_upload
+from ._params import DEFAULT_COMPONENTS, Params
+from .errors import APIError, ConnectionError, TimeoutError
+from ._version import __version__
+from .job import Job
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+# The largest page the service serves (GET /v1/jobs?limit=1..1000).
+_MAX_PAGE = 1000
+
+# Statuses the service answers for a created (202) or already existing identical (200) job.
+_SUBMIT_OK = (200, 201, 202)
+
+
+class Client:
+    """A client of one hypermnf service.
+
+    Args:
+        url: the service's base URL. Default: ``$HYPERMNF_URL``, else ``http://127.0.0.1:8080``.
+        api_key: sent as ``Authorization: Bearer <key>``; needed when the server runs with
+            ``--api-keys-file``. Default: ``$HYPERMNF_API_KEY`` if set.
+        timeout: seconds to wait for the connection, and for each read or write on it (not for the whole
+            request, so large uploads are not cut off). ``None`` waits for ever.
+
+    The client keeps one HTTP connection pool; use it as a context manager or call :meth:`close`.
+
+    Example::
+
+        with hypermnf.Client("http://gpu-node:8080", api_key="...") as client:
+            components = client.reduce(cube, components=10)
+    """
+
+    def __init__(self, url: Optional[str] = None, api_key: Optional[str] = None, timeout: Optional[float] = 60.0) -> None:
+        self.url: str = (url or os.environ.get("HYPERMNF_URL") or DEFAULT_URL).rstrip("/")
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"url must start with http:// or https://, got {self.url!r}")
+        if api_key is None:
+            api_key = os.environ.get("HYPERMNF_API_KEY") or None
+        self.timeout = timeout
+        headers = {"User-Agent": f"hypermnf-python/{__version__}", "Accept": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=httpx.Timeout(timeout))
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"hypermnf.Client({self.url!r})"
+
+    # -- jobs ------------------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        cube: CubeLike,
+        components: Optional[int] = DEFAULT_COMPONENTS,
+        noise: str = "mean-filter",
+        snr: Optional[float] = None,
+        inverse: bool = False,
+        bad_bands: Optional[Sequence[int]] = None,
+        ignore_value: Optional[float] = None,
+        noise_window: Optional[Sequence[int]] = None,
+        backend: Optional[str] = None,
+    ) -> Job:
+        """Creates a job that reduces ``cube``, and returns it without waiting.
+
+        Args:
+            cube: a NumPy array shaped (lines, samples, bands) of integers or floats, sent as ``.npy`` (streamed
+                from the array's memory); a path to an ENVI ``.hdr`` (uploaded with the data file beside it,
+                streamed from disk) or to a ``.npy`` file; or a ``"file://..."`` href naming a cube on the
+                server's disk (under one of its ``--input-root`` directories).
+            components: number of components to keep (default 10). Left at its default, it is not sent
+                when ``snr`` is given.
+            noise: ``"mean-filter"`` (default) or ``"shift-difference"``.
+            snr: keep the components whose eigenvalue is at least ``1 + snr`` (instead of ``components``).
+            inverse: also compute the denoised cube (``job.result(product="denoised")``).
+            bad_bands: 0-based bands to leave out (besides the header's ``bbl`` and constant bands).
+            ignore_value: no-data value (overrides the header's ``data ignore value``).
+            noise_window: ``(x0, y0, x1, y1)``: estimate the noise in columns x0..x1, rows y0..y1 only
+                (ends excluded).
+            backend: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda-cublas"`` (default: the server's choice).
+
+        Returns:
+            The :class:`Job`. An identical earlier request (same cube and parameters) returns that job,
+            with ``job.cached`` true.
+
+        Raises:
+            APIError: the server refused the request (bad parameters, cube too large, bad format, ...).
+            ConnectionError: the server could not be reached.
+        """
+        params = Params.build(components, snr, noise, inverse, bad_bands, ignore_value, noise_window, backend)
+        # Submitting is idempotent (an identical request answers the same job), so a request that met a
+        # pooled connection the server had just closed is sent once more, with a fresh body.
+        for attempt in range(_ATTEMPTS):
+            upload = build_upload(cube, params)
+            with upload.files:
+                try:
+                    response = self._request("POST", "/v1/jobs", expect=_SUBMIT_OK, upload=True, **upload.kwargs)
+                    break
+                except _Disconnected:
+                    if attempt + 1 == _ATTEMPTS:
+                        raise
+        return Job(self, response.json())
+
+    def job(self, job_id: str) -> Job:
+        """The job ``job_id`` as the server knows it now (:class:`APIError` 404 if there is none)."""
+        return Job(self, self._get_json(f"/v1/jobs/{_segment(job_id)}"))
+
+    def jobs(self, status: Optional[str] = None, limit: Optional[int] = None) -> List[Job]:
+        """The jobs this client can see, newest first, following the server's pages.
+
+        Args:
+            status: only jobs in this status (``queued``, ``running``, ``succeeded``, ``failed``, ``canceled``).
+            limit: at most this many jobs (default: all of them).
+        """
+        out: List[Job] = []
+        after: Optional[str] = None
+        while limit is None or len(out) < limit:
+            query: Dict[str, Any] = {}
+            if status is not None:
+                query["status"] = status
+            if limit is not None:
+                query["limit"] = min(limit - len(out), _MAX_PAGE)
+            if after is not None:
+                query["after"] = after
+            page = self._get_json("/v1/jobs", params=query)
+            documents, after = _page(page)
+            out.extend(Job(self, d) for d in documents)
+            if not documents or after is None:
+                break
+        return out[:limit] if limit is not None else out
+
+    def reduce(
+        self,
+        cube: CubeLike,
+        components: Optional[int] = DEFAULT_COMPONENTS,
+        *,
+        product: str = "components",
+        timeout: Optional[float] = None,
+        progress: bool = True,
+        **params: Any,
+    ) -> np.ndarray:
+        """Submits ``cube``, waits for the job and returns its result, in one call.
+
+        ``params`` are those of :meth:`submit` (``noise``, ``snr``, ``inverse``, ...); ``product="denoised"``
+        returns the denoised cube (and implies ``inverse=True``). ``timeout`` bounds the wait, in seconds.
+
+        Raises:
+            JobFailed, JobCanceled, TimeoutError, APIError, ConnectionError.
+        """
+        if product == "denoised":
+            params["inverse"] = True
+        job = self.submit(cube, components=components, **params)
+        job.wait(timeout=timeout, progress=progress)
+        return job.result(product=product)
+
+    # -- service ---------------------------------------------------------------------------------------
+
+    def info(self) -> Dict[str, Any]:
+        """The server's version, backends and devices (``GET /v1/info``)."""
+        return self._get_json("/v1/info")
+
+    def health(self) -> bool:
+        """True when the server process answers ``GET /healthz``; raises :class:`ConnectionError` otherwise."""
+        return self._request("GET", "/healthz", expect=(200,)).status_code == 200
+
+    # -- transport -------------------------------------------------------------------------------------
+
+    def _get_json(self, path: str, **kwargs: Any) -> Any:
+        return self._request("GET", path, expect=(200,), **kwargs).json()
+
+    def _request(
+        self, method: str, path: str, *, expect: Iterable[int] = (200,), upload: bool = False, **kwargs: Any
+    ) -> httpx.Response:
+        """Sends one request; maps transport failures and error answers to this package's exceptions.
+
+        A GET that finds its pooled connection closed by the server is sent once more: safe, and the usual
+        cure for a keep-alive connection the server dropped while it sat in the pool.
+        """
+        attempts = _ATTEMPTS if method == "GET" else 1
+        for attempt in range(attempts):
+            try:
+                return self._send(method, path, expect, upload, kwargs)
+            except _Disconnected:
+                if attempt + 1 == attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _send(self, method: str, path: str, expect: Iterable[int], upload: bool, kwargs: Dict[str, Any]) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
+            # The connection was closed under the request: a pooled connection the server had dropped, or
+            # (for an upload) a server that answered early (413, 4xx) and stopped reading, an answer that
+            # HTTP/1.1 gives the client no way to read while it is still writing.
+            reason = _reason(e)
+            if upload:
+                reason += " (the server closed the connection during the upload; it may exceed the server's size limit)"
+            raise _Disconnected(self.url, reason) from None
+        except httpx.TimeoutException as e:
+            raise TimeoutError(
+                f"hypermnf at {self.url} did not answer {method} {path} within {self.timeout} s ({type(e).__name__})"
+            ) from None
+        except (httpx.ConnectError, httpx.UnsupportedProtocol) as e:
+            raise ConnectionError(self.url, _reason(e)) from None
+        except httpx.TransportError as e:
+            raise ConnectionError(self.url, _reason(e)) from None
+        if response.status_code not in tuple(expect):
+            raise _api_error(response)
+        return response
+
+    def _stream(self, path: str, params: Dict[str, Any]) -> Any:
+        """Opens a streamed GET (caller closes it); errors mapped like :meth:`_request`."""
+        try:
+            response = self._http.send(self._http.build_request("GET", path, params=params), stream=True)
+        except httpx.TimeoutException:
+            raise TimeoutError(f"hypermnf at {self.url} did not answer GET {path} within {self.timeout} s") from None
+        except httpx.TransportError as e:
+            raise ConnectionError(self.url, _reason(e)) from None
+        if response.status_code != 200:
+            response.read()
+            response.close()
+            raise _api_error(response)
+        return response
+
+
+class _Disconnected(ConnectionError):
+    """The server closed the connection without answering (typically a stale pooled connection)."""
+
+
+# How often a request that met a closed connection is sent (the first time included).
+_ATTEMPTS = 2
+
+
+def _segment(job_id: str) -> str:
+    """A job id as one path segment (refuses ids that would change the path)."""
+    if not isinstance(job_id, str) or not job_id or "/" in job_id or job_id in (".", ".."):
+        raise ValueError(f"not a job id: {job_id!r}")
+    return job_id
+
+
+def _page(page: Any) -> "tuple[list, Optional[str]]":
+    """The job documents of one page of ``GET /v1/jobs`` and the cursor of the next page, if any."""
+    if isinstance(page, list):
+        return page, None
+    documents = page.get("jobs")
+    if documents is None:
+        documents = page.get("items", [])
+    cursor = page.get("next_after") or page.get("next")
+    return list(documents), cursor if isinstance(cursor, str) and cursor else None
+
+
+def _reason(error: Exception) -> str:
+    text = str(error).strip()
+    return text or type(error).__name__
+
+
+def _api_error(response: httpx.Response) -> APIError:
+    """The server's ``{"code", "message"}`` as an :class:`APIError`; a stand-in when the body is not one."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("code"), str):
+        return APIError(response.status_code, body["code"], str(body.get("message", "")))
+    text = response.text.strip()
+    if len(text) > 300:
+        text = text[:300] + "..."
+    return APIError(response.status_code, f"http_{response.status_code}", text or response.reason_phrase)

@@ -1,0 +1,221 @@
+"""A job on the service: its status, waiting for it with a progress bar, and its result."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+
+import numpy as np
+
+from ._npy import load_npy
+from .errors import JobCanceled, JobFailed, TimeoutError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .client import Client
+
+TERMINAL = ("succeeded", "failed", "canceled")
+
+# Polling back-off: the first look comes quickly (small cubes finish in milliseconds), then the interval
+# grows by half each time up to a cap, so that a long job costs the server one request every 2 s.
+FIRST_POLL_S = 0.05
+POLL_GROWTH = 1.5
+MAX_POLL_S = 2.0
+
+PRODUCTS = ("components", "denoised")
+FORMATS = ("npy", "envi")
+
+
+class Job:
+    """One job on the service. Made by :meth:`Client.submit`, :meth:`Client.job` and :meth:`Client.jobs`.
+
+    ``document`` is the job document as last fetched; :meth:`refresh` (or :meth:`status`) fetches it again.
+    """
+
+    def __init__(self, client: "Client", document: Dict[str, Any]) -> None:
+        if not isinstance(document, dict) or not isinstance(document.get("id"), str):
+            raise ValueError(f"not a job document: {document!r}")
+        self._client = client
+        self.document: Dict[str, Any] = document
+        self.id: str = document["id"]
+        self._metadata: Optional[Dict[str, Any]] = None
+
+    def __repr__(self) -> str:
+        return f"<hypermnf.Job {self.id} {self.document.get('status', '?')}>"
+
+    # -- state -----------------------------------------------------------------------------------------
+
+    @property
+    def cached(self) -> bool:
+        """True when the server answered the submission with an existing identical job."""
+        return bool(self.document.get("cached", False))
+
+    @property
+    def progress(self) -> float:
+        """Progress 0..1 as last fetched."""
+        return float(self.document.get("progress") or 0.0)
+
+    @property
+    def stage(self) -> Optional[str]:
+        """The pipeline stage as last fetched (``None`` when not running)."""
+        return self.document.get("stage")
+
+    def refresh(self) -> Dict[str, Any]:
+        """Fetches the job document again (``GET /v1/jobs/{id}``) and returns it."""
+        self.document = self._client._get_json(self._path())
+        return self.document
+
+    def status(self) -> str:
+        """The job's status now: ``queued``, ``running``, ``succeeded``, ``failed`` or ``canceled``."""
+        return str(self.refresh()["status"])
+
+    def wait(self, timeout: Optional[float] = None, progress: bool = True) -> "Job":
+        """Waits until the job has finished; returns the job when it succeeded.
+
+        Args:
+            timeout: give up after this many seconds (``None``: wait as long as it takes).
+            progress: show a tqdm progress bar driven by the server's progress and stage.
+
+        Raises:
+            JobFailed: the job failed; carries the server's error ``code`` and ``message``.
+            JobCanceled: the job was canceled.
+            TimeoutError: ``timeout`` passed first (the job goes on on the server).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = FIRST_POLL_S
+        bar = None
+        try:
+            while True:
+                document = self.refresh()
+                status = document.get("status")
+                if status not in TERMINAL and progress and bar is None:
+                    bar = _progress_bar()(total=100, desc=f"job {self.id[:8]}", unit="%", bar_format=_BAR_FORMAT, leave=True)
+                if bar is not None:
+                    done = 100.0 if status == "succeeded" else round(100.0 * self.progress, 1)
+                    bar.n = min(max(done, 0.0), 100.0)
+                    bar.set_postfix_str(str(self.stage or status), refresh=False)
+                    bar.refresh()
+                if status == "succeeded":
+                    return self
+                if status == "failed":
+                    error = document.get("error") or {}
+                    raise JobFailed(self.id, error.get("code"), error.get("message"))
+                if status == "canceled":
+                    raise JobCanceled(self.id)
+                pause = delay
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(
+                            f"job {self.id} still {status} ({self.progress:.0%}) after {timeout} s; "
+                            "it goes on on the server: wait() again or cancel() it"
+                        )
+                    pause = min(pause, left)
+                time.sleep(pause)
+                delay = min(delay * POLL_GROWTH, MAX_POLL_S)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def cancel(self) -> None:
+        """Cancels the job if it is queued or running (``DELETE /v1/jobs/{id}``).
+
+        The worker stops at its next chunk; :meth:`wait` then raises :class:`JobCanceled`. On a job that has
+        already finished, the same request deletes it and its files (see :meth:`delete`).
+        """
+        self._client._request("DELETE", self._path(), expect=(200, 202, 204))
+
+    def delete(self) -> None:
+        """Deletes a finished job and its result files (cancels it first if it is still running)."""
+        self.cancel()
+
+    # -- results ---------------------------------------------------------------------------------------
+
+    def result(self, product: str = "components") -> np.ndarray:
+        """The result as a NumPy array (``GET /v1/jobs/{id}/result``).
+
+        Args:
+            product: ``"components"`` (float32, (lines, samples, k)) or ``"denoised"`` (the inverse transform
+                in the input's band space; the job must have been submitted with ``inverse=True``).
+
+        Raises:
+            APIError: 409 ``not_ready`` before the job succeeded; 404 for a product that was not computed.
+        """
+        query = _result_query(product, "npy")
+        response = self._client._request("GET", self._path("/result"), expect=(200,), params=query)
+        return load_npy(response.content)
+
+    def download(self, path: Union[str, "os.PathLike[str]"], product: str = "components", format: str = "npy") -> Path:
+        """Streams the result to ``path`` without holding it in memory, and returns the path.
+
+        ``format="npy"`` writes the ``.npy``; ``format="envi"`` writes a zip holding the ENVI ``.hdr`` and ``.img``.
+        """
+        query = _result_query(product, format)
+        target = Path(os.fspath(path))
+        response = self._client._stream(self._path("/result"), query)
+        try:
+            with open(target, "wb") as out:
+                for block in response.iter_bytes(1 << 20):
+                    out.write(block)
+        finally:
+            response.close()
+        return target
+
+    @property
+    def metadata(self) -> Dict[str, Any]:
+        """The result's metadata (``GET /v1/jobs/{id}/metadata``; the JSON ``hypermnf run`` writes):
+        eigenvalues, SNR, bands used, components, parameters. Fetched once, then kept."""
+        if self._metadata is None:
+            self._metadata = self._client._get_json(self._path("/metadata"))
+        return self._metadata
+
+    @property
+    def eigenvalues(self) -> np.ndarray:
+        """The MNF eigenvalues (signal-to-noise ratio + 1 of each component), largest first."""
+        return np.asarray(self.metadata["eigenvalues"], dtype=np.float64)
+
+    @property
+    def snr(self) -> np.ndarray:
+        """The signal-to-noise ratio of each component (eigenvalue − 1)."""
+        meta = self.metadata
+        if "snr" in meta:
+            return np.asarray(meta["snr"], dtype=np.float64)
+        return self.eigenvalues - 1.0
+
+    @property
+    def bands_used(self) -> List[int]:
+        """The 0-based input bands the transform used (bad, constant and excluded bands left out)."""
+        return [int(b) for b in self.metadata["bands_used"]]
+
+    def _path(self, suffix: str = "") -> str:
+        from .client import _segment
+
+        return f"/v1/jobs/{_segment(self.id)}{suffix}"
+
+
+def _progress_bar() -> Any:
+    """tqdm's notebook widget when ipywidgets is there, else the text bar (tqdm.auto would warn)."""
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        from tqdm import tqdm
+    else:
+        from tqdm.auto import tqdm
+    return tqdm
+
+
+_BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}{postfix}]"
+
+
+def _result_query(product: str, format: str) -> Dict[str, str]:
+    if product not in PRODUCTS:
+        raise ValueError(f"product must be one of {PRODUCTS}, got {product!r}")
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    query: Dict[str, str] = {}
+    if product != "components":
+        query["product"] = product
+    if format != "npy":
+        query["format"] = format
+    return query

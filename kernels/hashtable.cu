@@ -1,0 +1,685 @@
+// hypermnf GPU hash table: 64-bit keys and values, bucketed two-choice table with LRU eviction.
+// Compiled at run time with NVRTC for sm_90 (`-arch=compute_90 --device-int128`): the 128-bit
+// atomicCAS that publishes a key and its value together needs sm_90 and CUDA 12.3+.
+//
+// The design, the layout and the argument why no key is ever stored twice are written down in
+// src/hashtable/mod.rs; src/hashtable/cpu.rs is the sequential twin of every device function here
+// and must be changed together with it.
+//
+// Layout: the table is an array of 16-byte cells, 8 cells (128 bytes, one cache line) per bucket.
+//   cell 0 of a bucket = metadata: u16 ctl (bit 0 lock, bit 1 overflow) then u16 stamp[1..7]
+//   cells 1..7         = slots {u64 key, u64 value}; key 0 = empty; the empty slot is all zeros.
+// A group of 8 consecutive lanes reads a whole bucket with one coalesced 128-byte access
+// (lane j reads cell j).
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned __int128 u128;
+
+#define GROUP 8
+#define CTL_LOCK 1u
+#define CTL_OVERFLOW 2u
+#define EMPTY_KEY 0ull
+#define RESERVED_KEY 0xffffffffffffffffull
+#define SALT2 0x9e3779b97f4a7c15ull
+
+// Bounds on every loop that could otherwise spin for ever.
+#define MAX_ATTEMPTS 64
+#define MAX_LOCK_SPINS (1u << 20)
+
+// Status codes (src/hashtable/mod.rs `status`).
+#define ST_MISS 0u
+#define ST_FOUND 1u
+#define ST_INSERTED 2u
+#define ST_UPDATED 3u
+#define ST_EVICTED 4u
+#define ST_ERASED 5u
+#define ST_FAILED 6u
+#define ST_REJECTED 7u
+
+// Operation codes of the mixed kernel.
+#define OP_FIND 0u
+#define OP_INSERT 1u
+#define OP_ERASE 2u
+
+struct __align__(16) Cell {
+    u64 key;
+    u64 val;
+};
+
+__device__ __forceinline__ u64 mix64(u64 x) {
+    // MurmurHash3 fmix64: a bijection, so distinct inputs give distinct outputs.
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+__device__ __forceinline__ u32 fmix32(u32 h) {
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return h;
+}
+
+// The two candidate buckets of a key (bucket_mask = buckets - 1, buckets >= 2).
+__device__ __forceinline__ void bucket_pair(u64 key, u64 bucket_mask, u64& b1, u64& b2) {
+    b1 = mix64(key) & bucket_mask;
+    b2 = mix64(key ^ SALT2) & bucket_mask;
+    if (b2 == b1) b2 = b1 ^ 1ull;
+}
+
+// Single-copy-atomic 16-byte load that bypasses the (incoherent) L1.
+__device__ __forceinline__ Cell ld_cell(const Cell* p) {
+    Cell c;
+    asm volatile("{ .reg .b128 t; ld.relaxed.gpu.global.b128 t, [%2]; mov.b128 {%0, %1}, t; }"
+                 : "=l"(c.key), "=l"(c.val)
+                 : "l"(p)
+                 : "memory");
+    return c;
+}
+
+__device__ __forceinline__ bool cas_cell(Cell* p, u64 ek, u64 ev, u64 nk, u64 nv) {
+    u128 e = ((u128)ev << 64) | (u128)ek;
+    u128 n = ((u128)nv << 64) | (u128)nk;
+    u128 old = atomicCAS(reinterpret_cast<u128*>(p), e, n);
+    return old == e;
+}
+
+// Stamp of slot s (1..7) out of the two 64-bit halves of a metadata cell.
+__device__ __forceinline__ u32 stamp_of(u64 meta_lo, u64 meta_hi, u32 s) {
+    return s < 4 ? (u32)((meta_lo >> (16 * s)) & 0xffffu) : (u32)((meta_hi >> (16 * (s - 4))) & 0xffffu);
+}
+
+__device__ __forceinline__ void store_stamp(Cell* bucket, u32 s, u32 clk) {
+    volatile u16* st = reinterpret_cast<volatile u16*>(bucket);
+    st[s] = (u16)clk;
+}
+
+// 16-bit CAS with acquire / release semantics at GPU scope: the lock needs ordering, not the
+// sequentially consistent fence that __threadfence() (fence.sc.gpu) would cost on every insert.
+__device__ __forceinline__ u16 cas16_acquire(u16* p, u16 cmp, u16 val) {
+    u16 old;
+    asm volatile("atom.acquire.gpu.global.cas.b16 %0, [%1], %2, %3;" : "=h"(old) : "l"(p), "h"(cmp), "h"(val) : "memory");
+    return old;
+}
+
+__device__ __forceinline__ u16 cas16_release(u16* p, u16 cmp, u16 val) {
+    u16 old;
+    asm volatile("atom.release.gpu.global.cas.b16 %0, [%1], %2, %3;" : "=h"(old) : "l"(p), "h"(cmp), "h"(val) : "memory");
+    return old;
+}
+
+// Start fetching a bucket's line into L2 (fire and forget): each lane prefetches the primary
+// bucket of its own operation, so the group's 8 operations overlap their DRAM latency instead of
+// paying it one after the other.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+struct Group {
+    u32 lane;   // 0..7 inside the group
+    u32 base;   // first warp lane of the group
+    u32 mask;   // the group's lanes in the warp
+};
+
+__device__ __forceinline__ Group make_group() {
+    Group g;
+    u32 wl = threadIdx.x & 31u;
+    g.lane = wl & 7u;
+    g.base = wl & ~7u;
+    g.mask = 0xffu << g.base;
+    return g;
+}
+
+__device__ __forceinline__ u32 gballot(const Group& g, bool p) {
+    return (__ballot_sync(g.mask, p) >> g.base) & 0xffu;
+}
+
+template <typename T>
+__device__ __forceinline__ T gshfl(const Group& g, T v, u32 src) {
+    return __shfl_sync(g.mask, v, (int)src, GROUP);
+}
+
+// One bucket as seen by a group: every lane holds its cell, plus the metadata broadcast.
+struct View {
+    Cell c;
+    u64 meta_lo;
+    u64 meta_hi;
+    u32 hit;    // lanes (1..7) whose key equals the probed key
+    u32 empty;  // lanes (1..7) whose slot is empty
+};
+
+__device__ __forceinline__ View read_bucket(const Group& g, Cell* bucket, u64 key) {
+    View v;
+    v.c = ld_cell(bucket + g.lane);
+    v.meta_lo = gshfl(g, v.c.key, 0);
+    v.meta_hi = gshfl(g, v.c.val, 0);
+    v.hit = gballot(g, g.lane != 0 && v.c.key == key);
+    v.empty = gballot(g, g.lane != 0 && v.c.key == EMPTY_KEY);
+    return v;
+}
+
+// ---------------------------------------------------------------- cooperative operations
+// Every function below is called by all 8 lanes of a group with the same arguments and
+// returns the same status in every lane; control flow depends only on broadcast values.
+
+__device__ u32 group_find(const Group& g, Cell* table, u64 bucket_mask, u64 key, u32 clk, bool touch,
+                          u64& out_val) {
+    if (key == EMPTY_KEY || key == RESERVED_KEY) return ST_REJECTED;
+    u64 b[2];
+    bucket_pair(key, bucket_mask, b[0], b[1]);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        Cell* bucket = table + b[r] * GROUP;
+        View v = read_bucket(g, bucket, key);
+        if (v.hit) {
+            u32 s = __ffs(v.hit) - 1;
+            out_val = gshfl(g, v.c.val, s);
+            if (touch && g.lane == s && stamp_of(v.meta_lo, v.meta_hi, s) != (clk & 0xffffu))
+                store_stamp(bucket, s, clk);
+            return ST_FOUND;
+        }
+        if (r == 0 && !(v.meta_lo & CTL_OVERFLOW)) break;  // no key of this primary bucket lives elsewhere
+    }
+    return ST_MISS;
+}
+
+__device__ u32 group_erase(const Group& g, Cell* table, u64 bucket_mask, u64 key, u64& out_val) {
+    if (key == EMPTY_KEY || key == RESERVED_KEY) return ST_REJECTED;
+    u64 b[2];
+    bucket_pair(key, bucket_mask, b[0], b[1]);
+    for (int attempt = 0; attempt < MAX_ATTEMPTS; ++attempt) {
+        bool retry = false;
+        for (int r = 0; r < 2; ++r) {
+            Cell* bucket = table + b[r] * GROUP;
+            View v = read_bucket(g, bucket, key);
+            if (v.hit) {
+                u32 s = __ffs(v.hit) - 1;
+                u64 old = gshfl(g, v.c.val, s);
+                bool ok = false;
+                if (g.lane == s) ok = cas_cell(bucket + s, key, old, EMPTY_KEY, 0ull);
+                ok = gshfl(g, (int)ok, s) != 0;
+                if (ok) {
+                    out_val = old;
+                    return ST_ERASED;
+                }
+                retry = true;  // the slot changed under us: read again
+                break;
+            }
+            if (r == 0 && !(v.meta_lo & CTL_OVERFLOW)) break;
+        }
+        if (!retry) return ST_MISS;
+    }
+    return ST_FAILED;
+}
+
+// Lane 0 takes the insert lock of a primary bucket with 16-bit CASes on the control word alone
+// (the stamps beside it are plain 16-bit stores, so no access ever straddles them). The first CAS
+// guesses "unlocked, no overflow"; a failed CAS returns the actual word for the next try. Bounded.
+// `held` (lane 0 only) is the control word as this group holds it.
+__device__ bool group_lock(const Group& g, Cell* bucket, u16& held) {
+    bool got = false;
+    if (g.lane == 0) {
+        u16* ctl = reinterpret_cast<u16*>(bucket);
+        u16 expect = 0;
+        for (u32 i = 0; i < MAX_LOCK_SPINS; ++i) {
+            u16 prev = cas16_acquire(ctl, expect, (u16)(expect | CTL_LOCK));
+            if (prev == expect) {
+                held = (u16)(expect | CTL_LOCK);
+                got = true;
+                break;
+            }
+            if (prev & CTL_LOCK) __nanosleep(32);
+            expect = (u16)(prev & ~CTL_LOCK);
+        }
+    }
+    got = gshfl(g, (int)got, 0) != 0;
+    __syncwarp(g.mask);  // orders the other lanes' reads after lane 0's acquire
+    return got;
+}
+
+// Lane 0, holding the lock: set the overflow bit (only the holder changes the word, so the CAS
+// succeeds), then fence so that the bit is visible before the key can appear in b2.
+__device__ __forceinline__ void set_overflow(const Group& g, Cell* bucket, u16& held) {
+    if (g.lane == 0 && !(held & CTL_OVERFLOW)) {
+        u16 next = (u16)(held | CTL_OVERFLOW);
+        atomicCAS(reinterpret_cast<u16*>(bucket), held, next);
+        held = next;
+        __threadfence();
+    }
+    __syncwarp(g.mask);
+}
+
+__device__ __forceinline__ void group_unlock(const Group& g, Cell* bucket, u16 held) {
+    __syncwarp(g.mask);  // the lanes' slot CASes happen before lane 0's release
+    if (g.lane == 0) cas16_release(reinterpret_cast<u16*>(bucket), held, (u16)(held & ~CTL_LOCK));
+}
+
+// Insert-or-assign under the primary bucket's lock. out_key/out_val: the evicted entry
+// (ST_EVICTED) or the previous value (ST_UPDATED).
+__device__ u32 group_insert(const Group& g, Cell* table, u64 bucket_mask, u64 key, u64 val, u32 clk,
+                            u64& out_key, u64& out_val) {
+    if (key == EMPTY_KEY || key == RESERVED_KEY) return ST_REJECTED;
+    u64 b[2];
+    bucket_pair(key, bucket_mask, b[0], b[1]);
+    Cell* B1 = table + b[0] * GROUP;
+    Cell* B2 = table + b[1] * GROUP;
+    u16 held = 0;
+    if (!group_lock(g, B1, held)) return ST_FAILED;
+    u32 status = ST_FAILED;
+    for (int attempt = 0; attempt < MAX_ATTEMPTS; ++attempt) {
+        View v1 = read_bucket(g, B1, key);
+        bool have2 = false;
+        View v2 = {};
+        if (!v1.hit && (v1.meta_lo & CTL_OVERFLOW)) {
+            v2 = read_bucket(g, B2, key);
+            have2 = true;
+        }
+        // 1. The key is present: replace its value in place.
+        if (v1.hit || v2.hit) {
+            bool in1 = v1.hit != 0;
+            Cell* bucket = in1 ? B1 : B2;
+            u32 s = __ffs(in1 ? v1.hit : v2.hit) - 1;
+            u64 old = gshfl(g, in1 ? v1.c.val : v2.c.val, s);
+            bool ok = false;
+            if (g.lane == s) {
+                ok = cas_cell(bucket + s, key, old, key, val);
+                if (ok) store_stamp(bucket, s, clk);
+            }
+            ok = gshfl(g, (int)ok, s) != 0;
+            if (ok) {
+                out_val = old;
+                status = ST_UPDATED;
+                break;
+            }
+            continue;  // erased or evicted meanwhile: read again
+        }
+        // 2. Absent: the lowest empty slot of b1.
+        if (v1.empty) {
+            u32 s = __ffs(v1.empty) - 1;
+            bool ok = false;
+            if (g.lane == s) {
+                ok = cas_cell(B1 + s, EMPTY_KEY, 0ull, key, val);
+                if (ok) store_stamp(B1, s, clk);
+            }
+            ok = gshfl(g, (int)ok, s) != 0;
+            if (ok) {
+                status = ST_INSERTED;
+                break;
+            }
+            continue;
+        }
+        if (!have2) v2 = read_bucket(g, B2, key);
+        if (v2.hit) continue;  // cannot happen with the overflow rule; read again to be safe
+        // 3. Else the lowest empty slot of b2, the overflow bit published first.
+        if (v2.empty) {
+            u32 s = __ffs(v2.empty) - 1;
+            set_overflow(g, B1, held);
+            bool ok = false;
+            if (g.lane == s) {
+                ok = cas_cell(B2 + s, EMPTY_KEY, 0ull, key, val);
+                if (ok) store_stamp(B2, s, clk);
+            }
+            ok = gshfl(g, (int)ok, s) != 0;
+            if (ok) {
+                status = ST_INSERTED;
+                break;
+            }
+            continue;
+        }
+        // 4. Both buckets full: evict the least recently used of the 14 entries (largest stamp
+        //    age, ties to the primary bucket, then to the lower slot).
+        u32 best = 0;
+        if (g.lane != 0) {
+            u32 a1 = (clk - stamp_of(v1.meta_lo, v1.meta_hi, g.lane)) & 0xffffu;
+            u32 a2 = (clk - stamp_of(v2.meta_lo, v2.meta_hi, g.lane)) & 0xffffu;
+            u32 o1 = (a1 << 8) | (255u - g.lane);
+            u32 o2 = (a2 << 8) | (255u - (8u + g.lane));
+            best = o1 > o2 ? o1 : o2;
+        }
+#pragma unroll
+        for (int off = 4; off > 0; off >>= 1) {
+            u32 other = __shfl_xor_sync(g.mask, best, off, GROUP);
+            best = other > best ? other : best;
+        }
+        u32 order = 255u - (best & 0xffu);
+        bool in2 = order >= 8u;
+        u32 s = order & 7u;
+        u64 vk = gshfl(g, in2 ? v2.c.key : v1.c.key, s);
+        u64 vv = gshfl(g, in2 ? v2.c.val : v1.c.val, s);
+        Cell* bucket = in2 ? B2 : B1;
+        if (in2) set_overflow(g, B1, held);
+        bool ok = false;
+        if (g.lane == s) {
+            ok = cas_cell(bucket + s, vk, vv, key, val);
+            if (ok) store_stamp(bucket, s, clk);
+        }
+        ok = gshfl(g, (int)ok, s) != 0;
+        if (ok) {
+            out_key = vk;
+            out_val = vv;
+            status = ST_EVICTED;
+            break;
+        }
+    }
+    group_unlock(g, B1, held);
+    return status;
+}
+
+// ---------------------------------------------------------------- batch kernels
+// Warp-cooperative work sharing: each lane brings one operation; the group of 8 lanes serves its
+// lanes' operations one after the other, all 8 lanes cooperating on each. Launch with a block size
+// that is a multiple of 32.
+
+// Each lane loads its own operation (coalesced) and prefetches its primary bucket; the group then
+// serves the pending lanes one after the other, broadcasting key and value with __shfl_sync, and
+// the owning lane keeps the result in registers so that all results are written at the end in one
+// coalesced store per array.
+#define GROUP_PROLOGUE(n)                                                      \
+    Group g = make_group();                                                    \
+    u64 my = (u64)blockIdx.x * blockDim.x + threadIdx.x;                       \
+    bool active = my < (n);                                                    \
+    u64 mykey = active ? keys[my] : EMPTY_KEY;                                 \
+    if (active) prefetch_l2(table + (mix64(mykey) & bucket_mask) * GROUP);     \
+    u32 pending = gballot(g, active);                                          \
+    u32 my_st = ST_MISS;                                                       \
+    u64 my_ok = 0, my_ov = 0;
+
+#define FOR_EACH_PENDING                                                       \
+    while (pending) {                                                          \
+        u32 j = __ffs(pending) - 1;                                            \
+        pending &= pending - 1;                                                \
+        u64 key = gshfl(g, mykey, j);
+
+#define KEEP_RESULT(st, ok, ov)                                                \
+        if (g.lane == j) {                                                     \
+            my_st = (st);                                                      \
+            my_ok = (ok);                                                      \
+            my_ov = (ov);                                                      \
+        }                                                                      \
+    }
+
+extern "C" __global__ void ht_insert(Cell* table, u64 bucket_mask, const u64* keys, const u64* vals, u64 n,
+                                     u32 clk, u32* status, u64* out_key, u64* out_val) {
+    GROUP_PROLOGUE(n)
+    u64 myval = active ? vals[my] : 0ull;
+    FOR_EACH_PENDING
+        u64 val = gshfl(g, myval, j);
+        u64 ok = 0, ov = 0;
+        u32 st = group_insert(g, table, bucket_mask, key, val, clk, ok, ov);
+    KEEP_RESULT(st, ok, ov)
+    if (active) {
+        status[my] = my_st;
+        out_key[my] = my_ok;
+        out_val[my] = my_ov;
+    }
+}
+
+extern "C" __global__ void ht_find(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32 clk, u32 touch,
+                                   u32* status, u64* out_val) {
+    GROUP_PROLOGUE(n)
+    FOR_EACH_PENDING
+        u64 v = 0;
+        u32 st = group_find(g, table, bucket_mask, key, clk, touch != 0, v);
+    KEEP_RESULT(st, 0ull, v)
+    if (active) {
+        status[my] = my_st;
+        out_val[my] = my_ov;
+    }
+    (void)my_ok;
+}
+
+extern "C" __global__ void ht_erase(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32* status,
+                                    u64* out_val) {
+    GROUP_PROLOGUE(n)
+    FOR_EACH_PENDING
+        u64 v = 0;
+        u32 st = group_erase(g, table, bucket_mask, key, v);
+    KEEP_RESULT(st, 0ull, v)
+    if (active) {
+        status[my] = my_st;
+        out_val[my] = my_ov;
+    }
+    (void)my_ok;
+}
+
+// Interleaved finds, inserts and erases of one batch, all running concurrently.
+extern "C" __global__ void ht_mixed(Cell* table, u64 bucket_mask, const u32* ops, const u64* keys,
+                                    const u64* vals, u64 n, u32 clk, u32 touch, u32* status, u64* out_key,
+                                    u64* out_val) {
+    GROUP_PROLOGUE(n)
+    u32 myop = active ? ops[my] : OP_FIND;
+    u64 myval = active ? vals[my] : 0ull;
+    FOR_EACH_PENDING
+        u32 op = gshfl(g, myop, j);
+        u64 val = gshfl(g, myval, j);
+        u64 ok = 0, ov = 0;
+        u32 st;
+        if (op == OP_FIND) {
+            st = group_find(g, table, bucket_mask, key, clk, touch != 0, ov);
+        } else if (op == OP_INSERT) {
+            st = group_insert(g, table, bucket_mask, key, val, clk, ok, ov);
+        } else if (op == OP_ERASE) {
+            st = group_erase(g, table, bucket_mask, key, ov);
+        } else {
+            st = ST_REJECTED;
+        }
+    KEEP_RESULT(st, ok, ov)
+    if (active) {
+        status[my] = my_st;
+        out_key[my] = my_ok;
+        out_val[my] = my_ov;
+    }
+}
+
+// ---------------------------------------------------------------- checks (tests and benchmark)
+
+// counters[0]: keys stored twice (each extra copy counts once); counters[1]: occupied slots.
+extern "C" __global__ void ht_audit(const Cell* table, u64 bucket_mask, u64 nbuckets,
+                                    unsigned long long* counters) {
+    u64 cell = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (cell >= nbuckets * GROUP) return;
+    u32 s = (u32)(cell & 7u);
+    if (s == 0) return;
+    u64 key = table[cell].key;
+    if (key == EMPTY_KEY) return;
+    atomicAdd(&counters[1], 1ull);
+    u64 b[2];
+    bucket_pair(key, bucket_mask, b[0], b[1]);
+    u64 dup = 0;
+    for (int r = 0; r < 2; ++r)
+        for (u32 t = 1; t < GROUP; ++t) {
+            u64 other = b[r] * GROUP + t;
+            if (other != cell && table[other].key == key && other < cell) dup = 1;
+        }
+    // A key stored outside both of its candidate buckets is as wrong as a duplicate.
+    if ((cell >> 3) != b[0] && (cell >> 3) != b[1]) dup = 1;
+    if (dup) atomicAdd(&counters[0], 1ull);
+}
+
+// Benchmark keys: key(i) = mix64(base + i) (a bijection, so distinct i give distinct keys);
+// the two reserved keys are replaced by keys from far outside any benchmark range.
+extern "C" __global__ void gen_keys(u64* keys, u64* vals, u64 n, u64 base) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    u64 k = mix64(base + i);
+    if (k == EMPTY_KEY || k == RESERVED_KEY) k = mix64(0x7000000000000000ull + (k & 1ull));
+    keys[i] = k;
+    if (vals) vals[i] = mix64(k ^ 0x5bd1e9955bd1e995ull);
+}
+
+// Interleave present and absent keys: out[i] = (i % 100 < hit_pct) ? present[..] : absent[..].
+extern "C" __global__ void gen_mix(const u64* present, u64 n_present, const u64* absent, u64 n_absent,
+                                   u64* out, u64 n, u32 hit_pct, u64 seed) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    u64 h = mix64(i ^ seed);
+    out[i] = (h % 100u) < hit_pct ? present[(h >> 8) % n_present] : absent[(h >> 8) % n_absent];
+}
+
+// Cache mix: 80% finds (of which hit_pct% hit), 20% inserts of fresh keys.
+extern "C" __global__ void gen_cache_mix(const u64* present, u64 n_present, const u64* absent, u64 n_absent,
+                                         const u64* fresh, u32* ops, u64* keys, u64* vals, u64 n, u32 hit_pct,
+                                         u64 seed) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    u64 h = mix64(i ^ seed);
+    u64 k;
+    if ((h % 100u) < 20u) {
+        ops[i] = OP_INSERT;
+        k = fresh[i];
+    } else {
+        ops[i] = OP_FIND;
+        k = ((h >> 7) % 100u) < hit_pct ? present[(h >> 16) % n_present] : absent[(h >> 16) % n_absent];
+    }
+    keys[i] = k;
+    vals[i] = mix64(k ^ 0x5bd1e9955bd1e995ull);
+}
+
+// Tally statuses: counts[st] += 1 (st < 8), and for ST_FOUND results whose value differs from the
+// benchmark's value function, counts[8] += 1 (wrong values).
+extern "C" __global__ void tally(const u32* status, const u64* keys, const u64* out_val, u64 n,
+                                 unsigned long long* counts) {
+    __shared__ unsigned long long local[9];
+    if (threadIdx.x < 9) local[threadIdx.x] = 0;
+    __syncthreads();
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        u32 st = status[i];
+        atomicAdd(&local[st < 8 ? st : 7], 1ull);
+        if (st == ST_FOUND && out_val && keys && out_val[i] != mix64(keys[i] ^ 0x5bd1e9955bd1e995ull))
+            atomicAdd(&local[8], 1ull);
+    }
+    __syncthreads();
+    if (threadIdx.x < 9 && local[threadIdx.x]) atomicAdd(&counts[threadIdx.x], local[threadIdx.x]);
+}
+
+// ---------------------------------------------------------------- reference: linear probing
+// GPU_HASH_TABLES.md design 1 (nosferalatu/SimpleGPUHashTable): 32-bit keys and values in one 64-bit
+// slot, key 0xffffffff = empty, atomicCAS on the key then a plain store of the value, delete by
+// setting the value to empty (the key stays: a tombstone). Probe loops are bounded by max_probe.
+
+#define LP_EMPTY 0xffffffffu
+
+extern "C" __global__ void lp_insert(u32* slots, u32 cap_mask, const u32* keys, const u32* vals, u64 n,
+                                     u32 max_probe, u32* status) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    u32 key = keys[i];
+    u32 slot = fmix32(key) & cap_mask;
+    u32 st = ST_FAILED;
+    for (u32 p = 0; p < max_probe; ++p) {
+        u32 prev = atomicCAS(&slots[2 * (u64)slot], LP_EMPTY, key);
+        if (prev == LP_EMPTY || prev == key) {
+            slots[2 * (u64)slot + 1] = vals[i];
+            st = prev == LP_EMPTY ? ST_INSERTED : ST_UPDATED;
+            break;
+        }
+        slot = (slot + 1) & cap_mask;
+    }
+    status[i] = st;
+}
+
+extern "C" __global__ void lp_find(const u32* slots, u32 cap_mask, const u32* keys, u64 n, u32 max_probe,
+                                   u32* status, u32* out_val) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    u32 key = keys[i];
+    u32 slot = fmix32(key) & cap_mask;
+    u32 st = ST_MISS, v = LP_EMPTY;
+    for (u32 p = 0; p < max_probe; ++p) {
+        u64 kv = *reinterpret_cast<const volatile u64*>(&slots[2 * (u64)slot]);
+        u32 k = (u32)kv, kval = (u32)(kv >> 32);
+        if (k == key) {
+            if (kval != LP_EMPTY) {
+                st = ST_FOUND;
+                v = kval;
+            }
+            break;
+        }
+        if (k == LP_EMPTY) break;
+        slot = (slot + 1) & cap_mask;
+    }
+    status[i] = st;
+    out_val[i] = v;
+}
+
+extern "C" __global__ void lp_erase(u32* slots, u32 cap_mask, const u32* keys, u64 n, u32 max_probe,
+                                    u32* status) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    u32 key = keys[i];
+    u32 slot = fmix32(key) & cap_mask;
+    u32 st = ST_MISS;
+    for (u32 p = 0; p < max_probe; ++p) {
+        u32 k = *reinterpret_cast<const volatile u32*>(&slots[2 * (u64)slot]);
+        if (k == key) {
+            slots[2 * (u64)slot + 1] = LP_EMPTY;
+            st = ST_ERASED;
+            break;
+        }
+        if (k == LP_EMPTY) break;
+        slot = (slot + 1) & cap_mask;
+    }
+    status[i] = st;
+}
+
+// lp keys: fmix32(base + i) (a bijection on 32 bits); the empty marker is replaced.
+extern "C" __global__ void lp_gen(u32* keys, u32* vals, u64 n, u32 base) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    u32 k = fmix32(base + (u32)i);
+    if (k == LP_EMPTY) k = fmix32(0x7fffffffu);
+    keys[i] = k;
+    if (vals) vals[i] = (k * 2654435761u) | 1u;
+}
+
+// Like tally, for the linear-probing table (value function (k * 2654435761) | 1; never the empty value).
+extern "C" __global__ void lp_tally(const u32* status, const u32* keys, const u32* out_val, u64 n,
+                                    unsigned long long* counts) {
+    __shared__ unsigned long long local[9];
+    if (threadIdx.x < 9) local[threadIdx.x] = 0;
+    __syncthreads();
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        u32 st = status[i];
+        atomicAdd(&local[st < 8 ? st : 7], 1ull);
+        if (st == ST_FOUND && out_val && keys && out_val[i] != ((keys[i] * 2654435761u) | 1u))
+            atomicAdd(&local[8], 1ull);
+    }
+    __syncthreads();
+    if (threadIdx.x < 9 && local[threadIdx.x]) atomicAdd(&counts[threadIdx.x], local[threadIdx.x]);
+}
+
+// ---------------------------------------------------------------- device ceilings
+// Random 128-bit CAS over a buffer of cells (cell_mask + 1 cells): one CAS per thread.
+extern "C" __global__ void ceil_cas128(Cell* buf, u64 cell_mask, u64 n, u64 seed) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    u64 c = mix64(i ^ seed) & cell_mask;
+    cas_cell(buf + c, 0ull, 0ull, i + 1, seed);
+}
+
+// Random reads of `width` bytes (64 or 128) by width/16 cooperating lanes, one 16-byte load each;
+// n = number of random reads. The xor lands in sink only if it hits a value that never occurs.
+extern "C" __global__ void ceil_read(const Cell* buf, u64 cell_mask, u64 n, u32 width, u64 seed, u64* sink) {
+    u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    u32 lanes = width / 16u;
+    u64 r = t / lanes;
+    if (r >= n) return;
+    u32 lane = (u32)(t % lanes);
+    u64 line = (mix64(r ^ seed) & cell_mask) & ~(u64)(lanes - 1);
+    Cell c = ld_cell(buf + line + lane);
+    if ((c.key ^ c.val) == 0x0123456789abcdefull) sink[0] = c.key;
+}
+
+extern "C" __global__ void fill_u32(u32* p, u64 n, u32 v) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = v;
+}

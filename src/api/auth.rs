@@ -1,0 +1,104 @@
+//! API keys: `--api-keys-file` holds one key per line, `key` or `name:key`, with `#` comments. Each key
+//! is an owner; a key sees only the jobs it created. Without a keys file every caller is `anonymous`.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use sha2::{Digest, Sha256};
+
+use super::error::Error;
+use super::ApiContext;
+
+/// Key digests → owner names. Keys are kept only as SHA-256 digests, so that a lookup compares digests
+/// (no timing hint about the key itself) and a memory dump does not show them.
+#[derive(Debug, Default)]
+pub struct ApiKeys {
+    owners: HashMap<[u8; 32], String>,
+}
+
+impl ApiKeys {
+    pub fn load(path: &Path) -> anyhow::Result<ApiKeys> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read the API keys file {}: {e}", path.display()))?;
+        let keys = ApiKeys::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        if keys.owners.is_empty() {
+            anyhow::bail!("the API keys file {} holds no key", path.display());
+        }
+        Ok(keys)
+    }
+
+    pub fn parse(text: &str) -> Result<ApiKeys, String> {
+        let mut owners = HashMap::new();
+        for (n, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let (name, key) = match line.split_once(':') {
+                Some((name, key)) => (name.trim().to_string(), key.trim()),
+                // An unnamed key is named by a short digest, stable across restarts.
+                None => (format!("key-{}", &hex::encode(Sha256::digest(line.as_bytes()))[..12]), line),
+            };
+            if key.is_empty() || name.is_empty() || key.chars().any(char::is_whitespace) {
+                return Err(format!("line {}: expected `key` or `name:key`", n + 1));
+            }
+            let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+            if owners.insert(digest, name).is_some() {
+                return Err(format!("line {}: the same key appears twice", n + 1));
+            }
+        }
+        Ok(ApiKeys { owners })
+    }
+
+    pub fn owner(&self, key: &str) -> Option<&str> {
+        let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+        self.owners.get(&digest).map(String::as_str)
+    }
+}
+
+/// The authenticated caller: whose jobs a request may see.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub owner: String,
+}
+
+pub const ANONYMOUS: &str = "anonymous";
+
+impl FromRequestParts<ApiContext> for Caller {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, ctx: &ApiContext) -> Result<Caller, Error> {
+        let Some(keys) = &ctx.keys else {
+            return Ok(Caller { owner: ANONYMOUS.to_string() });
+        };
+        let header = parts.headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let key = header.and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer "))).map(str::trim);
+        match key.and_then(|k| keys.owner(k)) {
+            Some(owner) => Ok(Caller { owner: owner.to_string() }),
+            None => Err(Error::unauthorized()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_named_and_unnamed_keys() {
+        let k = ApiKeys::parse("# team keys\nalice:s3cret\n\n  b0bkey  # bob\n").unwrap();
+        assert_eq!(k.owner("s3cret"), Some("alice"));
+        assert!(k.owner("b0bkey").unwrap().starts_with("key-"));
+        assert_eq!(k.owner("nope"), None);
+        assert_eq!(k.owner("alice:s3cret"), None);
+    }
+
+    #[test]
+    fn refuses_bad_lines() {
+        assert!(ApiKeys::parse("alice:").is_err());
+        assert!(ApiKeys::parse("a:k\nb:k").is_err());
+        assert!(ApiKeys::parse("two words").is_err());
+    }
+}

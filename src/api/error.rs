@@ -1,0 +1,156 @@
+//! The API's one error type: every failure becomes `{"code", "message"}` with its status. Internal
+//! errors are logged with their detail and answered with a generic message (no internals leak).
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::cube::CubeError;
+use crate::jobs::StoreError;
+use crate::mnf::MnfError;
+use crate::storage::StorageError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad input the client can fix: status, stable code, message.
+    #[error("{message}")]
+    Client { status: StatusCode, code: &'static str, message: String },
+    /// Something broke on our side: logged, answered 500 `internal` without details.
+    #[error("internal: {0:#}")]
+    Internal(anyhow::Error),
+}
+
+pub type ApiResult<T> = Result<T, Error>;
+
+impl Error {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Error {
+        Error::Client { status, code, message: message.into() }
+    }
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Error {
+        Error::new(StatusCode::BAD_REQUEST, code, message)
+    }
+    pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Error {
+        Error::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
+    }
+    pub fn not_found() -> Error {
+        Error::new(StatusCode::NOT_FOUND, "not_found", "no such job")
+    }
+    pub fn too_large(message: impl Into<String>) -> Error {
+        Error::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
+    }
+    pub fn unauthorized() -> Error {
+        Error::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or unknown API key (Authorization: Bearer <key>)")
+    }
+    pub fn internal(e: impl Into<anyhow::Error>) -> Error {
+        Error::Internal(e.into())
+    }
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Error::Client { status, .. } => *status,
+            Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Client { code, .. } => code,
+            Error::Internal(_) => "internal",
+        }
+    }
+}
+
+/// The JSON body of every error response.
+#[derive(serde::Serialize)]
+pub struct ErrorBody<'a> {
+    pub code: &'a str,
+    pub message: &'a str,
+}
+
+pub fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
+    let body = serde_json::to_vec(&ErrorBody { code, message }).expect("error body serialises");
+    let mut r = (status, body).into_response();
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if status == StatusCode::UNAUTHORIZED {
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    r
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        match self {
+            Error::Client { status, code, message } => json_error(status, code, &message),
+            Error::Internal(e) => {
+                tracing::error!("internal error: {e:#}");
+                json_error(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error; see the server log")
+            }
+        }
+    }
+}
+
+impl From<CubeError> for Error {
+    fn from(e: CubeError) -> Error {
+        let status = match &e {
+            CubeError::Io { .. } => return Error::internal(e),
+            CubeError::Header(_) | CubeError::SizeMismatch(_) | CubeError::Npy(_) => StatusCode::BAD_REQUEST,
+            CubeError::Unsupported(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            CubeError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+        };
+        Error::new(status, e.code(), e.to_string())
+    }
+}
+
+impl From<MnfError> for Error {
+    fn from(e: MnfError) -> Error {
+        match e {
+            MnfError::InvalidParams(_) => Error::unprocessable("invalid_params", e.to_string()),
+            other => Error::unprocessable(other.code(), other.to_string()),
+        }
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Error {
+        Error::internal(e)
+    }
+}
+
+impl From<StorageError> for Error {
+    fn from(e: StorageError) -> Error {
+        Error::internal(e)
+    }
+}
+
+/// Turns the framework's own error answers (unknown route, wrong method, timeout, a body past a
+/// limit layer) into the JSON error shape, so that every error looks alike.
+pub async fn jsonify_errors(resp: Response) -> Response {
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return resp;
+    }
+    let code = match status {
+        StatusCode::BAD_REQUEST => "bad_request",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::REQUEST_TIMEOUT => "timeout",
+        StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "invalid_request",
+        _ if status.is_server_error() => "internal",
+        _ => "error",
+    };
+    let message = status.canonical_reason().unwrap_or("error").to_string();
+    let mut out = json_error(status, code, &message);
+    for (k, v) in resp.headers() {
+        if k != header::CONTENT_TYPE && k != header::CONTENT_LENGTH {
+            out.headers_mut().insert(k.clone(), v.clone());
+        }
+    }
+    out
+}

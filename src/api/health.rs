@@ -1,0 +1,53 @@
+//! `/healthz`, `/readyz`, `/metrics` and `/v1/info`.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::auth::Caller;
+use super::error::{ApiResult, Error};
+use super::ApiContext;
+
+/// The process is up and answering.
+pub async fn healthz() -> Response {
+    axum::Json(json!({"status": "ok"})).into_response()
+}
+
+/// The database and the storage answer, and the default backend is initialised (it is created before
+/// the server listens, so reaching here means it is).
+pub async fn readyz(State(ctx): State<ApiContext>) -> Response {
+    let unavailable = |what: &str, e: &dyn std::fmt::Display| {
+        tracing::warn!("not ready: {what}: {e}");
+        Error::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", format!("{what} is not reachable")).into_response()
+    };
+    if let Err(e) = ctx.runner.store.ping().await {
+        return unavailable("the database", &e);
+    }
+    if let Err(e) = ctx.runner.storage.check().await {
+        return unavailable("the storage", &e);
+    }
+    let b = ctx.runner.backends.default_backend();
+    axum::Json(json!({"status": "ready", "backend": b.name(), "device": b.device()})).into_response()
+}
+
+pub async fn metrics(State(ctx): State<ApiContext>) -> ApiResult<Response> {
+    let text = super::metrics::render(&ctx.metrics, &ctx.runner).await?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
+}
+
+pub async fn info(State(ctx): State<ApiContext>, _caller: Caller) -> Response {
+    let b = ctx.runner.backends.default_backend();
+    let mut backends = vec![json!({"name": "cpu", "device": if b.name() == "cpu" { b.device() } else { "CPU".to_string() }})];
+    if b.name() != "cpu" {
+        backends.push(json!({"name": b.name(), "device": b.device()}));
+    }
+    axum::Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "default_backend": b.name(),
+        "backends": backends,
+        "devices": [b.device()],
+        "max_upload_bytes": ctx.config.max_upload_bytes,
+    }))
+    .into_response()
+}

@@ -1,0 +1,664 @@
+//! `/v1/jobs`: create (three input forms), get, list, cancel/delete, result and metadata downloads.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{FromRequest, Multipart, Path as UrlPath, RawQuery, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::auth::Caller;
+use super::error::{ApiResult, Error};
+use super::metrics::ApiMetrics;
+use super::upload::{self, Budget, Claim};
+use super::{params, ApiContext};
+use crate::cube::Cube;
+use crate::jobs::model::{product, rfc3339};
+use crate::jobs::store::Inserted;
+use crate::jobs::{InputKind, InputSummary, Job, JobStatus, NewJob};
+use crate::mnf::MnfParams;
+
+/// Largest JSON body (href requests) and multipart side parts.
+const SMALL_BODY_MAX: usize = 1 << 20;
+/// Header a client may send with a `.npy` body: the hex SHA-256 of the body. When this owner already has
+/// a live job made from the same bytes and parameters, it is answered at once without reading the body.
+pub const CONTENT_SHA256: &str = "x-content-sha256";
+
+// ---------------------------------------------------------------------------------------------------
+// The job document
+
+pub fn job_document(job: &Job, cached: bool) -> Value {
+    let base = format!("/v1/jobs/{}", job.id);
+    let error = match (&job.error_code, &job.error_message) {
+        (Some(c), m) => json!({"code": c, "message": m.clone().unwrap_or_default()}),
+        _ => Value::Null,
+    };
+    json!({
+        "id": job.id,
+        "status": job.status.as_str(),
+        "progress": job.progress,
+        "stage": job.stage,
+        "created_at": rfc3339(job.created_at),
+        "started_at": job.started_at.map(rfc3339),
+        "finished_at": job.finished_at.map(rfc3339),
+        "params": serde_json::from_str::<Value>(&job.params).unwrap_or(Value::Null),
+        "input": job.input,
+        "cached": cached,
+        "error": error,
+        "links": {"self": base, "result": format!("{base}/result"), "metadata": format!("{base}/metadata")},
+    })
+}
+
+fn job_response(status: StatusCode, job: &Job, cached: bool) -> Response {
+    let mut r = (status, axum::Json(job_document(job, cached))).into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/jobs/{}", job.id)) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    r
+}
+
+/// The caller's job, or 404 (also for other owners' jobs and for ids that are not job ids at all).
+async fn owned_job(ctx: &ApiContext, caller: &Caller, id: &str) -> ApiResult<Job> {
+    if uuid::Uuid::parse_str(id).is_err() {
+        return Err(Error::not_found());
+    }
+    match ctx.runner.store.get(id).await? {
+        Some(j) if j.owner == caller.owner => Ok(j),
+        _ => Err(Error::not_found()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// POST /v1/jobs
+
+pub async fn create(State(ctx): State<ApiContext>, caller: Result<Caller, Error>, RawQuery(query): RawQuery, req: Request) -> Response {
+    let outcome = match caller {
+        Ok(caller) => create_inner(&ctx, &caller, query, req).await,
+        Err(e) => Err(e),
+    };
+    match outcome {
+        Ok(r) => r,
+        Err(e) => {
+            if e.status() != StatusCode::INTERNAL_SERVER_ERROR {
+                ApiMetrics::add(&ctx.metrics.uploads_refused, 1);
+            }
+            // A refused upload is answered before its body was read to the end: the connection cannot
+            // carry another request, and saying so keeps clients from reusing it.
+            let mut r = e.into_response();
+            r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            r
+        }
+    }
+}
+
+async fn create_inner(ctx: &ApiContext, caller: &Caller, query: Option<String>, req: Request) -> ApiResult<Response> {
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let mime = content_type.split(';').next().unwrap_or("").trim().to_string();
+    // Content-Length first: a body announced past the limit is refused before a byte is read.
+    if let Some(len) = content_length(req.headers()) {
+        if len > ctx.config.max_upload_bytes {
+            return Err(Error::too_large(format!(
+                "the body ({len} bytes) exceeds the limit of {} bytes",
+                ctx.config.max_upload_bytes
+            )));
+        }
+    }
+    let token = format!("upload-{}", uuid::Uuid::now_v7());
+    // Removes the upload's scratch files however the request ends (answered, refused, timed out or
+    // dropped with its connection); accepted inputs were moved out of scratch before this runs.
+    let _scratch = ScratchGuard { storage: ctx.runner.storage.clone(), token: token.clone() };
+    match mime.as_str() {
+        "application/x-npy" | "application/octet-stream" => create_npy(ctx, caller, query.as_deref(), req, &token).await,
+        "multipart/form-data" => create_multipart(ctx, caller, query.as_deref(), req, &token).await,
+        "application/json" => create_href(ctx, caller, query.as_deref(), req).await,
+        _ => Err(Error::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "Content-Type must be application/x-npy, multipart/form-data or application/json, not {:?}",
+                content_type
+            ),
+        )),
+    }
+}
+
+struct ScratchGuard {
+    storage: crate::storage::Storage,
+    token: String,
+}
+
+impl Drop for ScratchGuard {
+    fn drop(&mut self) {
+        self.storage.remove_scratch(&self.token);
+    }
+}
+
+fn content_length(h: &HeaderMap) -> Option<u64> {
+    h.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok())
+}
+
+async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req: Request, token: &str) -> ApiResult<Response> {
+    let params = params::from_query(query)?;
+    let canonical = params::canonical(&params);
+    let claimed_sha = match req.headers().get(CONTENT_SHA256) {
+        Some(v) => {
+            let s = v.to_str().unwrap_or("").trim().to_ascii_lowercase();
+            if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(Error::bad_request("invalid_digest", "X-Content-SHA256 must be 64 hex digits"));
+            }
+            Some(s)
+        }
+        None => None,
+    };
+    if let Some(sha) = &claimed_sha {
+        if let Some(job) = ctx.runner.store.find_live_by_upload(&caller.owner, sha, &canonical).await? {
+            ApiMetrics::add(&ctx.metrics.cache_hits, 1);
+            let mut r = job_response(StatusCode::OK, &job, true);
+            if content_length(req.headers()) != Some(0) {
+                // The body is left unread (with `Expect: 100-continue` it is never sent).
+                r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            return Ok(r);
+        }
+    }
+    let dir = ctx.runner.storage.scratch_dir(token)?;
+    let limit = ctx.config.max_upload_bytes;
+    let announced = content_length(req.headers());
+    let mut check = move |prefix: &[u8]| -> ApiResult<Option<Claim>> {
+        let claim = upload::npy_claim(prefix, limit)?;
+        if let (Some(c), Some(len)) = (claim, announced) {
+            if c.total() != len {
+                return Err(Error::bad_request(
+                    "size_mismatch",
+                    format!("the .npy header claims {} bytes in all but the body has {len}", c.total()),
+                ));
+            }
+        }
+        Ok(claim)
+    };
+    let mut budget = Budget::new(limit);
+    let stream = req.into_body().into_data_stream();
+    let got = upload::receive(stream, dir.join("cube.npy"), &mut budget, Some(&mut check), None).await?;
+    ApiMetrics::add(&ctx.metrics.bytes_in, got.bytes);
+    let sha = hex::encode(got.sha256);
+    if let Some(claimed) = &claimed_sha {
+        if *claimed != sha {
+            return Err(Error::bad_request("digest_mismatch", "the body's SHA-256 differs from X-Content-SHA256"));
+        }
+    }
+    let location = format!("scratch/{token}");
+    let (cube, params) = decode_and_validate(ctx, InputKind::Npy, location, params).await?;
+    enqueue(ctx, caller, &cube, params, InputKind::Npy, Some(sha), Some(token)).await
+}
+
+async fn create_multipart(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req: Request, token: &str) -> ApiResult<Response> {
+    let mut multipart = Multipart::from_request(req, &())
+        .await
+        .map_err(|e| Error::bad_request("invalid_multipart", format!("invalid multipart body: {}", e.body_text())))?;
+    let dir = ctx.runner.storage.scratch_dir(token)?;
+    let limit = ctx.config.max_upload_bytes;
+    let mut budget = Budget::new(limit);
+    let mut header: Option<(String, Option<Claim>)> = None;
+    let mut data: Option<upload::Received> = None;
+    let mut params_part: Option<MnfParams> = None;
+    let bad = |m: String| Error::bad_request("invalid_multipart", m);
+    loop {
+        let field = match multipart.next_field().await {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => return Err(bad(format!("invalid multipart body: {}", e.body_text()))),
+        };
+        let name = field.name().unwrap_or("").to_string();
+        match name.as_str() {
+            "header" if header.is_none() => {
+                let bytes = small_part(field, &mut budget).await?;
+                let text = String::from_utf8(bytes).map_err(|_| Error::bad_request("invalid_header", "the ENVI header is not UTF-8 text"))?;
+                let claim = upload::envi_claim(&text, limit)?;
+                std::fs::write(dir.join("cube.hdr"), &text).map_err(Error::internal)?;
+                header = Some((text, claim));
+            }
+            "data" if data.is_none() => {
+                // The header normally comes first; then its claim bounds the data part as it arrives.
+                let claim = header.as_ref().and_then(|h| h.1);
+                data = Some(upload::receive(field, dir.join("cube.img"), &mut budget, None, claim).await?);
+            }
+            "params" if params_part.is_none() => {
+                let bytes = small_part(field, &mut budget).await?;
+                let v: Value = serde_json::from_slice(&bytes)
+                    .map_err(|e| Error::unprocessable("invalid_params", format!("params is not JSON: {e}")))?;
+                params_part = Some(params::from_json(v)?);
+            }
+            "header" | "data" | "params" => return Err(bad(format!("part {name:?} appears twice"))),
+            other => return Err(bad(format!("unknown part {other:?}: expected header, data and optional params"))),
+        }
+    }
+    let (Some((text, _)), Some(data)) = (header, data) else {
+        return Err(bad("a multipart upload needs a `header` part (ENVI .hdr text) and a `data` part".into()));
+    };
+    ApiMetrics::add(&ctx.metrics.bytes_in, data.bytes + text.len() as u64);
+    let params = match (params_part, query.filter(|q| !q.is_empty())) {
+        (Some(_), Some(_)) => {
+            return Err(Error::unprocessable("invalid_params", "give the parameters either as a params part or in the query, not both"))
+        }
+        (Some(p), None) => p,
+        (None, q) => params::from_query(q)?,
+    };
+    let location = format!("scratch/{token}");
+    let (cube, params) = decode_and_validate(ctx, InputKind::Envi, location, params).await?;
+    enqueue(ctx, caller, &cube, params, InputKind::Envi, None, Some(token)).await
+}
+
+/// Reads a small multipart part (header or params) into memory, within SMALL_BODY_MAX.
+async fn small_part(mut field: axum::extract::multipart::Field<'_>, budget: &mut Budget) -> ApiResult<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        match field.chunk().await {
+            Ok(Some(c)) => {
+                budget.take(c.len())?;
+                if out.len() + c.len() > SMALL_BODY_MAX {
+                    return Err(Error::too_large(format!("a header or params part may hold at most {SMALL_BODY_MAX} bytes")));
+                }
+                out.extend_from_slice(&c);
+            }
+            Ok(None) => return Ok(out),
+            Err(e) => return Err(Error::bad_request("invalid_multipart", format!("invalid multipart body: {}", e.body_text()))),
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HrefRequest {
+    input: HrefInput,
+    #[serde(default)]
+    params: Value,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HrefInput {
+    href: String,
+}
+
+async fn create_href(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req: Request) -> ApiResult<Response> {
+    if query.is_some_and(|q| !q.is_empty()) {
+        return Err(Error::unprocessable("invalid_params", "with a JSON body, the parameters go in its `params` member"));
+    }
+    let body = http_body_util::Limited::new(req.into_body(), SMALL_BODY_MAX);
+    let bytes = http_body_util::BodyExt::collect(body)
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                Error::too_large(format!("a JSON request may hold at most {SMALL_BODY_MAX} bytes"))
+            } else {
+                Error::bad_request("incomplete_body", format!("the request body was interrupted: {e}"))
+            }
+        })?
+        .to_bytes();
+    let request: HrefRequest = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::bad_request("invalid_json", format!("expected {{\"input\": {{\"href\": \"file:///...\"}}, \"params\": {{...}}}}: {e}")))?;
+    let params = params::from_json(request.params)?;
+    let path = resolve_href(&request.input.href, &ctx.input_roots)?;
+    let limit = ctx.config.max_upload_bytes;
+    precheck_file(&path, limit)?;
+    let location = path.to_str().ok_or_else(|| Error::bad_request("invalid_href", "the path is not UTF-8"))?.to_string();
+    let (cube, params) = decode_and_validate(ctx, InputKind::Href, location.clone(), params).await?;
+    enqueue_at(ctx, caller, &cube, params, InputKind::Href, None, location, None).await
+}
+
+/// Checks a `file://` href: an absolute path without `..`, existing, and (after resolving symlinks)
+/// inside one of the input roots. Outside every root (or with no root configured) it is 403.
+pub fn resolve_href(href: &str, roots: &[PathBuf]) -> ApiResult<PathBuf> {
+    let bad = |m: &str| Error::bad_request("invalid_href", m.to_string());
+    let rest = href
+        .strip_prefix("file://")
+        .ok_or_else(|| bad("href must be a file:// URL naming a file under an input root"))?;
+    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
+    if !rest.starts_with('/') {
+        return Err(bad("href must be file:///absolute/path"));
+    }
+    let decoded = percent_encoding::percent_decode_str(rest)
+        .decode_utf8()
+        .map_err(|_| bad("href is not valid UTF-8 once decoded"))?;
+    let path = PathBuf::from(decoded.as_ref());
+    if path.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(bad("href must not contain `..`"));
+    }
+    if roots.is_empty() {
+        return Err(Error::new(StatusCode::FORBIDDEN, "forbidden_path", "this server reads no files: it was started without --input-root"));
+    }
+    let canonical = path
+        .canonicalize()
+        .map_err(|_| Error::bad_request("input_not_found", format!("{} does not exist or cannot be read", path.display())))?;
+    if !roots.iter().any(|r| canonical.starts_with(r)) {
+        return Err(Error::new(StatusCode::FORBIDDEN, "forbidden_path", "the file is outside every input root"));
+    }
+    if !canonical.is_file() {
+        return Err(Error::bad_request("input_not_found", format!("{} is not a file", path.display())));
+    }
+    // An ENVI header's data file sits beside it and may be a symlink of its own: it too must stay
+    // inside a root.
+    if let (Some(stem), Some(parent)) = (canonical.file_stem(), path.parent()) {
+        for ext in ["img", "dat", "raw", "bsq", "bil", "bip", ""] {
+            let mut name = stem.to_os_string();
+            if !ext.is_empty() {
+                name.push(".");
+                name.push(ext);
+            }
+            if let Ok(c) = parent.join(&name).canonicalize() {
+                if c != canonical && !roots.iter().any(|r| c.starts_with(r)) {
+                    return Err(Error::new(StatusCode::FORBIDDEN, "forbidden_path", "the data file is outside every input root"));
+                }
+            }
+        }
+    }
+    Ok(canonical)
+}
+
+/// For a file on disk: the size its header claims must fit the limit before it is read.
+fn precheck_file(path: &Path, limit: u64) -> ApiResult<()> {
+    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("npy") => {
+            use std::io::Read;
+            let mut f = std::fs::File::open(path).map_err(Error::internal)?;
+            let mut head = Vec::new();
+            f.by_ref().take(1 << 20).read_to_end(&mut head).map_err(Error::internal)?;
+            upload::npy_claim(&head, limit)?;
+        }
+        Some("hdr") => {
+            let meta = std::fs::metadata(path).map_err(Error::internal)?;
+            if meta.len() > SMALL_BODY_MAX as u64 {
+                return Err(Error::bad_request("invalid_header", "the ENVI header is larger than 1 MiB"));
+            }
+            let text = std::fs::read_to_string(path).map_err(|_| Error::bad_request("invalid_header", "the ENVI header is not UTF-8 text"))?;
+            upload::envi_claim(&text, limit)?;
+        }
+        _ => {
+            return Err(Error::unprocessable("unsupported", "the href must name an ENVI header (.hdr) or a NumPy array (.npy)"))
+        }
+    }
+    Ok(())
+}
+
+/// Decodes the cube (off the async threads) and checks the parameters against its shape.
+async fn decode_and_validate(ctx: &ApiContext, kind: InputKind, location: String, params: MnfParams) -> ApiResult<(Arc<Cube>, MnfParams)> {
+    let storage = ctx.runner.storage.clone();
+    let cube = tokio::task::spawn_blocking(move || crate::jobs::worker::load_cube(kind, &location, &storage))
+        .await
+        .map_err(Error::internal)?
+        .map_err(|e| match e {
+            // A file the client named (an ENVI header's missing data file, say) is the client's
+            // problem; our own upload files failing to read is ours.
+            crate::cube::CubeError::Io { .. } if kind == InputKind::Href => Error::bad_request("input_not_found", e.to_string()),
+            other => Error::from(other),
+        })?;
+    params.validate(cube.lines(), cube.samples(), cube.bands())?;
+    Ok((Arc::new(cube), params))
+}
+
+/// The cache key: the decoded cube's content digest and the canonical parameters.
+fn job_digest(cube_digest: &[u8; 32], canonical_params: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"hypermnf-job-v1");
+    h.update(cube_digest);
+    h.update(canonical_params.as_bytes());
+    hex::encode(h.finalize())
+}
+
+async fn enqueue(
+    ctx: &ApiContext,
+    caller: &Caller,
+    cube: &Arc<Cube>,
+    params: MnfParams,
+    kind: InputKind,
+    upload_sha256: Option<String>,
+    scratch_token: Option<&str>,
+) -> ApiResult<Response> {
+    let id = uuid::Uuid::now_v7().to_string();
+    enqueue_at(ctx, caller, cube, params, kind, upload_sha256, format!("uploads/{id}"), scratch_token.map(|t| (t, id))).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn enqueue_at(
+    ctx: &ApiContext,
+    caller: &Caller,
+    cube: &Arc<Cube>,
+    params: MnfParams,
+    kind: InputKind,
+    upload_sha256: Option<String>,
+    location: String,
+    scratch: Option<(&str, String)>,
+) -> ApiResult<Response> {
+    let canonical = params::canonical(&params);
+    let digest = {
+        let cube = cube.clone();
+        tokio::task::spawn_blocking(move || cube.content_digest()).await.map_err(Error::internal)?
+    };
+    let digest = job_digest(&digest, &canonical);
+    if let Some(job) = ctx.runner.store.find_live_by_digest(&caller.owner, &digest).await? {
+        ApiMetrics::add(&ctx.metrics.cache_hits, 1);
+        return Ok(job_response(StatusCode::OK, &job, true));
+    }
+    let id = match &scratch {
+        Some((_, id)) => id.clone(),
+        None => uuid::Uuid::now_v7().to_string(),
+    };
+    // The input is in its final place before the row exists: a queued job always has its input.
+    if let Some((token, _)) = &scratch {
+        let dir = ctx.runner.storage.scratch_dir(token)?;
+        for name in ["cube.npy", "cube.hdr", "cube.img"] {
+            let p = dir.join(name);
+            if p.exists() {
+                ctx.runner.storage.put_file(&p, &format!("{location}/{name}")).await?;
+            }
+        }
+    }
+    let input = InputSummary {
+        lines: cube.lines(),
+        samples: cube.samples(),
+        bands: cube.bands(),
+        data_type: cube.dtype().name().to_string(),
+        interleave: cube.meta.source_interleave.map(|i| i.name()).unwrap_or("bip").to_string(),
+    };
+    let new = NewJob {
+        id,
+        owner: caller.owner.clone(),
+        params: canonical,
+        digest,
+        upload_sha256,
+        input,
+        input_kind: kind,
+        input_location: location.clone(),
+    };
+    match ctx.runner.store.insert(new).await? {
+        Inserted::Created(job) => {
+            ApiMetrics::add(&ctx.metrics.jobs_created, 1);
+            ctx.runner.notify();
+            Ok(job_response(StatusCode::ACCEPTED, &job, false))
+        }
+        Inserted::Existing(job) => {
+            if scratch.is_some() {
+                let _ = ctx.runner.storage.delete_prefix(&location).await;
+            }
+            ApiMetrics::add(&ctx.metrics.cache_hits, 1);
+            Ok(job_response(StatusCode::OK, &job, true))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// GET / DELETE
+
+pub async fn get(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): UrlPath<String>) -> ApiResult<Response> {
+    let job = owned_job(&ctx, &caller, &id).await?;
+    Ok(job_response(StatusCode::OK, &job, false))
+}
+
+pub async fn list(State(ctx): State<ApiContext>, caller: Caller, RawQuery(query): RawQuery) -> ApiResult<Response> {
+    let (mut status, mut limit, mut after) = (None, 50u32, None);
+    let bad = |m: String| Error::bad_request("invalid_query", m);
+    for (k, v) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
+        match k.as_ref() {
+            "status" => {
+                status = Some(JobStatus::parse(&v).ok_or_else(|| bad(format!("status must be queued, running, succeeded, failed or canceled, not {v:?}")))?)
+            }
+            "limit" => {
+                limit = v.parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(|| bad(format!("limit must be an integer from 1 to 1000, not {v:?}")))?
+            }
+            "after" => {
+                let id = uuid::Uuid::parse_str(&v).map_err(|_| bad(format!("after must be a job id, not {v:?}")))?;
+                after = Some(id.to_string());
+            }
+            other => return Err(bad(format!("unknown query parameter {other:?} (status, limit, after)"))),
+        }
+    }
+    let jobs = ctx.runner.store.list(&caller.owner, status, limit + 1, after.as_deref()).await?;
+    let more = jobs.len() > limit as usize;
+    let page: Vec<Value> = jobs.iter().take(limit as usize).map(|j| job_document(j, false)).collect();
+    let next = if more { jobs.get(limit as usize - 1).map(|j| j.id.clone()) } else { None };
+    Ok(axum::Json(json!({"jobs": page, "next": next})).into_response())
+}
+
+pub async fn delete(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): UrlPath<String>) -> ApiResult<Response> {
+    let job = owned_job(&ctx, &caller, &id).await?;
+    if !job.status.is_finished() && ctx.runner.store.cancel(&id).await? {
+        ctx.runner.cancel(&id);
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    // Finished (or finished in between): remove it and its files.
+    ctx.runner.store.delete(&id).await?;
+    purge_files(&ctx, &job).await;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Removes a job's stored upload and results (its row is already gone or going).
+pub async fn purge_files(ctx: &ApiContext, job: &Job) {
+    let mut prefixes = vec![format!("results/{}", job.id)];
+    if job.input_kind != InputKind::Href {
+        prefixes.push(job.input_location.clone());
+    }
+    for p in prefixes {
+        if let Err(e) = ctx.runner.storage.delete_prefix(&p).await {
+            tracing::warn!(job = %job.id, "cannot delete {p}: {e}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Downloads
+
+fn require_succeeded(job: &Job) -> ApiResult<()> {
+    match job.status {
+        JobStatus::Succeeded => Ok(()),
+        JobStatus::Queued | JobStatus::Running => {
+            Err(Error::new(StatusCode::CONFLICT, "not_ready", format!("the job is {}; its result is not ready", job.status.as_str())))
+        }
+        s => Err(Error::new(StatusCode::CONFLICT, "no_result", format!("the job {} and has no result", match s {
+            JobStatus::Failed => "failed",
+            _ => "was canceled",
+        }))),
+    }
+}
+
+pub async fn metadata(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): UrlPath<String>) -> ApiResult<Response> {
+    let job = owned_job(&ctx, &caller, &id).await?;
+    require_succeeded(&job)?;
+    let key = job.results.get(product::METADATA).ok_or_else(|| Error::internal(anyhow::anyhow!("job {id} has no metadata")))?;
+    let bytes = ctx.runner.storage.get_bytes(key).await?;
+    ApiMetrics::add(&ctx.metrics.bytes_out, bytes.len() as u64);
+    Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response())
+}
+
+pub async fn result(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): UrlPath<String>, RawQuery(query): RawQuery) -> ApiResult<Response> {
+    let (mut envi, mut denoised) = (false, false);
+    let bad = |m: String| Error::bad_request("invalid_query", m);
+    for (k, v) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
+        match (k.as_ref(), v.as_ref()) {
+            ("format", "npy") => envi = false,
+            ("format", "envi") => envi = true,
+            ("product", "components") => denoised = false,
+            ("product", "denoised") => denoised = true,
+            ("format", _) => return Err(bad(format!("format must be npy or envi, not {v:?}"))),
+            ("product", _) => return Err(bad(format!("product must be components or denoised, not {v:?}"))),
+            (other, _) => return Err(bad(format!("unknown query parameter {other:?} (format, product)"))),
+        }
+    }
+    let job = owned_job(&ctx, &caller, &id).await?;
+    require_succeeded(&job)?;
+    let (npy, hdr, img, stem) = if denoised {
+        (product::DENOISED_NPY, product::DENOISED_HDR, product::DENOISED_IMG, format!("{id}-denoised"))
+    } else {
+        (product::COMPONENTS_NPY, product::COMPONENTS_HDR, product::COMPONENTS_IMG, id.clone())
+    };
+    if denoised && !job.results.contains_key(npy) {
+        return Err(Error::new(StatusCode::CONFLICT, "no_denoised", "this job did not compute the inverse (ask with inverse=true)"));
+    }
+    if !envi {
+        let key = job.results.get(npy).ok_or_else(|| Error::internal(anyhow::anyhow!("job {id} lacks {npy}")))?;
+        return stream(&ctx, key, "application/x-npy", &format!("{stem}.npy")).await;
+    }
+    let zip_key = format!("results/{id}/{stem}.zip");
+    if ctx.runner.storage.get(&zip_key).await.is_err() {
+        let (Some(hdr_key), Some(img_key)) = (job.results.get(hdr), job.results.get(img)) else {
+            return Err(Error::internal(anyhow::anyhow!("job {id} lacks its ENVI files")));
+        };
+        build_zip(&ctx, hdr_key, img_key, &stem, &zip_key).await?;
+    }
+    stream(&ctx, &zip_key, "application/zip", &format!("{stem}.zip")).await
+}
+
+/// Zips the ENVI pair once (stored, not deflated: float samples hardly compress) and keeps the zip
+/// beside the result; later downloads stream it.
+async fn build_zip(ctx: &ApiContext, hdr_key: &str, img_key: &str, stem: &str, zip_key: &str) -> ApiResult<()> {
+    let storage = ctx.runner.storage.clone();
+    let token = format!("zip-{}", uuid::Uuid::now_v7());
+    let hdr = storage.local_path(hdr_key)?;
+    let img = storage.local_path(img_key)?;
+    let dir = storage.scratch_dir(&token)?;
+    let stem = stem.to_string();
+    let zip_path = dir.join("result.zip");
+    let zp = zip_path.clone();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let f = std::fs::File::create(&zp)?;
+        let mut z = zip::ZipWriter::new(std::io::BufWriter::new(f));
+        for (src, name) in [(hdr, format!("{stem}.hdr")), (img, format!("{stem}.img"))] {
+            let len = std::fs::metadata(&src)?.len();
+            let opts = zip::write::SimpleFileOptions::default()
+                .compression_method(zip::CompressionMethod::Stored)
+                .large_file(len >= u32::MAX as u64);
+            z.start_file(name, opts)?;
+            std::io::copy(&mut std::fs::File::open(&src)?, &mut z)?;
+        }
+        z.finish()?;
+        Ok(())
+    })
+    .await
+    .map_err(Error::internal)?
+    .map_err(Error::internal)?;
+    let r = storage.put_file(&zip_path, zip_key).await;
+    storage.remove_scratch(&token);
+    r?;
+    Ok(())
+}
+
+async fn stream(ctx: &ApiContext, key: &str, content_type: &'static str, filename: &str) -> ApiResult<Response> {
+    let dl = ctx.runner.storage.get(key).await?;
+    ApiMetrics::add(&ctx.metrics.bytes_out, dl.size);
+    let mut r = Response::new(Body::from_stream(dl.stream));
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(dl.size));
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{filename}\"")) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    Ok(r)
+}

@@ -1,0 +1,67 @@
+//! `/metrics` in the Prometheus text format. A handful of atomic counters is all the service needs,
+//! so they are kept here rather than through a metrics framework; job counts come from the database at
+//! scrape time (so they are right after a restart too).
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::jobs::{JobStatus, Runner};
+
+#[derive(Default)]
+pub struct ApiMetrics {
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub cache_hits: AtomicU64,
+    pub jobs_created: AtomicU64,
+    pub uploads_refused: AtomicU64,
+}
+
+impl ApiMetrics {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+pub async fn render(api: &ApiMetrics, runner: &Runner) -> Result<String, crate::jobs::StoreError> {
+    let counts = runner.store.count_by_status().await?;
+    let mut s = String::new();
+    let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+
+    let _ = writeln!(s, "# HELP hypermnf_jobs Jobs in the database by status.\n# TYPE hypermnf_jobs gauge");
+    for (st, n) in &counts {
+        let _ = writeln!(s, "hypermnf_jobs{{status=\"{}\"}} {n}", st.as_str());
+    }
+    let queued = counts.iter().find(|(st, _)| *st == JobStatus::Queued).map(|x| x.1).unwrap_or(0);
+    let _ = writeln!(s, "# HELP hypermnf_queue_depth Jobs waiting for a worker.\n# TYPE hypermnf_queue_depth gauge\nhypermnf_queue_depth {queued}");
+
+    let _ = writeln!(
+        s,
+        "# HELP hypermnf_stage_seconds Time spent in each job stage.\n# TYPE hypermnf_stage_seconds summary"
+    );
+    for (stage, secs, n) in runner.metrics.stages() {
+        let _ = writeln!(s, "hypermnf_stage_seconds_sum{{stage=\"{}\"}} {secs}", stage.name());
+        let _ = writeln!(s, "hypermnf_stage_seconds_count{{stage=\"{}\"}} {n}", stage.name());
+    }
+
+    let _ = writeln!(s, "# HELP hypermnf_job_outcomes_total Jobs finished by this process, by outcome.\n# TYPE hypermnf_job_outcomes_total counter");
+    for (name, c) in [("succeeded", &runner.metrics.succeeded), ("failed", &runner.metrics.failed), ("canceled", &runner.metrics.canceled)] {
+        let _ = writeln!(s, "hypermnf_job_outcomes_total{{outcome=\"{name}\"}} {}", get(c));
+    }
+    for (name, help, c) in [
+        ("hypermnf_upload_bytes_total", "Bytes of cube uploads received.", &api.bytes_in),
+        ("hypermnf_download_bytes_total", "Bytes of results sent.", &api.bytes_out),
+        ("hypermnf_cache_hits_total", "Requests answered with an existing job.", &api.cache_hits),
+        ("hypermnf_jobs_created_total", "Jobs created by this process.", &api.jobs_created),
+        ("hypermnf_uploads_refused_total", "Uploads refused (too large, malformed, bad parameters).", &api.uploads_refused),
+    ] {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", get(c));
+    }
+    let backend = runner.backends.default_backend();
+    let _ = writeln!(
+        s,
+        "# HELP hypermnf_backend_info The default compute backend.\n# TYPE hypermnf_backend_info gauge\nhypermnf_backend_info{{backend=\"{}\",device=\"{}\"}} 1",
+        backend.name(),
+        backend.device().replace(['"', '\\', '\n'], " ")
+    );
+    Ok(s)
+}

@@ -1,0 +1,464 @@
+//! The GPU table: owns its CUDA context handle and the kernels of `kernels/hashtable.cu`, compiled
+//! once per process with NVRTC for compute capability 9.0 (the 128-bit atomicCAS needs sm_90).
+//!
+//! Creating a table on a machine without a usable GPU returns [`HashTableError::NoDevice`] (or
+//! `OldDevice`); it never panics: cudarc loads libcuda/libnvrtc dynamically and panics when they
+//! are missing, so their presence is checked first and the whole start is run under
+//! `catch_unwind`.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc::CompileOptions;
+
+use super::{
+    check_key, status, EraseOutcome, Geometry, HashTableError, InsertOutcome, Op, OpResult,
+    BUCKET_CELLS,
+};
+
+const SOURCE: &str = include_str!("../../kernels/hashtable.cu");
+
+/// Threads per block of every launch (a multiple of the 32-lane warp, which the groups of 8 need).
+pub(crate) const BLOCK: u32 = 256;
+
+/// Mixed-kernel operation codes (kernels/hashtable.cu `OP_*`).
+pub(crate) const OP_FIND: u32 = 0;
+pub(crate) const OP_INSERT: u32 = 1;
+pub(crate) const OP_ERASE: u32 = 2;
+
+pub(crate) fn drv<E: std::fmt::Debug>(e: E) -> HashTableError {
+    HashTableError::Driver(format!("{e:?}"))
+}
+
+/// One thread per item.
+pub(crate) fn cfg(n: u64) -> LaunchConfig {
+    let blocks = n.div_ceil(BLOCK as u64).max(1);
+    LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// The CUDA context, stream and kernels shared by every table of the process.
+pub struct Device {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    _module: Arc<CudaModule>,
+    pub(crate) k: Kernels,
+    name: String,
+}
+
+pub(crate) struct Kernels {
+    pub ht_insert: CudaFunction,
+    pub ht_find: CudaFunction,
+    pub ht_erase: CudaFunction,
+    pub ht_mixed: CudaFunction,
+    pub ht_audit: CudaFunction,
+    pub gen_keys: CudaFunction,
+    pub gen_mix: CudaFunction,
+    pub gen_cache_mix: CudaFunction,
+    pub tally: CudaFunction,
+    pub lp_insert: CudaFunction,
+    pub lp_find: CudaFunction,
+    pub lp_erase: CudaFunction,
+    pub lp_gen: CudaFunction,
+    pub lp_tally: CudaFunction,
+    pub ceil_cas128: CudaFunction,
+    pub ceil_read: CudaFunction,
+    pub fill_u32: CudaFunction,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device").field("name", &self.name).finish()
+    }
+}
+
+impl Device {
+    /// The process-wide device 0 with the kernels loaded; the first call compiles them.
+    pub fn shared() -> Result<Arc<Device>, HashTableError> {
+        static SHARED: OnceLock<Result<Arc<Device>, String>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| match catch_unwind(AssertUnwindSafe(Self::open)) {
+                Ok(Ok(d)) => Ok(Arc::new(d)),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => {
+                    Err("no usable CUDA device: the CUDA libraries could not be loaded".into())
+                }
+            })
+            .clone()
+            .map_err(HashTableError::NoDevice)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn open() -> Result<Device, HashTableError> {
+        // SAFETY: only tries to dlopen the libraries.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(HashTableError::NoDevice(
+                "libcuda (the NVIDIA driver) is not installed".into(),
+            ));
+        }
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(HashTableError::NoDevice(
+                "libnvrtc (CUDA's run-time compiler) is not installed".into(),
+            ));
+        }
+        let count =
+            CudaContext::device_count().map_err(|e| HashTableError::NoDevice(format!("{e:?}")))?;
+        if count < 1 {
+            return Err(HashTableError::NoDevice(
+                "the driver reports no CUDA device".into(),
+            ));
+        }
+        let ctx = CudaContext::new(0).map_err(|e| HashTableError::NoDevice(format!("{e:?}")))?;
+        let (major, minor) = ctx.compute_capability().map_err(drv)?;
+        if major < 9 {
+            return Err(HashTableError::OldDevice(major, minor));
+        }
+        let opts = CompileOptions {
+            arch: Some("compute_90"),
+            options: vec!["--device-int128".into(), "-std=c++17".into()],
+            name: Some("hashtable.cu".into()),
+            ..Default::default()
+        };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts).map_err(|e| match e {
+            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                HashTableError::Compile(log.to_string_lossy().into_owned())
+            }
+            other => HashTableError::Compile(format!("{other:?}")),
+        })?;
+        let module = ctx.load_module(ptx).map_err(drv)?;
+        let f = |name: &str| module.load_function(name).map_err(drv);
+        let k = Kernels {
+            ht_insert: f("ht_insert")?,
+            ht_find: f("ht_find")?,
+            ht_erase: f("ht_erase")?,
+            ht_mixed: f("ht_mixed")?,
+            ht_audit: f("ht_audit")?,
+            gen_keys: f("gen_keys")?,
+            gen_mix: f("gen_mix")?,
+            gen_cache_mix: f("gen_cache_mix")?,
+            tally: f("tally")?,
+            lp_insert: f("lp_insert")?,
+            lp_find: f("lp_find")?,
+            lp_erase: f("lp_erase")?,
+            lp_gen: f("lp_gen")?,
+            lp_tally: f("lp_tally")?,
+            ceil_cas128: f("ceil_cas128")?,
+            ceil_read: f("ceil_read")?,
+            fill_u32: f("fill_u32")?,
+        };
+        let name = ctx.name().unwrap_or_else(|_| "unknown CUDA device".into());
+        let stream = ctx.default_stream();
+        Ok(Device {
+            ctx,
+            stream,
+            _module: module,
+            k,
+            name,
+        })
+    }
+
+    /// Free and total device memory in bytes.
+    pub fn mem_info(&self) -> Result<(u64, u64), HashTableError> {
+        let (free, total) = self.ctx.mem_get_info().map_err(drv)?;
+        Ok((free as u64, total as u64))
+    }
+}
+
+/// Results of a batch as the kernels write them.
+pub(crate) struct RawResults {
+    pub status: Vec<u32>,
+    pub out_key: Vec<u64>,
+    pub out_val: Vec<u64>,
+}
+
+/// The GPU hash table (see the module doc of [`crate::hashtable`]).
+pub struct GpuHashTable {
+    dev: Arc<Device>,
+    geometry: Geometry,
+    /// Two `u64` per 16-byte cell.
+    cells: CudaSlice<u64>,
+    clock: u32,
+}
+
+impl std::fmt::Debug for GpuHashTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuHashTable")
+            .field("device", &self.dev.name)
+            .field("geometry", &self.geometry)
+            .finish()
+    }
+}
+
+impl GpuHashTable {
+    /// A table of `cells` 16-byte cells on device 0.
+    pub fn new(cells: u64) -> Result<Self, HashTableError> {
+        Self::with_device(Device::shared()?, cells)
+    }
+
+    pub fn with_device(dev: Arc<Device>, cells: u64) -> Result<Self, HashTableError> {
+        let geometry = Geometry::new(cells)?;
+        let (free, _) = dev.mem_info()?;
+        if geometry.bytes() > free {
+            return Err(HashTableError::OutOfDeviceMemory {
+                need: geometry.bytes(),
+                free,
+            });
+        }
+        let cells = dev
+            .stream
+            .alloc_zeros::<u64>(2 * cells as usize)
+            .map_err(drv)?;
+        Ok(Self {
+            dev,
+            geometry,
+            cells,
+            clock: 0,
+        })
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.dev
+    }
+
+    pub fn clock(&self) -> u32 {
+        self.clock
+    }
+
+    pub(crate) fn cells_mut(&mut self) -> &mut CudaSlice<u64> {
+        &mut self.cells
+    }
+
+    /// Advances the LRU clock by one batch and returns it.
+    pub(crate) fn next_clock(&mut self) -> u32 {
+        self.clock = self.clock.wrapping_add(1);
+        self.clock
+    }
+
+    /// Empties the table (overflow bits and stamps included); the clock keeps running.
+    pub fn clear(&mut self) -> Result<(), HashTableError> {
+        self.dev.stream.memset_zeros(&mut self.cells).map_err(drv)?;
+        self.dev.stream.synchronize().map_err(drv)
+    }
+
+    /// All cells as `[key, value]` (cell 0 of each bucket is the metadata).
+    pub fn dump(&self) -> Result<Vec<[u64; 2]>, HashTableError> {
+        let raw = self.dev.stream.clone_dtoh(&self.cells).map_err(drv)?;
+        Ok(raw.chunks_exact(2).map(|c| [c[0], c[1]]).collect())
+    }
+
+    /// (keys stored twice or outside their buckets, occupied slots), counted on the device.
+    pub fn audit(&self) -> Result<(u64, u64), HashTableError> {
+        let s = &self.dev.stream;
+        let mut counters = s.alloc_zeros::<u64>(2).map_err(drv)?;
+        let mask = self.geometry.bucket_mask();
+        let nb = self.geometry.buckets();
+        let mut b = s.launch_builder(&self.dev.k.ht_audit);
+        b.arg(&self.cells).arg(&mask).arg(&nb).arg(&mut counters);
+        // SAFETY: arguments match ht_audit's signature; counters has 2 elements.
+        unsafe { b.launch(cfg(self.geometry.cells())) }.map_err(drv)?;
+        let c = s.clone_dtoh(&counters).map_err(drv)?;
+        Ok((c[0], c[1]))
+    }
+
+    pub fn insert(&mut self, key: u64, value: u64) -> Result<InsertOutcome, HashTableError> {
+        Ok(self.insert_batch(&[key], &[value])?[0])
+    }
+
+    pub fn find(&mut self, key: u64, touch: bool) -> Result<Option<u64>, HashTableError> {
+        Ok(self.find_batch(&[key], touch)?[0])
+    }
+
+    pub fn erase(&mut self, key: u64) -> Result<EraseOutcome, HashTableError> {
+        Ok(self.erase_batch(&[key])?[0])
+    }
+
+    /// Insert-or-assign a batch, concurrently on the device (one clock tick).
+    pub fn insert_batch(
+        &mut self,
+        keys: &[u64],
+        values: &[u64],
+    ) -> Result<Vec<InsertOutcome>, HashTableError> {
+        if keys.len() != values.len() {
+            return Err(HashTableError::LengthMismatch {
+                keys: keys.len(),
+                values: values.len(),
+            });
+        }
+        let ops: Vec<Op> = keys
+            .iter()
+            .zip(values)
+            .map(|(&k, &v)| Op::Insert(k, v))
+            .collect();
+        self.mixed(&ops, false)?
+            .into_iter()
+            .map(|r| match r {
+                OpResult::Insert(o) => Ok(o),
+                _ => Err(HashTableError::BadStatus(u32::MAX)),
+            })
+            .collect()
+    }
+
+    /// Look up a batch; `touch` refreshes the LRU stamps of hits (cache lookups).
+    pub fn find_batch(
+        &mut self,
+        keys: &[u64],
+        touch: bool,
+    ) -> Result<Vec<Option<u64>>, HashTableError> {
+        keys.iter()
+            .enumerate()
+            .try_for_each(|(i, &k)| check_key(i, k))?;
+        if keys.is_empty() {
+            self.next_clock();
+            return Ok(Vec::new());
+        }
+        let clk = self.next_clock();
+        let s = self.dev.stream.clone();
+        let n = keys.len() as u64;
+        let d_keys = s.clone_htod(keys).map_err(drv)?;
+        let mut d_status = s.alloc_zeros::<u32>(keys.len()).map_err(drv)?;
+        let mut d_val = s.alloc_zeros::<u64>(keys.len()).map_err(drv)?;
+        let mask = self.geometry.bucket_mask();
+        let touch = touch as u32;
+        let mut b = s.launch_builder(&self.dev.k.ht_find);
+        b.arg(&mut self.cells)
+            .arg(&mask)
+            .arg(&d_keys)
+            .arg(&n)
+            .arg(&clk)
+            .arg(&touch)
+            .arg(&mut d_status)
+            .arg(&mut d_val);
+        // SAFETY: arguments match ht_find's signature; every array holds n elements.
+        unsafe { b.launch(cfg(n)) }.map_err(drv)?;
+        let st = s.clone_dtoh(&d_status).map_err(drv)?;
+        let val = s.clone_dtoh(&d_val).map_err(drv)?;
+        st.iter()
+            .zip(val)
+            .map(|(&st, v)| match st {
+                status::FOUND => Ok(Some(v)),
+                status::MISS => Ok(None),
+                other => Err(HashTableError::BadStatus(other)),
+            })
+            .collect()
+    }
+
+    pub fn erase_batch(&mut self, keys: &[u64]) -> Result<Vec<EraseOutcome>, HashTableError> {
+        let ops: Vec<Op> = keys.iter().map(|&k| Op::Erase(k)).collect();
+        self.mixed(&ops, false)?
+            .into_iter()
+            .map(|r| match r {
+                OpResult::Erase(o) => Ok(o),
+                _ => Err(HashTableError::BadStatus(u32::MAX)),
+            })
+            .collect()
+    }
+
+    /// A batch of interleaved finds, inserts and erases, run concurrently on the device.
+    pub fn mixed(&mut self, ops: &[Op], touch: bool) -> Result<Vec<OpResult>, HashTableError> {
+        ops.iter()
+            .enumerate()
+            .try_for_each(|(i, op)| check_key(i, op.key()))?;
+        let clk = self.next_clock();
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        let codes: Vec<u32> = ops
+            .iter()
+            .map(|op| match op {
+                Op::Find(_) => OP_FIND,
+                Op::Insert(..) => OP_INSERT,
+                Op::Erase(_) => OP_ERASE,
+            })
+            .collect();
+        let keys: Vec<u64> = ops.iter().map(Op::key).collect();
+        let vals: Vec<u64> = ops
+            .iter()
+            .map(|op| if let Op::Insert(_, v) = op { *v } else { 0 })
+            .collect();
+        let raw = self.launch_mixed(&codes, &keys, &vals, clk, touch)?;
+        ops.iter()
+            .enumerate()
+            .map(|(i, op)| decode(op, raw.status[i], raw.out_key[i], raw.out_val[i]))
+            .collect()
+    }
+
+    fn launch_mixed(
+        &mut self,
+        codes: &[u32],
+        keys: &[u64],
+        vals: &[u64],
+        clk: u32,
+        touch: bool,
+    ) -> Result<RawResults, HashTableError> {
+        let s = self.dev.stream.clone();
+        let n = keys.len() as u64;
+        let d_ops = s.clone_htod(codes).map_err(drv)?;
+        let d_keys = s.clone_htod(keys).map_err(drv)?;
+        let d_vals = s.clone_htod(vals).map_err(drv)?;
+        let mut d_status = s.alloc_zeros::<u32>(keys.len()).map_err(drv)?;
+        let mut d_okey = s.alloc_zeros::<u64>(keys.len()).map_err(drv)?;
+        let mut d_oval = s.alloc_zeros::<u64>(keys.len()).map_err(drv)?;
+        let mask = self.geometry.bucket_mask();
+        let touch = touch as u32;
+        let mut b = s.launch_builder(&self.dev.k.ht_mixed);
+        b.arg(&mut self.cells)
+            .arg(&mask)
+            .arg(&d_ops)
+            .arg(&d_keys)
+            .arg(&d_vals)
+            .arg(&n)
+            .arg(&clk)
+            .arg(&touch)
+            .arg(&mut d_status)
+            .arg(&mut d_okey)
+            .arg(&mut d_oval);
+        // SAFETY: arguments match ht_mixed's signature; every array holds n elements.
+        unsafe { b.launch(cfg(n)) }.map_err(drv)?;
+        Ok(RawResults {
+            status: s.clone_dtoh(&d_status).map_err(drv)?,
+            out_key: s.clone_dtoh(&d_okey).map_err(drv)?,
+            out_val: s.clone_dtoh(&d_oval).map_err(drv)?,
+        })
+    }
+}
+
+fn decode(op: &Op, st: u32, okey: u64, oval: u64) -> Result<OpResult, HashTableError> {
+    Ok(match (op, st) {
+        (Op::Find(_), status::FOUND) => OpResult::Find(Some(oval)),
+        (Op::Find(_), status::MISS) => OpResult::Find(None),
+        (Op::Insert(..), status::INSERTED) => OpResult::Insert(InsertOutcome::Inserted),
+        (Op::Insert(..), status::UPDATED) => OpResult::Insert(InsertOutcome::Updated { old: oval }),
+        (Op::Insert(..), status::EVICTED) => OpResult::Insert(InsertOutcome::Evicted {
+            key: okey,
+            value: oval,
+        }),
+        (Op::Insert(..), status::FAILED) => OpResult::Insert(InsertOutcome::Failed),
+        (Op::Erase(_), status::ERASED) => OpResult::Erase(EraseOutcome::Erased { value: oval }),
+        (Op::Erase(_), status::MISS) => OpResult::Erase(EraseOutcome::Missing),
+        (Op::Erase(_), status::FAILED) => OpResult::Erase(EraseOutcome::Failed),
+        // The host rejects reserved keys before launching; the kernels' own check is a second line.
+        (_, status::REJECTED) => {
+            return Err(HashTableError::ReservedKey {
+                index: usize::MAX,
+                key: op.key(),
+            })
+        }
+        (_, other) => return Err(HashTableError::BadStatus(other)),
+    })
+}
+
+/// Cells per bucket as the kernels see them (compile-time check that the layouts agree).
+const _: () = assert!(BUCKET_CELLS == 8);

@@ -1,0 +1,383 @@
+//! Workers: N tokio tasks that claim queued jobs and run them. The MNF work itself runs on the blocking
+//! pool (`spawn_blocking`); progress goes to the database at most every 250 ms; cancellation reaches the
+//! backend through the monitor's flag and stops it at its next chunk.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use super::model::{product, InputKind, Job, JobStatus};
+use super::store::JobStore;
+use crate::backend::Backend;
+use crate::cube::{Cube, CubeError};
+use crate::mnf::{BackendChoice, MnfParams, Monitor, Stage};
+use crate::storage::Storage;
+
+/// How often a running job's progress is written to the database.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+/// How often an idle worker looks at the queue without being woken (jobs queued by another process).
+const IDLE_POLL: Duration = Duration::from_secs(2);
+
+/// The compute backends, one per choice, created on first use and shared by every job (the CUDA
+/// backend holds a context and compiled kernels).
+pub struct Backends {
+    default: BackendChoice,
+    made: Mutex<HashMap<BackendChoice, Arc<dyn Backend>>>,
+}
+
+impl Backends {
+    /// Creates the default backend now (so `/readyz` can say it is initialised) and the others on demand.
+    pub fn new(default: BackendChoice) -> Result<Backends, crate::backend::BackendError> {
+        let b = Backends { default, made: Mutex::new(HashMap::new()) };
+        b.get(BackendChoice::Auto)?;
+        Ok(b)
+    }
+
+    /// The backend for a job's choice; `auto` means the server's `--backend`.
+    pub fn get(&self, choice: BackendChoice) -> Result<Arc<dyn Backend>, crate::backend::BackendError> {
+        let choice = if choice == BackendChoice::Auto { self.default } else { choice };
+        let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = made.get(&choice) {
+            return Ok(b.clone());
+        }
+        let b = crate::backend::select(choice)?;
+        made.insert(choice, b.clone());
+        Ok(b)
+    }
+
+    /// The backend used for `auto` jobs.
+    pub fn default_backend(&self) -> Arc<dyn Backend> {
+        self.get(BackendChoice::Auto).expect("the default backend was created at start")
+    }
+}
+
+/// Time spent per stage and job outcomes, for `/metrics`.
+#[derive(Default)]
+pub struct JobMetrics {
+    /// Per stage (index = `stage_index`): total microseconds and count.
+    stage_us: [AtomicU64; 6],
+    stage_n: [AtomicU64; 6],
+    pub succeeded: AtomicU64,
+    pub failed: AtomicU64,
+    pub canceled: AtomicU64,
+}
+
+pub const STAGES: [Stage; 6] = [Stage::Read, Stage::Statistics, Stage::Eigen, Stage::Projection, Stage::Inverse, Stage::Write];
+
+fn stage_index(s: Stage) -> usize {
+    STAGES.iter().position(|&x| x == s).unwrap_or(0)
+}
+
+impl JobMetrics {
+    pub fn record_stage(&self, stage: Stage, took: Duration) {
+        let i = stage_index(stage);
+        self.stage_us[i].fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.stage_n[i].fetch_add(1, Ordering::Relaxed);
+    }
+    /// (stage, seconds in total, times) for each stage.
+    pub fn stages(&self) -> Vec<(Stage, f64, u64)> {
+        STAGES
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| (s, self.stage_us[i].load(Ordering::Relaxed) as f64 / 1e6, self.stage_n[i].load(Ordering::Relaxed)))
+            .collect()
+    }
+}
+
+/// Everything a worker needs, shared with the API (which cancels through `cancel`).
+pub struct Runner {
+    pub store: JobStore,
+    pub storage: Storage,
+    pub backends: Backends,
+    pub metrics: JobMetrics,
+    wake: Notify,
+    running: Mutex<HashMap<String, Arc<AtomicBool>>>,
+}
+
+/// Handle on the worker tasks.
+pub struct Workers {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Workers {
+    pub fn abort(&self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Runner {
+    pub fn new(store: JobStore, storage: Storage, backends: Backends) -> Runner {
+        Runner {
+            store,
+            storage,
+            backends,
+            metrics: JobMetrics::default(),
+            wake: Notify::new(),
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Starts `n` workers.
+    pub fn start(self: &Arc<Self>, n: usize) -> Workers {
+        let tasks = (0..n)
+            .map(|i| {
+                let me = self.clone();
+                tokio::spawn(async move { me.work_loop(i).await })
+            })
+            .collect();
+        Workers { tasks }
+    }
+
+    /// A job was queued: wake a worker.
+    pub fn notify(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Asks the running job `id` (if it runs in this process) to stop at its next chunk.
+    pub fn cancel(&self, id: &str) {
+        if let Some(flag) = self.running.lock().unwrap_or_else(|p| p.into_inner()).get(id) {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
+
+    async fn work_loop(self: Arc<Self>, n: usize) {
+        loop {
+            match self.store.claim().await {
+                Ok(Some(job)) => {
+                    tracing::info!(worker = n, job = %job.id, attempt = job.attempts, "job started");
+                    self.clone().run_job(job).await;
+                }
+                Ok(None) => {
+                    let _ = tokio::time::timeout(IDLE_POLL, self.wake.notified()).await;
+                }
+                Err(e) => {
+                    tracing::error!(worker = n, "cannot claim a job: {e}");
+                    tokio::time::sleep(IDLE_POLL).await;
+                }
+            }
+        }
+    }
+
+    async fn run_job(self: Arc<Self>, job: Job) {
+        let id = job.id.clone();
+        let cancel = Arc::new(AtomicBool::new(false));
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), cancel.clone());
+        let progress = Arc::new(Mutex::new((Stage::Read, 0.0f64)));
+
+        // Writes progress every PROGRESS_EVERY, and notices a cancel made through the database.
+        let ticker = {
+            let me = self.clone();
+            let progress = progress.clone();
+            let cancel = cancel.clone();
+            let id = id.clone();
+            tokio::spawn(async move {
+                let mut last = (Stage::Read, -1.0);
+                loop {
+                    tokio::time::sleep(PROGRESS_EVERY).await;
+                    let now = *progress.lock().unwrap_or_else(|p| p.into_inner());
+                    if now != last {
+                        last = now;
+                        if let Err(e) = me.store.progress(&id, now.0.name(), overall(now.0, now.1)).await {
+                            tracing::warn!(job = %id, "cannot record progress: {e}");
+                        }
+                    }
+                    if let Ok(Some(j)) = me.store.get(&id).await {
+                        if j.status != JobStatus::Running {
+                            cancel.store(true, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        };
+
+        let outcome = {
+            let me = self.clone();
+            let job = job.clone();
+            let cancel = cancel.clone();
+            let progress = progress.clone();
+            tokio::task::spawn_blocking(move || me.compute(&job, cancel, progress)).await
+        };
+        ticker.abort();
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+
+        let result = match outcome {
+            Ok(r) => r,
+            Err(e) => Err(JobFailure { code: "internal".into(), message: format!("the job's task ended abnormally: {e}") }),
+        };
+        let scratch = format!("job-{id}");
+        match result {
+            Ok(files) => match self.store_results(&id, &files).await {
+                Ok(results) => match self.store.succeed(&id, &results).await {
+                    Ok(true) => {
+                        self.metrics.succeeded.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(job = %id, "job succeeded");
+                    }
+                    Ok(false) => {
+                        // Canceled or deleted while it ran: its results are not wanted.
+                        let _ = self.storage.delete_prefix(&format!("results/{id}")).await;
+                        self.metrics.canceled.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => tracing::error!(job = %id, "cannot record the result: {e}"),
+                },
+                Err(e) => self.finish_failed(&id, "storage_error", &e.to_string()).await,
+            },
+            Err(f) if f.code == "canceled" => {
+                self.metrics.canceled.fetch_add(1, Ordering::Relaxed);
+                // Normally already canceled in the database; if not, record it.
+                let _ = self.store.fail(&id, "canceled", "canceled").await;
+                tracing::info!(job = %id, "job canceled");
+            }
+            Err(f) => self.finish_failed(&id, &f.code, &f.message).await,
+        }
+        self.storage.remove_scratch(&scratch);
+        // The upload is no longer needed once the job is finished (an href is not ours to delete).
+        if job.input_kind != InputKind::Href {
+            if let Ok(Some(j)) = self.store.get(&id).await {
+                if j.status.is_finished() {
+                    let _ = self.storage.delete_prefix(&job.input_location).await;
+                }
+            }
+        }
+    }
+
+    async fn finish_failed(&self, id: &str, code: &str, message: &str) {
+        tracing::warn!(job = %id, code, "job failed: {message}");
+        self.metrics.failed.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.store.fail(id, code, message).await {
+            tracing::error!(job = %id, "cannot record the failure: {e}");
+        }
+    }
+
+    /// Moves the written files into `results/<id>/`.
+    async fn store_results(&self, id: &str, files: &[(String, std::path::PathBuf)]) -> Result<BTreeMap<String, String>, crate::storage::StorageError> {
+        let mut out = BTreeMap::new();
+        for (name, path) in files {
+            let key = format!("results/{id}/{name}");
+            self.storage.put_file(path, &key).await?;
+            out.insert(name.clone(), key);
+        }
+        Ok(out)
+    }
+
+    /// The blocking part: read the cube, run the MNF, write the result files into scratch.
+    fn compute(
+        self: &Arc<Self>,
+        job: &Job,
+        cancel: Arc<AtomicBool>,
+        progress: Arc<Mutex<(Stage, f64)>>,
+    ) -> Result<Vec<(String, std::path::PathBuf)>, JobFailure> {
+        let started = Instant::now();
+        let cube = load_cube(job.input_kind, &job.input_location, &self.storage).map_err(JobFailure::cube)?;
+        self.metrics.record_stage(Stage::Read, started.elapsed());
+        let params: MnfParams = serde_json::from_str(&job.params)
+            .map_err(|e| JobFailure { code: "invalid_params".into(), message: e.to_string() })?;
+        let backend = self.backends.get(params.backend).map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?;
+
+        let clock = Arc::new(Mutex::new((Stage::Read, Instant::now())));
+        let monitor = {
+            let progress = progress.clone();
+            let clock = clock.clone();
+            let me = self.clone();
+            Monitor::new(move |stage, fraction| {
+                *progress.lock().unwrap_or_else(|p| p.into_inner()) = (stage, fraction);
+                let mut c = clock.lock().unwrap_or_else(|p| p.into_inner());
+                if c.0 != stage {
+                    me.metrics.record_stage(c.0, c.1.elapsed());
+                    *c = (stage, Instant::now());
+                }
+            })
+            .with_cancel_flag(cancel.clone())
+        };
+        let output = crate::mnf::run(&cube, &params, backend.as_ref(), &monitor)
+            .map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?;
+        {
+            let c = clock.lock().unwrap_or_else(|p| p.into_inner());
+            self.metrics.record_stage(c.0, c.1.elapsed());
+        }
+        if cancel.load(Ordering::Relaxed) {
+            return Err(JobFailure { code: "canceled".into(), message: "canceled".into() });
+        }
+
+        *progress.lock().unwrap_or_else(|p| p.into_inner()) = (Stage::Write, 0.0);
+        let write_started = Instant::now();
+        let dir = self
+            .storage
+            .scratch_dir(&format!("job-{}", job.id))
+            .map_err(|e| JobFailure { code: "storage_error".into(), message: e.to_string() })?;
+        let mut files = Vec::new();
+        // The same writer as `hypermnf run --out`, once as .npy and once as ENVI, so that every download
+        // holds exactly the bytes the command line would have written.
+        let npy = crate::output::write_result(&dir.join("result.npy"), &output, &cube.meta).map_err(JobFailure::cube)?;
+        files.push((product::COMPONENTS_NPY.to_string(), npy.components));
+        files.push((product::METADATA.to_string(), npy.metadata));
+        if let Some(d) = npy.denoised {
+            files.push((product::DENOISED_NPY.to_string(), d));
+        }
+        *progress.lock().unwrap_or_else(|p| p.into_inner()) = (Stage::Write, 0.5);
+        let envi_dir = dir.join("envi");
+        std::fs::create_dir_all(&envi_dir).map_err(|e| JobFailure { code: "storage_error".into(), message: e.to_string() })?;
+        let envi = crate::output::write_result(&envi_dir.join("result.hdr"), &output, &cube.meta).map_err(JobFailure::cube)?;
+        files.push((product::COMPONENTS_HDR.to_string(), envi.components));
+        if let Some(img) = envi.components_data {
+            files.push((product::COMPONENTS_IMG.to_string(), img));
+        }
+        if let Some(d) = envi.denoised {
+            files.push((product::DENOISED_HDR.to_string(), d));
+        }
+        if let Some(d) = envi.denoised_data {
+            files.push((product::DENOISED_IMG.to_string(), d));
+        }
+        self.metrics.record_stage(Stage::Write, write_started.elapsed());
+        Ok(files)
+    }
+}
+
+/// Overall progress from a stage and the fraction of it done.
+fn overall(stage: Stage, fraction: f64) -> f64 {
+    let (start, width) = match stage {
+        Stage::Read => (0.0, 0.05),
+        Stage::Statistics => (0.05, 0.45),
+        Stage::Eigen => (0.5, 0.05),
+        Stage::Projection => (0.55, 0.3),
+        Stage::Inverse => (0.85, 0.1),
+        Stage::Write => (0.95, 0.05),
+    };
+    (start + width * fraction.clamp(0.0, 1.0)).min(1.0)
+}
+
+/// Why a job failed: a stable code and a message for the user.
+#[derive(Debug)]
+pub struct JobFailure {
+    pub code: String,
+    pub message: String,
+}
+
+impl JobFailure {
+    fn cube(e: CubeError) -> JobFailure {
+        JobFailure { code: e.code().into(), message: e.to_string() }
+    }
+}
+
+/// Reads a job's input cube: `<location>/cube.npy`, `<location>/cube.{hdr,img}`, or the href's file.
+pub fn load_cube(kind: InputKind, location: &str, storage: &Storage) -> Result<Cube, CubeError> {
+    let local = |name: &str| {
+        storage
+            .local_path(&format!("{location}/{name}"))
+            .map_err(|e| CubeError::Io { path: format!("{location}/{name}"), source: std::io::Error::other(e.to_string()) })
+    };
+    match kind {
+        InputKind::Npy => crate::cube::npy::read(&local("cube.npy")?),
+        InputKind::Envi => {
+            let hdr = local("cube.hdr")?;
+            let text = std::fs::read_to_string(&hdr).map_err(|e| CubeError::io(&hdr, e))?;
+            crate::cube::envi::read_parts(&text, &local("cube.img")?)
+        }
+        InputKind::Href => crate::cube::open(Path::new(location)),
+    }
+}

@@ -1,0 +1,659 @@
+//! The HTTP service end to end: a real server on a loopback port with its real SQLite database in a
+//! temporary data dir, driven over real HTTP (reqwest); and a real `hypermnf serve` process killed
+//! with SIGKILL while a job runs, then started again on the same data dir.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use hypermnf::mnf::MnfParams;
+
+/// Each real cube through each upload form gives the bytes `hypermnf run` (that is, `write_result` on
+/// the same cube and parameters) gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_real_cube_through_every_upload_form_gives_the_cli_bytes() {
+    let data = test_data();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(tempfile::tempdir().unwrap().keep());
+    args.input_roots = vec![data.clone()];
+    args.workers = 2;
+    let srv = TestServer::start(args).await;
+    let work = tempfile::tempdir().unwrap();
+
+    for (i, name) in CUBES.iter().enumerate() {
+        let hdr = data.join(format!("{name}.hdr"));
+        let img = data.join(format!("{name}.img"));
+        let cube = hypermnf::cube::open(&hdr).unwrap();
+
+        // Three different parameter sets, so that every form runs a job of its own (identical requests
+        // would be answered from the cache, which another test checks).
+        let p_npy = json!({"components": 6});
+        let p_envi = json!({"components": 5, "inverse": i == 0});
+        let p_href = json!({"snr": 1.0, "noise": "shift-difference"});
+
+        // 1. a .npy body: the decoded cube as a C-order .npy, in the file's own byte order
+        let npy = npy_bytes(&cube);
+        let npy_path = work.path().join(format!("{name}.npy"));
+        std::fs::write(&npy_path, &npy).unwrap();
+        let j_npy = srv.post_npy(&npy, "components=6").await;
+        assert_eq!(j_npy.0, StatusCode::ACCEPTED, "{}", j_npy.1);
+
+        // 2. multipart header + data (+ params)
+        let form = reqwest::multipart::Form::new()
+            .text("header", std::fs::read_to_string(&hdr).unwrap())
+            .part("data", reqwest::multipart::Part::bytes(std::fs::read(&img).unwrap()).file_name("cube.img"))
+            .text("params", p_envi.to_string());
+        let r = srv.client.post(srv.url("/v1/jobs")).multipart(form).send().await.unwrap();
+        let j_envi = (r.status(), r.json::<Value>().await.unwrap());
+        assert_eq!(j_envi.0, StatusCode::ACCEPTED, "{}", j_envi.1);
+
+        // 3. a file:// href under the input root
+        let body = json!({"input": {"href": format!("file://{}", hdr.display())}, "params": p_href});
+        let r = srv.client.post(srv.url("/v1/jobs")).json(&body).send().await.unwrap();
+        let j_href = (r.status(), r.json::<Value>().await.unwrap());
+        assert_eq!(j_href.0, StatusCode::ACCEPTED, "{}", j_href.1);
+        assert_eq!(j_href.1["input"]["lines"], cube.lines());
+        assert_eq!(j_href.1["input"]["bands"], cube.bands());
+
+        let npy_cube = hypermnf::cube::npy::read(&npy_path).unwrap();
+        for (job, cube, params, tag) in [
+            (&j_npy.1, &npy_cube, &p_npy, "npy"),
+            (&j_envi.1, &cube, &p_envi, "envi"),
+            (&j_href.1, &cube, &p_href, "href"),
+        ] {
+            let id = job["id"].as_str().unwrap();
+            let done = srv.wait(id).await;
+            assert_eq!(done["status"], "succeeded", "{name} {tag}: {done}");
+            let params: MnfParams = serde_json::from_value(params.clone()).unwrap();
+            let refdir = work.path().join(format!("ref-{name}-{tag}"));
+            let reference = reference_result(cube, &params, &refdir);
+
+            let got = srv.get_bytes(&format!("/v1/jobs/{id}/result")).await;
+            assert_eq!(got.0, StatusCode::OK);
+            assert!(got.1 == std::fs::read(&reference.components).unwrap(), "{name} {tag}: components differ from write_result");
+
+            let meta: Value = serde_json::from_slice(&srv.get_bytes(&format!("/v1/jobs/{id}/metadata")).await.1).unwrap();
+            let want: Value = serde_json::from_slice(&std::fs::read(&reference.metadata).unwrap()).unwrap();
+            assert_eq!(without_timings(meta), without_timings(want), "{name} {tag}: metadata");
+
+            if tag == "href" && i == 0 {
+                // and the command line itself, for once: `hypermnf run` on the same file
+                let cli_out = refdir.join("cli.npy");
+                let st = std::process::Command::new(env!("CARGO_BIN_EXE_hypermnf"))
+                    .args(["run", "--snr", "1", "--noise", "shift-difference", "--backend", "cpu", "--out"])
+                    .arg(&cli_out)
+                    .arg(&hdr)
+                    .env("RUST_LOG", "warn")
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+                assert!(got.1 == std::fs::read(&cli_out).unwrap(), "{name}: the service's bytes differ from `hypermnf run`");
+            }
+            if tag == "envi" {
+                // ?format=envi: a zip of exactly the .hdr and .img `hypermnf run --out X.hdr` writes
+                let envi_dir = refdir.join("envi");
+                std::fs::create_dir_all(&envi_dir).unwrap();
+                let out = hypermnf::mnf::run(cube, &params, &*cpu(), &hypermnf::mnf::Monitor::silent()).unwrap();
+                let files = hypermnf::output::write_result(&envi_dir.join("x.hdr"), &out, &cube.meta).unwrap();
+                let zip = srv.get_bytes(&format!("/v1/jobs/{id}/result?format=envi")).await;
+                assert_eq!(zip.0, StatusCode::OK);
+                let entries = unzip(&zip.1);
+                assert_eq!(entries.len(), 2);
+                assert_eq!(entries[&format!("{id}.hdr")], std::fs::read(&files.components).unwrap());
+                assert_eq!(entries[&format!("{id}.img")], std::fs::read(files.components_data.unwrap()).unwrap());
+                if params.inverse {
+                    let d = srv.get_bytes(&format!("/v1/jobs/{id}/result?product=denoised")).await;
+                    assert_eq!(d.0, StatusCode::OK);
+                    assert!(d.1 == std::fs::read(reference.denoised.as_ref().unwrap()).unwrap(), "{name}: denoised differs");
+                } else {
+                    let d = srv.get_json(&format!("/v1/jobs/{id}/result?product=denoised")).await;
+                    assert_eq!((d.0, d.1["code"].as_str()), (StatusCode::CONFLICT, Some("no_denoised")));
+                }
+            }
+        }
+    }
+    srv.stop().await;
+}
+
+/// An identical request answers 200 with the same job and `cached: true`, across upload forms, and a
+/// `.npy` sent with its SHA-256 is answered without its body being read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_requests_return_the_existing_job() {
+    let data = test_data();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(tempfile::tempdir().unwrap().keep());
+    args.input_roots = vec![data.clone()];
+    let srv = TestServer::start(args).await;
+    let hdr = data.join("jasper_ridge_r198_bil.hdr");
+    let img = data.join("jasper_ridge_r198_bil.img");
+    let form = || {
+        reqwest::multipart::Form::new()
+            .text("header", std::fs::read_to_string(&hdr).unwrap())
+            .part("data", reqwest::multipart::Part::bytes(std::fs::read(&img).unwrap()))
+    };
+    let r = srv.client.post(srv.url("/v1/jobs?components=3")).multipart(form()).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    assert_eq!(r.headers()["location"].to_str().unwrap().len(), "/v1/jobs/".len() + 36);
+    let first: Value = r.json().await.unwrap();
+    assert_eq!(first["cached"], false);
+    let id = first["id"].as_str().unwrap().to_string();
+
+    // the same upload again, at once (the job may still be queued or running)
+    let r = srv.client.post(srv.url("/v1/jobs?components=3")).multipart(form()).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let again: Value = r.json().await.unwrap();
+    assert_eq!((again["id"].as_str(), again["cached"].as_bool()), (Some(id.as_str()), Some(true)));
+
+    // the same cube named by href, same parameters: the same decoded cube, so the same job
+    let body = json!({"input": {"href": format!("file://{}", hdr.display())}, "params": {"components": 3}});
+    let r = srv.client.post(srv.url("/v1/jobs")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().await.unwrap()["id"].as_str(), Some(id.as_str()));
+
+    // different parameters: a new job
+    let body = json!({"input": {"href": format!("file://{}", hdr.display())}, "params": {"components": 4}});
+    let r = srv.client.post(srv.url("/v1/jobs")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    assert_ne!(r.json::<Value>().await.unwrap()["id"].as_str(), Some(id.as_str()));
+    assert_eq!(srv.wait(&id).await["status"], "succeeded");
+
+    // .npy with X-Content-SHA256: the second time the header alone finds the job
+    let cube = hypermnf::cube::open(&data.join("salinasA_224_bip_be.hdr")).unwrap();
+    let npy = npy_bytes(&cube);
+    let sha = sha256_hex(&npy);
+    let r = srv.client.post(srv.url("/v1/jobs?components=2")).header("content-type", "application/x-npy")
+        .header("x-content-sha256", &sha).body(npy.clone()).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let npy_id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+    let r = srv.client.post(srv.url("/v1/jobs?components=2")).header("content-type", "application/x-npy")
+        .header("x-content-sha256", &sha).body(Vec::<u8>::new()).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().await.unwrap()["id"].as_str(), Some(npy_id.as_str()));
+    // a digest that does not match the body is refused
+    let r = srv.client.post(srv.url("/v1/jobs?components=3")).header("content-type", "application/x-npy")
+        .header("x-content-sha256", "0".repeat(64)).body(npy.clone()).send().await.unwrap();
+    assert_eq!(error_of(r).await, (StatusCode::BAD_REQUEST, "digest_mismatch".into()));
+
+    // the listing shows the caller's jobs newest first, paginated
+    let page = srv.get_json("/v1/jobs?limit=2").await.1;
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 2);
+    assert_eq!(page["jobs"][0]["id"].as_str(), Some(npy_id.as_str()));
+    let next = page["next"].as_str().unwrap().to_string();
+    let page2 = srv.get_json(&format!("/v1/jobs?limit=2&after={next}")).await.1;
+    assert_eq!(page2["jobs"].as_array().unwrap().len(), 1);
+    assert!(page2["next"].is_null());
+    let metrics = srv.client.get(srv.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("hypermnf_cache_hits_total 3"), "{metrics}");
+    srv.stop().await;
+}
+
+/// Cancel a queued and a running job; the worker then goes on with other jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_queued_and_running_jobs() {
+    let srv = TestServer::start(hypermnf::config::ServeArgs::with_data_dir(tempfile::tempdir().unwrap().keep())).await;
+    let big = npy_bytes(&synthetic_cube(BIG.0, BIG.1, BIG.2, 1));
+    let other = npy_bytes(&synthetic_cube(BIG.0, BIG.1, BIG.2, 2));
+    let (s, running) = srv.post_npy(&big, "components=4").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let (s, queued) = srv.post_npy(&other, "components=4").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let (run_id, q_id) = (running["id"].as_str().unwrap(), queued["id"].as_str().unwrap());
+    srv.wait_status(run_id, "running").await;
+    assert_eq!(srv.get_json(&format!("/v1/jobs/{q_id}")).await.1["status"], "queued");
+    let r = srv.get_json(&format!("/v1/jobs/{q_id}/result")).await;
+    assert_eq!((r.0, r.1["code"].as_str()), (StatusCode::CONFLICT, Some("not_ready")));
+
+    for id in [q_id, run_id] {
+        let r = srv.client.delete(srv.url(&format!("/v1/jobs/{id}"))).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+        let j = srv.get_json(&format!("/v1/jobs/{id}")).await.1;
+        assert_eq!(j["status"], "canceled");
+        assert_eq!(j["error"]["code"], "canceled");
+    }
+    // the worker is free again: a small job runs to the end
+    let (s, small) = srv.post_npy(&npy_bytes(&synthetic_cube(30, 20, 12, 3)), "components=3").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    assert_eq!(srv.wait(small["id"].as_str().unwrap()).await["status"], "succeeded");
+    // the canceled job did not get a result, and a canceled job is deleted by a second DELETE
+    assert_eq!(srv.get_json(&format!("/v1/jobs/{run_id}")).await.1["status"], "canceled");
+    let r = srv.get_json(&format!("/v1/jobs/{run_id}/result")).await;
+    assert_eq!((r.0, r.1["code"].as_str()), (StatusCode::CONFLICT, Some("no_result")));
+    let r = srv.client.delete(srv.url(&format!("/v1/jobs/{run_id}"))).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(srv.get_json(&format!("/v1/jobs/{run_id}")).await.0, StatusCode::NOT_FOUND);
+    srv.stop().await;
+}
+
+/// With API keys, each key sees only its own jobs; without a key, 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_keys_isolate_owners() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    std::fs::write(&keys, "# test keys\nalice:alice-key\nbob:bob-key\n").unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(dir.path().join("data"));
+    args.api_keys_file = Some(keys);
+    let srv = TestServer::start(args).await;
+    let npy = npy_bytes(&synthetic_cube(20, 16, 10, 4));
+
+    let r = srv.client.post(srv.url("/v1/jobs")).header("content-type", "application/x-npy").body(npy.clone()).send().await.unwrap();
+    assert_eq!(r.headers().get("www-authenticate").map(|v| v.to_str().unwrap()), Some("Bearer"));
+    assert_eq!(error_of(r).await, (StatusCode::UNAUTHORIZED, "unauthorized".into()));
+    let r = srv.client.get(srv.url("/v1/jobs")).bearer_auth("mallory-key").send().await.unwrap();
+    assert_eq!(error_of(r).await, (StatusCode::UNAUTHORIZED, "unauthorized".into()));
+    assert_eq!(srv.client.get(srv.url("/healthz")).send().await.unwrap().status(), StatusCode::OK);
+
+    let r = srv.client.post(srv.url("/v1/jobs?components=2")).bearer_auth("alice-key")
+        .header("content-type", "application/x-npy").body(npy.clone()).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+
+    for path in [format!("/v1/jobs/{id}"), format!("/v1/jobs/{id}/result"), format!("/v1/jobs/{id}/metadata")] {
+        let r = srv.client.get(srv.url(&path)).bearer_auth("bob-key").send().await.unwrap();
+        assert_eq!(error_of(r).await, (StatusCode::NOT_FOUND, "not_found".into()), "{path}");
+    }
+    let r = srv.client.delete(srv.url(&format!("/v1/jobs/{id}"))).bearer_auth("bob-key").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let bobs: Value = srv.client.get(srv.url("/v1/jobs")).bearer_auth("bob-key").send().await.unwrap().json().await.unwrap();
+    assert_eq!(bobs["jobs"].as_array().unwrap().len(), 0);
+    // Bob's identical upload is a job of his own, not Alice's
+    let r = srv.client.post(srv.url("/v1/jobs?components=2")).bearer_auth("bob-key")
+        .header("content-type", "application/x-npy").body(npy.clone()).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    assert_ne!(r.json::<Value>().await.unwrap()["id"].as_str(), Some(id.as_str()));
+
+    let alices: Value = srv.client.get(srv.url(&format!("/v1/jobs/{id}"))).bearer_auth("alice-key").send().await.unwrap().json().await.unwrap();
+    assert_eq!(alices["id"].as_str(), Some(id.as_str()));
+    srv.stop().await;
+
+    // a non-loopback address without keys is refused unless --insecure
+    let mut open = hypermnf::config::ServeArgs::with_data_dir(dir.path().join("open"));
+    open.listen = "0.0.0.0:0".into();
+    let err = hypermnf::api::start(open.clone()).await.err().expect("must refuse");
+    assert!(err.to_string().contains("--insecure"), "{err}");
+    open.insecure = true;
+    hypermnf::api::start(open).await.unwrap().stop().await.unwrap();
+}
+
+/// Malformed and hostile requests get their documented status and code, and the server keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_and_hostile_requests_get_their_documented_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("inputs");
+    std::fs::create_dir_all(&root).unwrap();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(dir.path().join("data"));
+    args.input_roots = vec![root.clone()];
+    args.max_upload_bytes = 1 << 20;
+    let srv = TestServer::start(args).await;
+    let small = synthetic_cube(16, 12, 8, 5);
+    let good = npy_bytes(&small);
+
+    let mut cases: Vec<(&str, reqwest::RequestBuilder, StatusCode, &str)> = Vec::new();
+    let npy = |q: &str, body: Vec<u8>| srv.client.post(srv.url(&format!("/v1/jobs{q}"))).header("content-type", "application/x-npy").body(body);
+    let mut short = good.clone();
+    short.truncate(good.len() - 10);
+    cases.push(("npy shorter than its header says", npy("", short), StatusCode::BAD_REQUEST, "size_mismatch"));
+    let mut long = good.clone();
+    long.extend_from_slice(&[1, 2, 3, 4]);
+    cases.push(("npy longer than its header says", npy("", long), StatusCode::BAD_REQUEST, "size_mismatch"));
+    cases.push(("npy claiming absurd dimensions", npy("", npy_header("<f8", "(4294967296, 4294967296, 4096)")), StatusCode::PAYLOAD_TOO_LARGE, "too_large"));
+    cases.push(("npy claiming more than the limit", npy("", npy_header("<f4", "(1000, 1000, 100)")), StatusCode::PAYLOAD_TOO_LARGE, "too_large"));
+    cases.push(("npy of two dimensions", npy("", npy_header("<f4", "(10, 10)")), StatusCode::BAD_REQUEST, "invalid_npy"));
+    cases.push(("not a npy at all", npy("", b"GIF89a this is not an array".to_vec()), StatusCode::BAD_REQUEST, "invalid_npy"));
+    cases.push(("empty body", npy("", Vec::new()), StatusCode::BAD_REQUEST, "invalid_npy"));
+    cases.push(("body over the limit", npy("", vec![7u8; (1 << 20) + 1]), StatusCode::PAYLOAD_TOO_LARGE, "too_large"));
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = (0..20).map(|_| Ok(vec![9u8; 100_000])).collect();
+    let mut chunked_body = npy_header("<u1", "(100, 100, 200)");
+    chunked_body.extend(std::iter::repeat_n(1u8, 1000));
+    let mut all_chunks = vec![Ok(chunked_body)];
+    all_chunks.extend(chunks);
+    cases.push((
+        "chunked body over the limit (no Content-Length)",
+        srv.client.post(srv.url("/v1/jobs")).header("content-type", "application/x-npy")
+            .body(reqwest::Body::wrap_stream(futures::stream::iter(all_chunks))),
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+    ));
+    cases.push(("components = 0", npy("?components=0", good.clone()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_params"));
+    cases.push(("components not a number", npy("?components=many", good.clone()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_params"));
+    cases.push(("components above the bands", npy("?components=9", good.clone()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_params"));
+    cases.push(("unknown parameter", npy("?colour=red", good.clone()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_params"));
+    cases.push(("components and snr", npy("?components=2&snr=1", good.clone()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_params"));
+    cases.push(("noise window outside the cube", npy("?noise_window=0,0,50,50", good.clone()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_params"));
+    cases.push(("bad band out of range", npy("?bad_bands=3,8", good.clone()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_params"));
+    cases.push(("unknown backend", npy("?backend=tpu", good.clone()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_params"));
+    cases.push(("wrong content type", srv.client.post(srv.url("/v1/jobs")).header("content-type", "text/plain").body("hello"), StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"));
+    cases.push(("no content type", srv.client.post(srv.url("/v1/jobs")).body("hello"), StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"));
+
+    // multipart
+    let hdr = |l: usize, s: usize, b: usize, dt: u8| format!("ENVI\nsamples = {s}\nlines = {l}\nbands = {b}\ndata type = {dt}\ninterleave = bsq\nbyte order = 0\n");
+    let mp = |parts: Vec<(&str, Vec<u8>)>| {
+        let mut f = reqwest::multipart::Form::new();
+        for (n, b) in parts {
+            f = f.part(n.to_string(), reqwest::multipart::Part::bytes(b));
+        }
+        srv.client.post(srv.url("/v1/jobs")).multipart(f)
+    };
+    let raw = small.raw().to_vec(); // i16 little-endian BIP, 16 x 12 x 8
+    cases.push(("multipart without data", mp(vec![("header", hdr(16, 12, 8, 2).into_bytes())]), StatusCode::BAD_REQUEST, "invalid_multipart"));
+    cases.push(("multipart with an unknown part", mp(vec![("header", hdr(16, 12, 8, 2).into_bytes()), ("data", raw.clone()), ("extra", vec![1])]), StatusCode::BAD_REQUEST, "invalid_multipart"));
+    cases.push(("multipart data shorter than its header says", mp(vec![("header", hdr(16, 12, 9, 2).into_bytes()), ("data", raw.clone())]), StatusCode::BAD_REQUEST, "size_mismatch"));
+    cases.push(("multipart data longer than its header says", mp(vec![("header", hdr(16, 12, 7, 2).into_bytes()), ("data", raw.clone())]), StatusCode::BAD_REQUEST, "size_mismatch"));
+    cases.push(("multipart header claiming a huge cube", mp(vec![("header", hdr(100000, 100000, 400, 4).into_bytes()), ("data", raw.clone())]), StatusCode::PAYLOAD_TOO_LARGE, "too_large"));
+    cases.push(("multipart header with a complex data type", mp(vec![("header", hdr(16, 12, 8, 6).into_bytes()), ("data", raw.clone())]), StatusCode::UNPROCESSABLE_ENTITY, "unsupported"));
+    cases.push(("multipart params not JSON", mp(vec![("header", hdr(16, 12, 8, 2).into_bytes()), ("data", raw.clone()), ("params", b"{components: 2".to_vec())]), StatusCode::UNPROCESSABLE_ENTITY, "invalid_params"));
+    let mut truncated = b"--XYZ\r\nContent-Disposition: form-data; name=\"header\"\r\n\r\n".to_vec();
+    truncated.extend_from_slice(hdr(16, 12, 8, 2).as_bytes());
+    truncated.extend_from_slice(b"\r\n--XYZ\r\nContent-Disposition: form-data; name=\"data\"\r\n\r\n");
+    truncated.extend_from_slice(&raw[..1000]);
+    cases.push((
+        "truncated multipart",
+        srv.client.post(srv.url("/v1/jobs")).header("content-type", "multipart/form-data; boundary=XYZ").body(truncated),
+        StatusCode::BAD_REQUEST,
+        "incomplete_body",
+    ));
+    cases.push((
+        "multipart without a boundary",
+        srv.client.post(srv.url("/v1/jobs")).header("content-type", "multipart/form-data").body("x"),
+        StatusCode::BAD_REQUEST,
+        "invalid_multipart",
+    ));
+
+    // href
+    std::fs::write(outside.join("cube.npy"), &good).unwrap();
+    std::os::unix::fs::symlink(outside.join("cube.npy"), root.join("escape.npy")).unwrap();
+    std::fs::write(root.join("notes.txt"), "x").unwrap();
+    std::fs::write(root.join("lonely.hdr"), "ENVI\nsamples = 4\nlines = 4\nbands = 4\ndata type = 2\ninterleave = bsq\nbyte order = 0\n").unwrap();
+    let href = |h: String| srv.client.post(srv.url("/v1/jobs")).json(&json!({"input": {"href": h}}));
+    cases.push(("href outside the roots", href(format!("file://{}", outside.join("cube.npy").display())), StatusCode::FORBIDDEN, "forbidden_path"));
+    cases.push(("href through a symlink out of the root", href(format!("file://{}", root.join("escape.npy").display())), StatusCode::FORBIDDEN, "forbidden_path"));
+    cases.push(("href with ..", href(format!("file://{}/../outside/cube.npy", root.display())), StatusCode::BAD_REQUEST, "invalid_href"));
+    cases.push(("href to a header without its data file", href(format!("file://{}", root.join("lonely.hdr").display())), StatusCode::BAD_REQUEST, "input_not_found"));
+    cases.push(("href to a missing file", href(format!("file://{}", root.join("nope.npy").display())), StatusCode::BAD_REQUEST, "input_not_found"));
+    cases.push(("href that is not file://", href("http://example.com/cube.npy".into()), StatusCode::BAD_REQUEST, "invalid_href"));
+    cases.push(("href to a file that is no cube", href(format!("file://{}", root.join("notes.txt").display())), StatusCode::UNPROCESSABLE_ENTITY, "unsupported"));
+    cases.push(("malformed JSON", srv.client.post(srv.url("/v1/jobs")).header("content-type", "application/json").body("{\"input\": "), StatusCode::BAD_REQUEST, "invalid_json"));
+    cases.push(("JSON with unknown members", srv.client.post(srv.url("/v1/jobs")).json(&json!({"input": {"href": "file:///x"}, "priority": 1})), StatusCode::BAD_REQUEST, "invalid_json"));
+
+    // ids, queries, routes
+    for bad in ["not-a-uuid", "00000000-0000-0000-0000-000000000000", "%2e%2e%2fetc"] {
+        cases.push(("unknown job", srv.client.get(srv.url(&format!("/v1/jobs/{bad}"))), StatusCode::NOT_FOUND, "not_found"));
+        cases.push(("unknown job result", srv.client.get(srv.url(&format!("/v1/jobs/{bad}/result"))), StatusCode::NOT_FOUND, "not_found"));
+        cases.push(("unknown job delete", srv.client.delete(srv.url(&format!("/v1/jobs/{bad}"))), StatusCode::NOT_FOUND, "not_found"));
+    }
+    cases.push(("bad status filter", srv.client.get(srv.url("/v1/jobs?status=done")), StatusCode::BAD_REQUEST, "invalid_query"));
+    cases.push(("limit 0", srv.client.get(srv.url("/v1/jobs?limit=0")), StatusCode::BAD_REQUEST, "invalid_query"));
+    cases.push(("bad result format", srv.client.get(srv.url("/v1/jobs/00000000-0000-0000-0000-000000000000/result?format=tiff")), StatusCode::BAD_REQUEST, "invalid_query"));
+    cases.push(("unknown route", srv.client.get(srv.url("/v2/things")), StatusCode::NOT_FOUND, "not_found"));
+    cases.push(("wrong method", srv.client.put(srv.url("/v1/jobs")), StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"));
+
+    for (what, req, status, code) in cases {
+        let r = req.send().await.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(error_of(r).await, (status, code.to_string()), "{what}");
+    }
+
+    // still serving: a good upload runs to the end, and nothing was left behind by the refused ones
+    let (s, j) = srv.post_npy(&good, "components=3").await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{j}");
+    assert_eq!(srv.wait(j["id"].as_str().unwrap()).await["status"], "succeeded");
+    let scratch = dir.path().join("data/objects/scratch");
+    let left = std::fs::read_dir(&scratch).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(left, 0, "scratch files left behind");
+    let ready = srv.get_json("/readyz").await;
+    assert_eq!(ready.0, StatusCode::OK);
+    srv.stop().await;
+}
+
+/// Finished jobs and their files go once they are older than --retention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_jobs_expire_after_the_retention_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(dir.path().join("data"));
+    args.retention = Duration::from_secs(1);
+    let srv = TestServer::start(args).await;
+    let (s, j) = srv.post_npy(&npy_bytes(&synthetic_cube(24, 20, 10, 9)), "components=2").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let id = j["id"].as_str().unwrap().to_string();
+    assert_eq!(srv.wait(&id).await["status"], "succeeded");
+    let results = dir.path().join(format!("data/objects/results/{id}"));
+    assert!(results.join("components.npy").is_file());
+    // not yet old enough
+    assert_eq!(hypermnf::api::expire_once(&srv.server.ctx).await.unwrap(), 0);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // the server's own expiry task runs every second too, so it may have been first
+    assert!(hypermnf::api::expire_once(&srv.server.ctx).await.unwrap() <= 1);
+    assert_eq!(srv.get_json(&format!("/v1/jobs/{id}")).await.0, StatusCode::NOT_FOUND);
+    assert!(!results.join("components.npy").exists());
+    srv.stop().await;
+}
+
+/// A real `hypermnf serve` process killed with SIGKILL while its job runs; started again on the same
+/// data dir, it runs the job to the end (nothing accepted is lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_finishes_its_running_job_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let cube = synthetic_cube(BIG.0, BIG.1, BIG.2, 7);
+    let npy = npy_bytes(&cube);
+
+    let data = dir.path().join("data");
+    let (mut child, base) = spawn_server(&data, &dir.path().join("first.log")).await;
+    let client = reqwest::Client::new();
+    let r = client.post(format!("{base}/v1/jobs?components=4")).header("content-type", "application/x-npy").body(npy.clone()).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let j: Value = client.get(format!("{base}/v1/jobs/{id}")).send().await.unwrap().json().await.unwrap();
+        if j["status"] == "running" {
+            break;
+        }
+        assert_eq!(j["status"], "queued", "{j}");
+        assert!(Instant::now() < deadline, "the job never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().unwrap(); // SIGKILL: no shutdown code runs
+    child.wait().unwrap();
+
+    let (mut child, base) = spawn_server(&data, &dir.path().join("second.log")).await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let done = loop {
+        let j: Value = client.get(format!("{base}/v1/jobs/{id}")).send().await.unwrap().json().await.unwrap();
+        if j["status"] != "queued" && j["status"] != "running" {
+            break j;
+        }
+        assert!(Instant::now() < deadline, "the job did not finish after the restart: {j}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let log = std::fs::read_to_string(dir.path().join("second.log")).unwrap();
+    assert!(log.contains("queued again"), "the second process did not recover the running job:\n{log}");
+    let got = client.get(format!("{base}/v1/jobs/{id}/result")).send().await.unwrap().bytes().await.unwrap();
+    let npy_path = dir.path().join("in.npy");
+    std::fs::write(&npy_path, &npy).unwrap();
+    let params: MnfParams = serde_json::from_value(json!({"components": 4})).unwrap();
+    let reference = reference_result(&hypermnf::cube::npy::read(&npy_path).unwrap(), &params, &dir.path().join("ref"));
+    assert!(got.as_ref() == std::fs::read(&reference.components).unwrap().as_slice(), "the recovered result differs");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Helpers
+
+const CUBES: [&str; 3] = ["salinasA_224_bip_be", "jasper_ridge_r198_bil", "abu_beach1_cat_island_bsq"];
+
+/// A synthetic cube whose job runs long enough (a second or more) to be seen running and canceled.
+const BIG: (usize, usize, usize) = (400, 300, 96);
+
+fn test_data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").canonicalize().unwrap()
+}
+
+struct TestServer {
+    server: hypermnf::api::Server,
+    base: String,
+    client: reqwest::Client,
+}
+
+impl TestServer {
+    /// The server as `hypermnf serve` runs it, on a free loopback port, on the CPU backend (the
+    /// references are computed on the CPU).
+    async fn start(mut args: hypermnf::config::ServeArgs) -> TestServer {
+        args.backend = hypermnf::mnf::BackendChoice::Cpu;
+        let server = hypermnf::api::start(args).await.expect("server starts");
+        let base = format!("http://{}", server.addr);
+        // No connection reuse: a refused upload's connection is closed by the server, and a pooled
+        // client could pick it up just before it sees the close.
+        let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+        TestServer { server, base, client }
+    }
+    fn url(&self, p: &str) -> String {
+        format!("{}{p}", self.base)
+    }
+    async fn post_npy(&self, body: &[u8], query: &str) -> (StatusCode, Value) {
+        let r = self.client.post(self.url(&format!("/v1/jobs?{query}"))).header("content-type", "application/x-npy")
+            .body(body.to_vec()).send().await.unwrap();
+        (r.status(), r.json().await.unwrap())
+    }
+    async fn get_json(&self, p: &str) -> (StatusCode, Value) {
+        let r = self.client.get(self.url(p)).send().await.unwrap();
+        (r.status(), r.json().await.unwrap())
+    }
+    async fn get_bytes(&self, p: &str) -> (StatusCode, Vec<u8>) {
+        let r = self.client.get(self.url(p)).send().await.unwrap();
+        (r.status(), r.bytes().await.unwrap().to_vec())
+    }
+    /// Polls until the job is finished.
+    async fn wait(&self, id: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(150);
+        loop {
+            let (s, j) = self.get_json(&format!("/v1/jobs/{id}")).await;
+            assert_eq!(s, StatusCode::OK, "{j}");
+            let p = j["progress"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&p), "{j}");
+            if !matches!(j["status"].as_str(), Some("queued") | Some("running")) {
+                return j;
+            }
+            assert!(Instant::now() < deadline, "job {id} did not finish: {j}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    async fn wait_status(&self, id: &str, status: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let j = self.get_json(&format!("/v1/jobs/{id}")).await.1;
+            if j["status"] == status {
+                return;
+            }
+            assert!(Instant::now() < deadline && !j["finished_at"].is_string(), "job {id} never became {status}: {j}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    async fn stop(self) {
+        self.server.stop().await.unwrap();
+    }
+}
+
+/// Starts the real binary on port 0 and reads the address it prints.
+async fn spawn_server(data: &Path, log: &Path) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hypermnf"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--backend", "cpu", "--data-dir"])
+        .arg(data)
+        .env("RUST_LOG", "hypermnf=info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    let base = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}")).to_string();
+    (child, base)
+}
+
+fn cpu() -> Arc<dyn hypermnf::backend::Backend> {
+    hypermnf::backend::select(hypermnf::mnf::BackendChoice::Cpu).unwrap()
+}
+
+/// What `hypermnf run --out DIR/ref.npy` writes for this cube and these parameters.
+fn reference_result(cube: &hypermnf::cube::Cube, params: &MnfParams, dir: &Path) -> hypermnf::output::WrittenFiles {
+    std::fs::create_dir_all(dir).unwrap();
+    let out = hypermnf::mnf::run(cube, params, &*cpu(), &hypermnf::mnf::Monitor::silent()).unwrap();
+    hypermnf::output::write_result(&dir.join("ref.npy"), &out, &cube.meta).unwrap()
+}
+
+/// A `.npy` header (version 1, padded to 64 bytes) for `descr` and `shape` (Python tuple text).
+fn npy_header(descr: &str, shape: &str) -> Vec<u8> {
+    let mut h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + h.len() + 1) % 64 != 0 {
+        h.push(' ');
+    }
+    h.push('\n');
+    let mut v = b"\x93NUMPY\x01\x00".to_vec();
+    v.extend_from_slice(&(h.len() as u16).to_le_bytes());
+    v.extend_from_slice(h.as_bytes());
+    v
+}
+
+/// The cube as a C-order (lines, samples, bands) `.npy` in its own data type and byte order, as the
+/// project's writer makes it.
+fn npy_bytes(cube: &hypermnf::cube::Cube) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("c.npy");
+    hypermnf::cube::npy::write_cube(&p, cube).unwrap();
+    std::fs::read(&p).unwrap()
+}
+
+/// A synthetic int16 cube with a 5-dimensional signal plus white noise (`seed` makes different cubes).
+fn synthetic_cube(lines: usize, samples: usize, bands: usize, seed: u64) -> hypermnf::cube::Cube {
+    let mut spec = hypermnf::cube::synthetic::SyntheticSpec::small(lines, samples, bands);
+    spec.seed = seed;
+    hypermnf::cube::synthetic::generate(&spec)
+}
+
+fn without_timings(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("timings_ms");
+    }
+    v
+}
+
+fn unzip(bytes: &[u8]) -> HashMap<String, Vec<u8>> {
+    use std::io::Read;
+    let mut z = zip::ZipArchive::new(std::io::Cursor::new(bytes)).unwrap();
+    let mut out = HashMap::new();
+    for i in 0..z.len() {
+        let mut f = z.by_index(i).unwrap();
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf).unwrap();
+        out.insert(f.name().to_string(), buf);
+    }
+    out
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(b))
+}
+
+/// The status and `code` of an error answer, after checking it is the documented JSON shape.
+async fn error_of(r: reqwest::Response) -> (StatusCode, String) {
+    let status = r.status();
+    let ct = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+    let text = r.text().await.unwrap();
+    assert!(ct.starts_with("application/json"), "{status}: content-type {ct:?}, body {text:?}");
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{status}: not JSON: {text:?}"));
+    let o = v.as_object().unwrap();
+    assert_eq!(o.len(), 2, "{text}");
+    assert!(o["message"].as_str().is_some_and(|m| !m.is_empty()), "{text}");
+    (status, o["code"].as_str().unwrap().to_string())
+}
