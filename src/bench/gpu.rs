@@ -1,8 +1,297 @@
-//! `hypermnf bench gpu`. (stub: being written)
+//! `hypermnf bench gpu`: the GPU backends side by side with the CPU backend on the synthetic
+//! 1087 × 614 × 224 int16 cube (and 4× / 16× the pixels), k = 10, host int16 in → host float32 out.
+//!
+//! Measured per scale, medians of `--runs` runs after `--warmup` runs:
+//! - `pcie`: the raw cube host → device alone, from page-locked memory (the floor of any end-to-end run);
+//! - per route (custom kernels, cuBLAS): `backend` = prepare + statistics (+ the host's noise whitening
+//!   overlapped, as the pipeline does it) + eigen + projection into a preallocated output, the cube's
+//!   memory page-locked beforehand (as PyTorch's pinned input); `backend-pageable` the same from
+//!   ordinary memory (through the pinned staging buffers); `pipeline` = `mnf::run` as the CLI calls it
+//!   (it also allocates and NaN-fills the output and builds the metadata);
+//! - the CPU backend through `mnf::run`.
+//!
+//! The per-stage columns come from CUDA events of the last `backend` run (points on a timeline from the
+//! start of each pass; the stages overlap).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+
+use crate::backend::cuda::{CudaBackend, Route, Timeline};
+use crate::backend::{Backend, PreparedCube};
+use crate::cube::synthetic::{self, SyntheticSpec};
+use crate::cube::Cube;
+use crate::mnf::stats::{Moments, Projection, StatsSpec};
+use crate::mnf::{bands, eigen, MnfParams, Monitor, NoiseEstimator};
+
 #[derive(Debug, Clone, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Pixel-count multipliers of the 1087 × 614 × 224 int16 cube (the line count is multiplied).
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    pub scales: Vec<usize>,
+    /// Timed runs per measurement (the median is reported).
+    #[arg(long, default_value_t = 10)]
+    pub runs: usize,
+    /// Untimed runs first (kernel compilation, cuBLAS initialisation, caches).
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
+    #[arg(long, default_value_t = 10)]
+    pub components: usize,
+    /// Timed CPU-backend runs per scale (it takes seconds per run at 16×).
+    #[arg(long, default_value_t = 3)]
+    pub cpu_runs: usize,
+    /// Skip the CPU backend.
+    #[arg(long)]
+    pub no_cpu: bool,
+    /// Also write all numbers as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+struct Row {
+    scale: usize,
+    lines: usize,
+    what: String,
+    median_ms: f64,
+    min_ms: f64,
+    runs: usize,
+    timeline: Option<Timeline>,
+    eigen_ms: Option<f64>,
+}
+
+fn median(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let m = if v.is_empty() {
+        f64::NAN
+    } else if v.len() % 2 == 1 {
+        v[v.len() / 2]
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    };
+    (m, v.first().copied().unwrap_or(f64::NAN))
+}
+
+fn time_runs(warmup: usize, runs: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<(f64, f64)> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    let mut t = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let s = Instant::now();
+        f()?;
+        t.push(s.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(median(t))
+}
+
+/// One MNF on the GPU backend at library level: what `mnf::run` does, minus output allocation and
+/// metadata. Returns the host milliseconds of the eigen work that did not overlap the device.
+fn backend_mnf(be: &CudaBackend, cube: &Cube, k: usize, out: &mut [f32]) -> anyhow::Result<f64> {
+    let monitor = Monitor::silent();
+    let mut prep = be.prepare_cuda(cube)?;
+    let pre = bands::preselect(cube.bands(), cube.meta.bbl.as_deref(), &[]);
+    let noise_kind = NoiseEstimator::MeanFilter;
+    let spec = StatsSpec {
+        noise: noise_kind,
+        window: None,
+        ignore_value: cube.meta.ignore_value,
+        mask_bands: pre.used.clone(),
+    };
+    let scale = noise_kind.scale();
+    let whiten = |noise: &Moments| -> anyhow::Result<(Vec<usize>, eigen::NoiseWhitening)> {
+        let sel = bands::drop_noiseless(&pre, noise, None);
+        let cov = noise.covariance().context("too few noise samples")?;
+        let cn: Vec<f64> = bands::submatrix(&cov, noise.bands, &sel.used)
+            .iter()
+            .map(|v| v / scale)
+            .collect();
+        Ok((sel.used.clone(), eigen::NoiseWhitening::new(&cn, sel.used.len())?))
+    };
+    let mut early = None;
+    let stats = prep.statistics(&spec, &mut |n: &Moments| early = Some(whiten(n)), &monitor)?;
+    let t = Instant::now();
+    let (used, w) = early.context("on_noise was not called")??;
+    let cd = bands::submatrix(&stats.data.covariance().context("too few pixels")?, cube.bands(), &used);
+    let pairs = eigen::solve(&w, &cd)?;
+    let eigen_ms = t.elapsed().as_secs_f64() * 1e3;
+    let u = used.len();
+    let mut tk = Vec::with_capacity(u * k);
+    for r in 0..u {
+        tk.extend_from_slice(&pairs.transform[r * u..r * u + k]);
+    }
+    let projection = Projection {
+        means: used.iter().map(|&b| stats.data.mean[b]).collect(),
+        bands_used: used,
+        transform: tk,
+        k,
+        ignore_value: spec.ignore_value,
+        mask_bands: pre.used.clone(),
+    };
+    prep.project(&projection, out, &monitor)?;
+    Ok(eigen_ms)
+}
+
+/// Host → device copy of the whole raw cube from page-locked memory, timed alone.
+fn pcie_ms(be: &CudaBackend, cube: &Cube, warmup: usize, runs: usize) -> anyhow::Result<(f64, f64)> {
+    be.time_upload(cube.raw(), warmup, runs).map_err(Into::into)
+}
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let _ = args;
-    anyhow::bail!("bench gpu is not written yet")
+    let k = args.components;
+    let mut rows: Vec<Row> = Vec::new();
+    let mut device = String::new();
+    for &scale in &args.scales {
+        let mut spec = SyntheticSpec::paper_size();
+        spec.lines *= scale;
+        let t = Instant::now();
+        let cube = synthetic::generate(&spec);
+        eprintln!(
+            "bench gpu: {}x: {} x {} x {} int16 ({} MB) generated in {:.1} s",
+            scale,
+            cube.lines(),
+            cube.samples(),
+            cube.bands(),
+            cube.raw().len() >> 20,
+            t.elapsed().as_secs_f64()
+        );
+        let mut out = vec![0f32; cube.pixels() * k];
+        for route in [Route::Kernels, Route::Cublas] {
+            let be = CudaBackend::new(route).with_context(|| format!("CUDA backend {route:?}"))?;
+            device = be.device();
+            let label = be.name();
+            if route == Route::Kernels {
+                let (m, lo) = pcie_ms(&be, &cube, args.warmup, args.runs)?;
+                rows.push(Row {
+                    scale,
+                    lines: cube.lines(),
+                    what: "pcie (pinned raw cube, H2D only)".into(),
+                    median_ms: m,
+                    min_ms: lo,
+                    runs: args.runs,
+                    timeline: None,
+                    eigen_ms: None,
+                });
+            }
+            // Page-locked input (skipped, with a note, where the driver refuses to register it).
+            match be.register_host(cube.raw()) {
+                Err(e) => eprintln!("bench gpu: cannot page-lock the cube ({e}); pinned-input rows skipped"),
+                Ok(_reg) => {
+                    let mut eig = Vec::new();
+                    let (m, lo) = time_runs(args.warmup, args.runs, || {
+                        eig.push(backend_mnf(&be, &cube, k, &mut out)?);
+                        Ok(())
+                    })?;
+                    let eigen_ms = median(eig).0;
+                    rows.push(Row {
+                        scale,
+                        lines: cube.lines(),
+                        what: format!("{label}: backend, pinned input"),
+                        median_ms: m,
+                        min_ms: lo,
+                        runs: args.runs,
+                        timeline: be.last_timeline(),
+                        eigen_ms: Some(eigen_ms),
+                    });
+                    let params = MnfParams {
+                        components: Some(k),
+                        ..Default::default()
+                    };
+                    let (m, lo) = time_runs(1, args.runs, || {
+                        crate::mnf::run(&cube, &params, &be, &Monitor::silent())?;
+                        Ok(())
+                    })?;
+                    rows.push(Row {
+                        scale,
+                        lines: cube.lines(),
+                        what: format!("{label}: mnf::run, pinned input"),
+                        median_ms: m,
+                        min_ms: lo,
+                        runs: args.runs,
+                        timeline: None,
+                        eigen_ms: None,
+                    });
+                }
+            }
+            // Ordinary (pageable) input, through the pinned staging buffers.
+            let runs = args.runs.min(if scale > 4 { 3 } else { args.runs });
+            let (m, lo) = time_runs(1, runs, || {
+                backend_mnf(&be, &cube, k, &mut out)?;
+                Ok(())
+            })?;
+            rows.push(Row {
+                scale,
+                lines: cube.lines(),
+                what: format!("{label}: backend, pageable input"),
+                median_ms: m,
+                min_ms: lo,
+                runs,
+                timeline: be.last_timeline(),
+                eigen_ms: None,
+            });
+        }
+        if !args.no_cpu {
+            let cpu = crate::backend::cpu::CpuBackend::new();
+            let params = MnfParams {
+                components: Some(k),
+                ..Default::default()
+            };
+            let runs = if scale == 1 {
+                args.cpu_runs.max(1)
+            } else {
+                args.cpu_runs.clamp(1, 3)
+            };
+            let (m, lo) = time_runs(usize::from(scale == 1), runs, || {
+                crate::mnf::run(&cube, &params, &cpu, &Monitor::silent())?;
+                Ok(())
+            })?;
+            rows.push(Row {
+                scale,
+                lines: cube.lines(),
+                what: format!("cpu: mnf::run ({})", cpu.device()),
+                median_ms: m,
+                min_ms: lo,
+                runs,
+                timeline: None,
+                eigen_ms: None,
+            });
+        }
+        print_rows(&rows, scale);
+    }
+    println!(
+        "\ndevice: {device}; k = {k}; medians of {} runs after {} warm-up runs (CPU: fewer, see runs)",
+        args.runs, args.warmup
+    );
+    if let Some(p) = &args.json {
+        std::fs::write(
+            p,
+            serde_json::to_vec_pretty(&serde_json::json!({ "device": device, "k": k, "rows": rows }))?,
+        )
+        .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn print_rows(rows: &[Row], scale: usize) {
+    println!("\n| scale | lines | what | median ms | min ms | runs | upload done | noise done | data cov done | eigen (host, after stats) | projection kernels | download done |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in rows.iter().filter(|r| r.scale == scale) {
+        let f = |v: f32| format!("{v:.2}");
+        let (a, b, c, d, e) = match &r.timeline {
+            Some(t) => (
+                f(t.upload_done_ms),
+                f(t.noise_done_ms),
+                f(t.data_done_ms),
+                f(t.project_kernels_ms),
+                f(t.project_download_ms),
+            ),
+            None => Default::default(),
+        };
+        let eig = r.eigen_ms.map(|v| format!("{v:.2}")).unwrap_or_default();
+        println!(
+            "| {}x | {} | {} | {:.2} | {:.2} | {} | {a} | {b} | {c} | {eig} | {d} | {e} |",
+            r.scale, r.lines, r.what, r.median_ms, r.min_ms, r.runs
+        );
+    }
 }

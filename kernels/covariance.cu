@@ -1,0 +1,281 @@
+// Sums for the covariances: the float32 matrix D (npix x bands, one row per pixel, already shifted by
+// the host's per-band shift; rows of excluded pixels are zero) gives Σ d (col_sums) and the lower
+// triangle of Σ d dᵀ (cov_lower, or cuBLAS DSYRK on widen_f64), both accumulated into float64 so that 10^7 pixels keep their digits.
+#include "common.cuh"
+
+#define CT 64             // edge of the tile of C one block computes
+#define CP 16             // pixels staged per step
+
+// D = raw - shift as float32 (the input of both covariance routes), zero rows at excluded pixels.
+// One thread per element, grid-stride.
+extern "C" __global__ void __launch_bounds__(256) convert_shifted(
+    const u8* __restrict__ raw, const u8* __restrict__ valid, i64 npix, int bands, int dtype, int swap,
+    const double* __restrict__ shift, float* __restrict__ out)
+{
+    const i64 n = npix * bands;
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x) {
+        const i64 p = e / bands;
+        const int b = (int)(e - p * bands);
+        float v = 0.f;
+        if (valid == 0 || valid[p]) v = (float)(sample_f64(raw, e, dtype, swap) - shift[b]);
+        out[e] = v;
+    }
+}
+
+// sums[b] += Σ_p d[p, b] over the pixels of this block (pix_per_block of them), in float64.
+extern "C" __global__ void __launch_bounds__(256) col_sums(
+    const float* __restrict__ d, i64 npix, int bands, i64 pix_per_block, double* __restrict__ sums)
+{
+    const i64 p0 = (i64)blockIdx.x * pix_per_block;
+    const i64 p1 = min(npix, p0 + pix_per_block);
+    for (int b = threadIdx.x; b < bands; b += blockDim.x) {
+        double s = 0.0;
+        for (i64 p = p0; p < p1; ++p) s += (double)d[p * bands + b];
+        if (p1 > p0) atomicAdd(&sums[b], s);
+    }
+}
+
+// Tile pair t (0 .. n_tiles (n_tiles + 1) / 2) of the lower triangle: ti >= tj.
+__device__ __forceinline__ void tile_pair(int t, int* ti_out, int* tj_out) {
+    int ti = (int)((sqrt(8.0 * t + 1.0) - 1.0) * 0.5);
+    while ((ti + 1) * (ti + 2) / 2 <= t) ++ti;
+    while (ti * (ti + 1) / 2 > t) --ti;
+    *ti_out = ti;
+    *tj_out = t - ti * (ti + 1) / 2;
+}
+
+// Partial sums of Σ_p d[p, i] d[p, j] (j <= i: the lower triangle only; the host mirrors it) and of
+// Σ_p d[p, i].
+//
+// The published "scheme 1" maps blocks to rows of the symmetric matrix, computes the lower triangle
+// only, stages the operands in shared memory as thx x thx tiles slid along the pixel axis, and stores
+// the right-hand tile transposed so that the inner product reads rows, free of bank conflicts. Here a
+// block owns one 64 x 64 tile of the lower triangle (blockIdx.x enumerates the tile pairs ti >= tj) and
+// each thread a 4 x 4 register tile of it, which a current GPU needs to keep its arithmetic units busy.
+// The cube is BIP, so a staged tile is [pixel][band] — already the transposed layout — and both tiles
+// are read as rows of 16-byte vectors (a warp reads 2 distinct rows of the left tile, 16 of the right).
+// The next step's tiles are fetched into registers while the current one is multiplied.
+//
+// Accuracy: the generalized eigenproblem amplifies covariance errors by 10^3 and more on real cubes (a
+// relative perturbation of 1e-7 moves Salinas-A's top eigenvalues by up to 3e-4), so the products are
+// accumulated in float64: values that are exact in float32 (all integer data, shifted by whole numbers
+// or eighths) give exact products, and their sums stay exact far beyond 10^7 pixels.
+//
+// blockIdx.y splits the pixels; block (pair, split) adds its tile into its own slot of part_cross (no
+// atomics: launches on one stream run one after another, and no two blocks of a launch share a slot),
+// and reduce_parts adds the slots at the end of the pass. The blocks of diagonal tiles also sum their
+// 64 bands into part_sum (the band sums Σ d).
+extern "C" __global__ void __launch_bounds__(256) cov_lower(
+    const float* __restrict__ d, i64 npix, int bands, i64 pix_per_split, int n_pairs, int n_tiles,
+    double* __restrict__ part_cross, double* __restrict__ part_sum)
+{
+    __shared__ __align__(16) double as[CP][CT];
+    __shared__ __align__(16) double bs[CP][CT];
+
+    int ti, tj;
+    tile_pair(blockIdx.x, &ti, &tj);
+    const int i0 = ti * CT, j0 = tj * CT;
+    const bool diagonal = ti == tj;
+
+    const i64 p_begin = (i64)blockIdx.y * pix_per_split;
+    const i64 p_end = min(npix, p_begin + pix_per_split);
+    const int tid = threadIdx.x;
+    const int tx = tid & 15, ty = tid >> 4;
+
+    double acc[4][4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m)
+#pragma unroll
+        for (int n = 0; n < 4; ++n) acc[m][n] = 0.0;
+    double colsum = 0.0;
+
+    // This thread's share of one step's tiles: element e = tid + m * 256 is (pixel e / CT, band e % CT).
+    float ra[(CP * CT) / 256], rb[(CP * CT) / 256];
+    auto fetch = [&](i64 p0) {
+#pragma unroll
+        for (int m = 0; m < (CP * CT) / 256; ++m) {
+            const int e = tid + m * 256;
+            const int pp = e / CT, cc = e % CT;
+            const i64 p = p0 + pp;
+            float a = 0.f, b = 0.f;
+            if (p < p_end) {
+                const float* row = d + p * bands;
+                if (i0 + cc < bands) a = row[i0 + cc];
+                if (j0 + cc < bands) b = row[j0 + cc];
+            }
+            ra[m] = a;
+            rb[m] = b;
+        }
+    };
+    if (p_begin < p_end) fetch(p_begin);
+
+    for (i64 p0 = p_begin; p0 < p_end; p0 += CP) {
+#pragma unroll
+        for (int m = 0; m < (CP * CT) / 256; ++m) {
+            const int e = tid + m * 256;
+            as[e / CT][e % CT] = (double)ra[m];
+            bs[e / CT][e % CT] = (double)rb[m];
+        }
+        __syncthreads();
+        if (p0 + CP < p_end) fetch(p0 + CP);
+#pragma unroll
+        for (int pp = 0; pp < CP; ++pp) {
+            const double2 a01 = *reinterpret_cast<const double2*>(&as[pp][ty * 4]);
+            const double2 a23 = *reinterpret_cast<const double2*>(&as[pp][ty * 4 + 2]);
+            const double2 b01 = *reinterpret_cast<const double2*>(&bs[pp][tx * 4]);
+            const double2 b23 = *reinterpret_cast<const double2*>(&bs[pp][tx * 4 + 2]);
+            const double av[4] = {a01.x, a01.y, a23.x, a23.y};
+            const double bv[4] = {b01.x, b01.y, b23.x, b23.y};
+#pragma unroll
+            for (int m = 0; m < 4; ++m)
+#pragma unroll
+                for (int n = 0; n < 4; ++n) acc[m][n] = fma(av[m], bv[n], acc[m][n]);
+        }
+        if (diagonal && tid < CT) {
+#pragma unroll
+            for (int pp = 0; pp < CP; ++pp) colsum += as[pp][tid];
+        }
+        __syncthreads();
+    }
+    double* slot = part_cross + ((i64)blockIdx.y * n_pairs + blockIdx.x) * (CT * CT);
+#pragma unroll
+    for (int m = 0; m < 4; ++m)
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+            const int loc = (ty * 4 + m) * CT + tx * 4 + n;
+            slot[loc] += acc[m][n];
+        }
+    if (diagonal && tid < CT) {
+        part_sum[((i64)blockIdx.y * n_tiles + ti) * CT + tid] += colsum;
+    }
+}
+
+// The same partial sums on the float64 tensor cores (DMMA, sm_80 and later): twice the float64 rate
+// of cov_lower's FMAs, with the same exact products and float64 sums. Same grid, slots and results as
+// cov_lower. Each warp owns 8 rows of the block's 64 x 64 tile (eight 8 x 8 accumulator tiles) and
+// issues mma.m8n8k4: A = 8 bands x 4 pixels of the left tile, B = 4 pixels x 8 bands of the right.
+// Shared rows are padded to 72 doubles so that the four pixel rows a warp reads fall on distinct
+// halves of the banks.
+#define CTP 72
+extern "C" __global__ void __launch_bounds__(256) cov_lower_dmma(
+    const float* __restrict__ d, i64 npix, int bands, i64 pix_per_split, int n_pairs, int n_tiles,
+    double* __restrict__ part_cross, double* __restrict__ part_sum)
+{
+#if __CUDA_ARCH__ >= 800
+    __shared__ __align__(16) double as[CP][CTP];
+    __shared__ __align__(16) double bs[CP][CTP];
+
+    int ti, tj;
+    tile_pair(blockIdx.x, &ti, &tj);
+    const int i0 = ti * CT, j0 = tj * CT;
+    const bool diagonal = ti == tj;
+
+    const i64 p_begin = (i64)blockIdx.y * pix_per_split;
+    const i64 p_end = min(npix, p_begin + pix_per_split);
+    const int tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t4 = lane & 3;   // groupID, threadID_in_group
+
+    double acc[8][2];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) acc[n][0] = acc[n][1] = 0.0;
+    double colsum = 0.0;
+
+    float ra[(CP * CT) / 256], rb[(CP * CT) / 256];
+    auto fetch = [&](i64 p0) {
+#pragma unroll
+        for (int m = 0; m < (CP * CT) / 256; ++m) {
+            const int e = tid + m * 256;
+            const int pp = e / CT, cc = e % CT;
+            const i64 p = p0 + pp;
+            float a = 0.f, b = 0.f;
+            if (p < p_end) {
+                const float* row = d + p * bands;
+                if (i0 + cc < bands) a = row[i0 + cc];
+                if (j0 + cc < bands) b = row[j0 + cc];
+            }
+            ra[m] = a;
+            rb[m] = b;
+        }
+    };
+    if (p_begin < p_end) fetch(p_begin);
+
+    for (i64 p0 = p_begin; p0 < p_end; p0 += CP) {
+#pragma unroll
+        for (int m = 0; m < (CP * CT) / 256; ++m) {
+            const int e = tid + m * 256;
+            as[e / CT][e % CT] = (double)ra[m];
+            bs[e / CT][e % CT] = (double)rb[m];
+        }
+        __syncthreads();
+        if (p0 + CP < p_end) fetch(p0 + CP);
+#pragma unroll
+        for (int k0 = 0; k0 < CP; k0 += 4) {
+            // A[m][k] = d[p0 + k0 + k][i0 + 8 warp + m]: this lane holds A[g][t4].
+            const double a = as[k0 + t4][warp * 8 + g];
+#pragma unroll
+            for (int n = 0; n < 8; ++n) {
+                // B[k][n'] = d[p0 + k0 + k][j0 + 8 n + n']: this lane holds B[t4][g].
+                const double b = bs[k0 + t4][n * 8 + g];
+                asm volatile(
+                    "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
+                    : "+d"(acc[n][0]), "+d"(acc[n][1])
+                    : "d"(a), "d"(b));
+            }
+        }
+        if (diagonal && tid < CT) {
+#pragma unroll
+            for (int pp = 0; pp < CP; ++pp) colsum += as[pp][tid];
+        }
+        __syncthreads();
+    }
+    // This lane holds C[g][2 t4 + {0, 1}] of each 8 x 8 tile n: row 8 warp + g, columns 8 n + 2 t4 + c.
+    double* slot = part_cross + ((i64)blockIdx.y * n_pairs + blockIdx.x) * (CT * CT);
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const int loc = (warp * 8 + g) * CT + n * 8 + 2 * t4 + c;
+            slot[loc] += acc[n][c];
+        }
+    if (diagonal && tid < CT) {
+        part_sum[((i64)blockIdx.y * n_tiles + ti) * CT + tid] += colsum;
+    }
+#endif
+}
+
+// Adds the per-split slots of cov_lower: c[i, j] (j <= i) and sums[b] for every band.
+extern "C" __global__ void __launch_bounds__(256) reduce_parts(
+    const double* __restrict__ part_cross, const double* __restrict__ part_sum, int n_splits, int n_pairs,
+    int n_tiles, int bands, double* __restrict__ c, double* __restrict__ sums)
+{
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    const i64 n_cross = (i64)n_pairs * CT * CT;
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < n_cross; e += stride) {
+        const int pair = (int)(e / (CT * CT)), loc = (int)(e % (CT * CT));
+        int ti, tj;
+        tile_pair(pair, &ti, &tj);
+        const int i = ti * CT + loc / CT, j = tj * CT + loc % CT;
+        if (i < bands && j <= i) {
+            double s = 0.0;
+            for (int k = 0; k < n_splits; ++k) s += part_cross[(i64)k * n_cross + e];
+            c[(i64)i * bands + j] = s;
+        }
+    }
+    const i64 n_sum = (i64)n_tiles * CT;
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < n_sum; e += stride) {
+        if (e < bands) {
+            double s = 0.0;
+            for (int k = 0; k < n_splits; ++k) s += part_sum[(i64)k * n_sum + e];
+            sums[e] = s;
+        }
+    }
+}
+
+// out = (double)in: the cuBLAS route's DSYRK input (the float32 values are exact, so is this).
+extern "C" __global__ void __launch_bounds__(256) widen_f64(const float* __restrict__ in, i64 n, double* __restrict__ out)
+{
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x) {
+        out[e] = (double)in[e];
+    }
+}

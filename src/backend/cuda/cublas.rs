@@ -1,0 +1,137 @@
+//! The cuBLAS route (the published "MNF-L"): SYRK for the covariances and SGEMM for the projection, on
+//! the same device buffers as the custom kernels. The covariances use DSYRK on float64 copies of the
+//! (exact) float32 values: a float32 SYRK sums thousands of products per element in float32, and the
+//! generalized eigenproblem amplifies that error past 1e-4 on real cubes (see covariance.cu). On a
+//! Hopper GPU DSYRK runs on the float64 tensor cores. The projection is a float32 SGEMM (no TF32).
+
+use cudarc::cublas::sys as blas;
+use cudarc::driver::CudaStream;
+
+use crate::backend::BackendError;
+
+pub(crate) struct Blas {
+    handle: blas::cublasHandle_t,
+}
+
+// SAFETY: the handle is used by one thread at a time (the backend keeps it behind a Mutex).
+unsafe impl Send for Blas {}
+
+fn check(what: &'static str, s: blas::cublasStatus_t) -> Result<(), BackendError> {
+    if s == blas::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(BackendError::Cuda(format!("{what}: {s:?}")))
+    }
+}
+
+impl Blas {
+    /// Creates a handle; libcublas is loaded dynamically, so a missing library is an `Unavailable`.
+    pub(crate) fn new() -> Result<Blas, BackendError> {
+        // SAFETY: only tries to dlopen the library.
+        if !unsafe { blas::is_culib_present() } {
+            return Err(BackendError::Unavailable("libcublas not found".into()));
+        }
+        let created = std::panic::catch_unwind(|| {
+            let mut handle: blas::cublasHandle_t = std::ptr::null_mut();
+            // SAFETY: out-pointer to a local.
+            let s = unsafe { blas::cublasCreate_v2(&mut handle) };
+            (s, handle)
+        });
+        match created {
+            Ok((s, handle)) => {
+                check("cublasCreate", s)?;
+                let b = Blas { handle };
+                // The default math mode: no TF32 for the SGEMM (float32 results as asked).
+                // SAFETY: valid handle.
+                check("cublasSetMathMode", unsafe {
+                    blas::cublasSetMathMode(b.handle, blas::cublasMath_t::CUBLAS_DEFAULT_MATH)
+                })?;
+                Ok(b)
+            }
+            Err(_) => Err(BackendError::Unavailable("libcublas could not be loaded".into())),
+        }
+    }
+
+    fn bind(&self, stream: &CudaStream) -> Result<(), BackendError> {
+        // SAFETY: valid handle and stream.
+        check("cublasSetStream", unsafe {
+            blas::cublasSetStream_v2(self.handle, stream.cu_stream() as _)
+        })
+    }
+
+    /// c (B × B float64) += Σ_p d[p] d[p]ᵀ over `npix` rows of the row-major npix × B float64 matrix
+    /// `d`. Column-major, d is a B × npix matrix A (lda = B) and the update A·Aᵀ; its "upper" triangle
+    /// in column-major order is the lower triangle in row-major order, the one the custom kernel fills.
+    pub(crate) fn dsyrk_add(
+        &self,
+        stream: &CudaStream,
+        d: u64,
+        npix: usize,
+        bands: usize,
+        c: u64,
+    ) -> Result<(), BackendError> {
+        self.bind(stream)?;
+        let (alpha, beta) = (1.0f64, 1.0f64);
+        // SAFETY: d holds npix × bands doubles, c bands × bands doubles.
+        check("cublasDsyrk", unsafe {
+            blas::cublasDsyrk_v2(
+                self.handle,
+                blas::cublasFillMode_t::CUBLAS_FILL_MODE_UPPER,
+                blas::cublasOperation_t::CUBLAS_OP_N,
+                bands as i32,
+                npix as i32,
+                &alpha,
+                d as *const f64,
+                bands as i32,
+                &beta,
+                c as *mut f64,
+                bands as i32,
+            )
+        })
+    }
+
+    /// z (npix × k, row-major) = x (npix × u, row-major) · t (u × k, row-major). Column-major this is
+    /// zᵀ (k × npix) = tᵀ (k × u, lda = k) · xᵀ (u × npix, ldb = u).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemm_project(
+        &self,
+        stream: &CudaStream,
+        x: u64,
+        npix: usize,
+        u: usize,
+        t: u64,
+        k: usize,
+        z: u64,
+    ) -> Result<(), BackendError> {
+        self.bind(stream)?;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: sizes as documented.
+        check("cublasSgemm", unsafe {
+            blas::cublasSgemm_v2(
+                self.handle,
+                blas::cublasOperation_t::CUBLAS_OP_N,
+                blas::cublasOperation_t::CUBLAS_OP_N,
+                k as i32,
+                npix as i32,
+                u as i32,
+                &alpha,
+                t as *const f32,
+                k as i32,
+                x as *const f32,
+                u as i32,
+                &beta,
+                z as *mut f32,
+                k as i32,
+            )
+        })
+    }
+}
+
+impl Drop for Blas {
+    fn drop(&mut self) {
+        // SAFETY: created in new(), destroyed once.
+        unsafe {
+            blas::cublasDestroy_v2(self.handle);
+        }
+    }
+}

@@ -1,0 +1,1315 @@
+//! A cube made ready on the device, and the three passes over it.
+//!
+//! Data path: the raw cube (file data type and byte order) goes to the device in chunks of lines, from
+//! the cube's own memory when it is page-locked (`CudaBackend::register_host`), otherwise through two
+//! pinned staging buffers that the host fills (in parallel) while the DMA engine sends the other one.
+//! Copies run on a copy stream, kernels on a compute stream, ordered by per-chunk events, so transfers
+//! overlap the arithmetic. A cube that fits the memory budget stays on the device between the passes
+//! (uploaded during the first pass, interleaved with its kernels); a larger one is streamed through two
+//! device chunk buffers (with one halo line above and below for the noise filter) in every pass.
+//!
+//! Statistics: covariance sums are formed from float32 values shifted by a per-band value near their
+//! mean (sampled on the host from at most 1024 pixels), summed per thread over at most 1024 pixels in
+//! float32, then in float64; `Moments::from_shifted_sums` turns them into centred moments. When the
+//! cube is resident the noise sums are finished and copied back first, so the host's noise
+//! eigen-decomposition overlaps the data covariance.
+
+use std::borrow::Cow;
+use std::time::Instant;
+
+use cudarc::driver::{CudaEvent, CudaStream};
+use rayon::prelude::*;
+
+use super::device::{cuda, dtoh_async, event, htod_async, is_registered, DevBuf, PinnedBuf, Pooled};
+use super::kernels::{CovParts, NoiseArgs, RawType, COV_TILE, MAX_CONST_T, PX_KP};
+use super::{CudaBackend, Route};
+use crate::backend::{BackendError, PreparedCube};
+use crate::cube::model::decode_into;
+use crate::cube::Cube;
+use crate::mnf::stats::{is_masked, Denoise, Moments, Projection, Statistics, StatsSpec};
+use crate::mnf::{Monitor, NoiseEstimator, Stage};
+
+/// Target size of one chunk's float32 work matrix (chunk pixels × bands × 4 bytes).
+const CHUNK_WORK_BYTES: usize = 64 << 20;
+/// Host pixels sampled to choose the shifts.
+const SHIFT_SAMPLES: usize = 1024;
+
+/// Device times of the last passes, in milliseconds from the start of each pass (CUDA events), plus
+/// host wall times. Stages overlap, so these are points on a timeline, not a sum.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Timeline {
+    pub resident: bool,
+    pub chunks: usize,
+    /// Statistics pass: last upload finished (resident cubes upload during this pass).
+    pub upload_done_ms: f32,
+    /// Noise residuals and noise covariance finished (resident: before the data covariance starts).
+    pub noise_done_ms: f32,
+    /// Data covariance finished.
+    pub data_done_ms: f32,
+    /// Host wall time of the statistics pass, including the `on_noise` callback.
+    pub statistics_wall_ms: f64,
+    /// Host wall time spent inside `on_noise` (the host's noise eigen work, overlapped).
+    pub on_noise_wall_ms: f64,
+    /// Projection pass: kernels of the last chunk finished / last download finished.
+    pub project_kernels_ms: f32,
+    pub project_download_ms: f32,
+    pub project_wall_ms: f64,
+}
+
+/// The raw bytes of chunk-able lines as the device reads them.
+struct Layout {
+    lines: usize,
+    samples: usize,
+    bands: usize,
+    t: RawType,
+    chunk_lines: usize,
+}
+
+impl Layout {
+    fn line_bytes(&self) -> usize {
+        self.samples * self.bands * self.t.size
+    }
+    fn chunks(&self) -> usize {
+        self.lines.div_ceil(self.chunk_lines)
+    }
+    /// Lines l0..l1 of chunk c.
+    fn chunk(&self, c: usize) -> (usize, usize) {
+        let l0 = c * self.chunk_lines;
+        (l0, (l0 + self.chunk_lines).min(self.lines))
+    }
+    fn chunk_pixels_max(&self) -> usize {
+        self.chunk_lines * self.samples
+    }
+}
+
+/// Whole cube on the device.
+struct Resident<'c> {
+    raw: Pooled<'c, DevBuf>,
+    uploaded: Vec<bool>,
+    /// Recorded on the copy stream when chunk c has arrived.
+    arrived: Vec<CudaEvent>,
+}
+
+/// Two device chunk buffers for a streamed cube (each chunk plus one halo line above and below).
+struct Slots<'c> {
+    raw: [Pooled<'c, DevBuf>; 2],
+    valid: [Pooled<'c, DevBuf>; 2],
+    /// Recorded on the copy stream when the slot's upload finished.
+    arrived: [CudaEvent; 2],
+    /// Recorded on the compute stream when the kernels no longer read the slot.
+    released: [CudaEvent; 2],
+}
+
+/// Two pinned host buffers that feed the DMA engine when the cube's memory is not page-locked.
+struct Staging<'c> {
+    buf: [Pooled<'c, PinnedBuf>; 2],
+    /// Recorded on the copy stream after the DMA that read buf[i].
+    copied: [CudaEvent; 2],
+    next: usize,
+}
+
+/// The mask the valid-pixel buffer was computed for.
+#[derive(Clone, PartialEq)]
+struct MaskKey {
+    ignore: Option<u64>,
+    bands: Vec<usize>,
+}
+
+pub struct CudaCube<'c> {
+    be: &'c CudaBackend,
+    cube: &'c Cube,
+    host: Cow<'c, [u8]>,
+    registered: bool,
+    lay: Layout,
+    compute: std::sync::Arc<CudaStream>,
+    copy: std::sync::Arc<CudaStream>,
+    resident: Option<Resident<'c>>,
+    slots: Option<Slots<'c>>,
+    staging: Option<Staging<'c>>,
+    /// Resident cubes: one byte per pixel, valid for `mask_key`.
+    valid: Option<Pooled<'c, DevBuf>>,
+    mask_key: Option<MaskKey>,
+    t0: CudaEvent,
+    timeline: Timeline,
+}
+
+impl<'c> CudaCube<'c> {
+    pub(super) fn new(be: &'c CudaBackend, cube: &'c Cube) -> Result<Self, BackendError> {
+        be.ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent"))?;
+        let t = RawType::of(cube.dtype(), cube.byte_order());
+        // i64 / u64: no device conversion; widen to f64 on the host (documented in RawType::of).
+        let host: Cow<'c, [u8]> = if RawType::host_converted(cube.dtype()) {
+            let mut v = vec![0f64; cube.pixels() * cube.bands()];
+            decode_into(cube.raw(), cube.dtype(), cube.byte_order(), &mut v);
+            Cow::Owned(v.iter().flat_map(|x| x.to_le_bytes()).collect())
+        } else {
+            Cow::Borrowed(cube.raw())
+        };
+        let registered = is_registered(&be.registry, &host);
+        let (lines, samples, bands) = (cube.lines(), cube.samples(), cube.bands());
+        let work_line = samples * bands * 4;
+        let mut chunk_lines = (CHUNK_WORK_BYTES / work_line.max(1)).clamp(1, lines);
+        let line_bytes = samples * bands * t.size;
+        let budget = be.memory_budget()?;
+        // Resident: the raw cube, its mask, and per-pass chunk buffers (work matrix + two output chunks).
+        let pass_bytes = |cl: usize| cl * samples * (bands * 4 * 3 + 1);
+        let resident_need = host.len() + lines * samples + pass_bytes(chunk_lines);
+        let resident = resident_need <= budget;
+        if !resident {
+            // Two slots of (chunk + 2 halo lines) raw + mask, plus the per-pass buffers.
+            let per_line = 2 * (line_bytes + samples) + pass_bytes(1);
+            let fixed = 2 * 2 * (line_bytes + samples);
+            chunk_lines = (budget.saturating_sub(fixed) / per_line.max(1)).clamp(1, chunk_lines);
+        }
+        let lay = Layout {
+            lines,
+            samples,
+            bands,
+            t,
+            chunk_lines,
+        };
+        let compute = be.ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
+        let copy = be.ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
+        let n = lay.chunks();
+        let streams = [&compute, &copy];
+        let dev = |bytes: usize| be.dev_pool.take(bytes, &streams, |n| DevBuf::alloc(&be.ctx, n));
+        let (resident, slots) = if resident {
+            let raw = dev(host.len())?;
+            let arrived = (0..n).map(|_| event(&be.ctx, false)).collect::<Result<Vec<_>, _>>()?;
+            (
+                Some(Resident {
+                    raw,
+                    uploaded: vec![false; n],
+                    arrived,
+                }),
+                None,
+            )
+        } else {
+            let slot_lines = chunk_lines + 2;
+            let mk = || dev(slot_lines * line_bytes);
+            let mv = || dev(slot_lines * samples);
+            let ev = || event(&be.ctx, false);
+            (
+                None,
+                Some(Slots {
+                    raw: [mk()?, mk()?],
+                    valid: [mv()?, mv()?],
+                    arrived: [ev()?, ev()?],
+                    released: [ev()?, ev()?],
+                }),
+            )
+        };
+        tracing::debug!(
+            resident = resident.is_some(),
+            chunk_lines,
+            chunks = n,
+            registered,
+            "cube prepared on the device"
+        );
+        Ok(CudaCube {
+            be,
+            cube,
+            host,
+            registered,
+            timeline: Timeline {
+                resident: resident.is_some(),
+                chunks: n,
+                ..Default::default()
+            },
+            lay,
+            compute,
+            copy,
+            resident,
+            slots,
+            staging: None,
+            valid: None,
+            mask_key: None,
+            t0: event(&be.ctx, true)?,
+        })
+    }
+
+    /// True when the cube stays on the device between passes.
+    pub fn is_resident(&self) -> bool {
+        self.resident.is_some()
+    }
+
+    pub fn timeline(&self) -> &Timeline {
+        &self.timeline
+    }
+
+    fn bind(&self) -> Result<(), BackendError> {
+        self.be.ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent"))
+    }
+
+    /// Device memory from the backend's pool.
+    fn dev(&self, bytes: usize) -> Result<Pooled<'c, DevBuf>, BackendError> {
+        let ctx = &self.be.ctx;
+        self.be
+            .dev_pool
+            .take(bytes, &[&self.compute, &self.copy], |n| DevBuf::alloc(ctx, n))
+    }
+
+    /// Device memory holding `data` (copied in order on the compute stream).
+    fn dev_from<T: Copy>(&self, data: &[T]) -> Result<Pooled<'c, DevBuf>, BackendError> {
+        let b = self.dev(std::mem::size_of_val(data))?;
+        if !data.is_empty() {
+            // SAFETY: b holds the bytes; a copy from pageable memory is staged before the call returns.
+            unsafe { cudarc::driver::result::memcpy_htod_async(b.ptr(), data, self.compute.cu_stream()) }
+                .map_err(cuda("cuMemcpyHtoDAsync"))?;
+        }
+        Ok(b)
+    }
+
+    /// Page-locked host memory from the backend's pool.
+    fn pinned(&self, bytes: usize) -> Result<Pooled<'c, PinnedBuf>, BackendError> {
+        let ctx = &self.be.ctx;
+        self.be
+            .pinned_pool
+            .take(bytes, &[&self.compute, &self.copy], |n| PinnedBuf::alloc(ctx, n))
+    }
+
+    /// Sends host bytes `range` to device address `dst` on the copy stream: directly from page-locked
+    /// memory, or through the next pinned staging buffer (waiting until its previous DMA is done).
+    fn send(&mut self, range: std::ops::Range<usize>, dst: u64) -> Result<(), BackendError> {
+        if range.is_empty() {
+            return Ok(());
+        }
+        if self.registered {
+            // SAFETY: the registered host memory outlives this prepared cube (borrowed for 'c) and is
+            // not written; dst holds range.len() bytes (checked by the callers' layout).
+            return unsafe { htod_async(dst, &self.host[range], &self.copy) };
+        }
+        if self.staging.is_none() {
+            let bytes = (self.lay.chunk_lines + 2) * self.lay.line_bytes();
+            let ctx = &self.be.ctx;
+            self.staging = Some(Staging {
+                buf: [self.pinned(bytes)?, self.pinned(bytes)?],
+                copied: [event(ctx, false)?, event(ctx, false)?],
+                next: 0,
+            });
+        }
+        let st = self.staging.as_mut().expect("staging allocated above");
+        let i = st.next;
+        st.next ^= 1;
+        st.copied[i].synchronize().map_err(cuda("cuEventSynchronize"))?;
+        let src = &self.host[range.clone()];
+        let dst_host = &mut st.buf[i].as_mut_slice()[..src.len()];
+        dst_host
+            .par_chunks_mut(1 << 20)
+            .zip(src.par_chunks(1 << 20))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+        // SAFETY: the staging buffer is not touched again before `copied[i]` has passed (synchronized
+        // above before each reuse, and in Drop).
+        unsafe { htod_async(dst, &st.buf[i].as_slice()[..src.len()], &self.copy)? };
+        st.copied[i].record(&self.copy).map_err(cuda("cuEventRecord"))
+    }
+
+    /// Resident cube: makes sure chunk c is (being) uploaded and that the compute stream waits for it.
+    fn ensure_chunk(&mut self, c: usize) -> Result<(), BackendError> {
+        let (l0, l1) = self.lay.chunk(c);
+        let lb = self.lay.line_bytes();
+        let res = self.resident.as_ref().expect("resident cube");
+        if !res.uploaded[c] {
+            let dst = res.raw.at(l0 * lb);
+            self.send(l0 * lb..l1 * lb, dst)?;
+            let res = self.resident.as_mut().expect("resident cube");
+            res.arrived[c].record(&self.copy).map_err(cuda("cuEventRecord"))?;
+            res.uploaded[c] = true;
+        }
+        let res = self.resident.as_ref().expect("resident cube");
+        self.compute.wait(&res.arrived[c]).map_err(cuda("cuStreamWaitEvent"))
+    }
+
+    /// Streamed cube: uploads lines (l0 − halo)..(l1 + halo) of chunk c into slot c % 2 and makes the
+    /// compute stream wait for it. Returns (slot, first line in the slot, lines in the slot).
+    fn load_slot(&mut self, c: usize, halo: usize) -> Result<(usize, usize, usize), BackendError> {
+        let (l0, l1) = self.lay.chunk(c);
+        let (b0, b1) = (l0.saturating_sub(halo), (l1 + halo).min(self.lay.lines));
+        let slot = c % 2;
+        let lb = self.lay.line_bytes();
+        let slots = self.slots.as_ref().expect("streamed cube");
+        // The copy may only overwrite the slot once the kernels of chunk c − 2 are done with it.
+        self.copy
+            .wait(&slots.released[slot])
+            .map_err(cuda("cuStreamWaitEvent"))?;
+        let dst = slots.raw[slot].ptr();
+        self.send(b0 * lb..b1 * lb, dst)?;
+        let slots = self.slots.as_ref().expect("streamed cube");
+        slots.arrived[slot].record(&self.copy).map_err(cuda("cuEventRecord"))?;
+        self.compute
+            .wait(&slots.arrived[slot])
+            .map_err(cuda("cuStreamWaitEvent"))?;
+        Ok((slot, b0, b1 - b0))
+    }
+
+    fn release_slot(&self, slot: usize) -> Result<(), BackendError> {
+        let slots = self.slots.as_ref().expect("streamed cube");
+        slots.released[slot]
+            .record(&self.compute)
+            .map_err(cuda("cuEventRecord"))
+    }
+
+    /// Checks mask parameters and uploads the mask band list.
+    fn mask_setup(
+        &self,
+        ignore: Option<f64>,
+        mask_bands: &[usize],
+    ) -> Result<Option<(f64, Pooled<'c, DevBuf>, i32)>, BackendError> {
+        let Some(v) = ignore else { return Ok(None) };
+        if v.is_nan() {
+            return Err(BackendError::Invalid(
+                "the no-data value must be a number, not NaN".into(),
+            ));
+        }
+        if let Some(&b) = mask_bands.iter().find(|&&b| b >= self.lay.bands) {
+            return Err(BackendError::Invalid(format!(
+                "mask band {b} is out of range (bands: {})",
+                self.lay.bands
+            )));
+        }
+        let list: Vec<i32> = mask_bands.iter().map(|&b| b as i32).collect();
+        Ok(Some((v, self.dev_from(&list)?, list.len() as i32)))
+    }
+
+    /// Resident cube: computes the valid-pixel buffer for (ignore, mask_bands) over all chunks unless it
+    /// is already there. Returns its address (0: no mask, all pixels valid).
+    fn ensure_resident_mask(&mut self, ignore: Option<f64>, mask_bands: &[usize]) -> Result<u64, BackendError> {
+        let key = MaskKey {
+            ignore: ignore.map(f64::to_bits),
+            bands: mask_bands.to_vec(),
+        };
+        let Some((v, list, n_mask)) = self.mask_setup(ignore, mask_bands)? else {
+            return Ok(0);
+        };
+        if self.mask_key.as_ref() == Some(&key) {
+            if let Some(valid) = &self.valid {
+                return Ok(valid.ptr());
+            }
+        }
+        if self.valid.is_none() {
+            self.valid = Some(self.dev(self.lay.lines * self.lay.samples)?);
+        }
+        for c in 0..self.lay.chunks() {
+            self.ensure_chunk(c)?;
+            self.mask_chunk_resident(c, v, &list, n_mask, 0)?;
+        }
+        self.mask_key = Some(key);
+        Ok(self.valid.as_ref().expect("allocated above").ptr())
+    }
+
+    /// valid[] for the pixels of chunk c of a resident cube (adds the valid count to `count` unless 0).
+    fn mask_chunk_resident(
+        &self,
+        c: usize,
+        v: f64,
+        list: &DevBuf,
+        n_mask: i32,
+        count: u64,
+    ) -> Result<(), BackendError> {
+        let (l0, l1) = self.lay.chunk(c);
+        let s = self.lay.samples;
+        let res = self.resident.as_ref().expect("resident cube");
+        let valid = self.valid.as_ref().expect("mask buffer");
+        self.be.kernels.pixel_mask(
+            &self.compute,
+            res.raw.at(l0 * self.lay.line_bytes()),
+            ((l1 - l0) * s) as i64,
+            self.lay.bands as i32,
+            self.lay.t,
+            list.ptr(),
+            n_mask,
+            v,
+            valid.at(l0 * s),
+            count,
+        )
+    }
+
+    fn elapsed(&self, ev: &CudaEvent) -> f32 {
+        self.t0.elapsed_ms(ev).unwrap_or(f32::NAN)
+    }
+
+    fn store_timeline(&self) {
+        *self.be.last_timeline.lock().unwrap_or_else(|e| e.into_inner()) = Some(self.timeline.clone());
+    }
+}
+
+/// The accumulators of one covariance for the chosen route.
+enum CovAcc<'c> {
+    Kernels(CovParts<'c>),
+    /// A float64 copy of the work matrix for DSYRK.
+    Cublas {
+        wide: Pooled<'c, DevBuf>,
+    },
+}
+
+/// Device results of the statistics pass: for noise and data, the lower triangle of Σddᵀ (B × B) and
+/// Σd (B), float64, then three u64 counters (valid pixels, noise residuals, unused).
+struct StatBufs<'c> {
+    results: Pooled<'c, DevBuf>,
+    counters: Pooled<'c, DevBuf>,
+    noise: CovAcc<'c>,
+    data: CovAcc<'c>,
+}
+
+impl StatBufs<'_> {
+    fn offsets(b: usize) -> [usize; 4] {
+        // noise cross, noise sum, data cross, data sum (bytes)
+        [0, b * b * 8, (b * b + b) * 8, (2 * b * b + b) * 8]
+    }
+}
+
+impl<'c> CudaCube<'c> {
+    fn stat_bufs(&self) -> Result<StatBufs<'c>, BackendError> {
+        let b = self.lay.bands;
+        let results = self.dev(2 * (b * b + b) * 8)?;
+        let counters = self.dev(3 * 8)?;
+        results.zero_async(&self.compute)?;
+        counters.zero_async(&self.compute)?;
+        let acc = || -> Result<CovAcc<'c>, BackendError> {
+            Ok(match self.be.route {
+                Route::Kernels => {
+                    let per_sm = if self.be.kernels.use_dmma { 3 } else { 2 };
+                    let (tiles, pairs, splits) = CovParts::shape(b, self.be.kernels.sms, per_sm);
+                    let p = CovParts {
+                        bands: b,
+                        tiles,
+                        pairs,
+                        splits,
+                        cross: self.dev(splits * pairs * COV_TILE * COV_TILE * 8)?,
+                        sum: self.dev(splits * tiles * COV_TILE * 8)?,
+                    };
+                    p.zero(&self.compute)?;
+                    CovAcc::Kernels(p)
+                }
+                Route::Cublas => CovAcc::Cublas {
+                    wide: self.dev(self.lay.chunk_pixels_max() * b * 8)?,
+                },
+            })
+        };
+        Ok(StatBufs {
+            results,
+            counters,
+            noise: acc()?,
+            data: acc()?,
+        })
+    }
+
+    /// Adds the `npix` rows of the work matrix `d` into the accumulators of one covariance.
+    fn accumulate(&self, acc: &CovAcc, d: u64, npix: usize, cross: u64, sum: u64) -> Result<(), BackendError> {
+        let k = &self.be.kernels;
+        let b = self.lay.bands;
+        match acc {
+            CovAcc::Kernels(parts) => k.cov_lower(&self.compute, d, npix as i64, parts),
+            CovAcc::Cublas { wide } => {
+                if npix == 0 {
+                    return Ok(());
+                }
+                k.col_sums(&self.compute, d, npix as i64, b as i32, sum)?;
+                k.widen_f64(&self.compute, d, (npix * b) as i64, wide.ptr())?;
+                let blas = self.be.blas.as_ref().expect("cuBLAS route has a handle");
+                let blas = blas.lock().unwrap_or_else(|e| e.into_inner());
+                blas.dsyrk_add(&self.compute, wide.ptr(), npix, b, cross)
+            }
+        }
+    }
+
+    /// Final reduction of one covariance's accumulators into results (custom route only).
+    fn finish(&self, acc: &CovAcc, cross: u64, sum: u64) -> Result<(), BackendError> {
+        match acc {
+            CovAcc::Kernels(parts) => self.be.kernels.reduce_parts(&self.compute, parts, cross, sum),
+            CovAcc::Cublas { .. } => Ok(()),
+        }
+    }
+
+    fn noise_args(&self, spec: &StatsSpec, buf_l0: usize, buf_lines: usize, out_l0: usize, out_l1: usize) -> NoiseArgs {
+        let window = match spec.window {
+            Some(w) => [w.x0 as i32, w.x1 as i32, w.y0 as i32, w.y1 as i32],
+            None => [0, self.lay.samples as i32, 0, self.lay.lines as i32],
+        };
+        NoiseArgs {
+            lines: self.lay.lines as i32,
+            samples: self.lay.samples as i32,
+            bands: self.lay.bands as i32,
+            buf_l0: buf_l0 as i32,
+            buf_lines: buf_lines as i32,
+            out_l0: out_l0 as i32,
+            out_l1: out_l1 as i32,
+            window,
+        }
+    }
+}
+
+/// Shifts near the means of the data and of the noise residuals, from a sample of pixels decoded on the
+/// host (a few thousand samples: this is not a host-side conversion of the cube).
+fn sample_shifts(cube: &Cube, spec: &StatsSpec) -> (Vec<f64>, Vec<f64>) {
+    let (l_n, s_n, b) = (cube.lines(), cube.samples(), cube.bands());
+    let size = cube.dtype().size();
+    let pixel = |l: usize, s: usize, out: &mut [f64]| {
+        let at = (l * s_n + s) * b * size;
+        decode_into(&cube.raw()[at..at + b * size], cube.dtype(), cube.byte_order(), out);
+    };
+    let masked = |px: &[f64]| is_masked(px, spec.ignore_value, &spec.mask_bands);
+    let mut x = vec![0.0; b];
+    let mut y = vec![0.0; b];
+    let mut data = vec![0.0; b];
+    let mut n_data = 0usize;
+    let total = l_n * s_n;
+    let n = SHIFT_SAMPLES.min(total);
+    for i in 0..n {
+        let p = ((i as u128 * total as u128) / n as u128) as usize;
+        pixel(p / s_n, p % s_n, &mut x);
+        if !masked(&x) {
+            data.iter_mut().zip(&x).for_each(|(a, v)| *a += v);
+            n_data += 1;
+        }
+    }
+    if n_data > 0 {
+        data.iter_mut().for_each(|a| *a /= n_data as f64);
+    }
+    // Noise: sample inside the window (or the image), where a residual can exist.
+    let (x0, x1, y0, y1) = match spec.window {
+        Some(w) => (w.x0, w.x1.min(s_n), w.y0, w.y1.min(l_n)),
+        None => (0, s_n, 0, l_n),
+    };
+    let mut noise = vec![0.0; b];
+    let mut n_noise = 0usize;
+    if x1 > x0 && y1 > y0 {
+        let (w, h) = (x1 - x0, y1 - y0);
+        let area = w * h;
+        // Fewer than for the data: each mean-filter sample decodes nine pixels.
+        let n = (SHIFT_SAMPLES / 4).min(area);
+        let mut nb = vec![0.0; b];
+        for i in 0..n {
+            let q = ((i as u128 * area as u128) / n as u128) as usize;
+            let (l, s) = (y0 + q / w, x0 + q % w);
+            let ok = match spec.noise {
+                NoiseEstimator::MeanFilter => {
+                    if l < 1 || l + 2 > l_n || s < 1 || s + 2 > s_n {
+                        false
+                    } else {
+                        nb.iter_mut().for_each(|v| *v = 0.0);
+                        let mut ok = true;
+                        for dl in 0..3 {
+                            for ds in 0..3 {
+                                pixel(l + dl - 1, s + ds - 1, &mut y);
+                                ok &= !masked(&y);
+                                if dl == 1 && ds == 1 {
+                                    x.copy_from_slice(&y);
+                                } else {
+                                    nb.iter_mut().zip(&y).for_each(|(a, v)| *a += v);
+                                }
+                            }
+                        }
+                        if ok {
+                            x.iter_mut().zip(&nb).for_each(|(a, v)| *a -= v / 8.0);
+                        }
+                        ok
+                    }
+                }
+                NoiseEstimator::ShiftDifference => {
+                    if l + 2 > l_n || s + 2 > s_n {
+                        false
+                    } else {
+                        pixel(l, s, &mut x);
+                        pixel(l + 1, s + 1, &mut y);
+                        let ok = !masked(&x) && !masked(&y);
+                        if ok {
+                            x.iter_mut().zip(&y).for_each(|(a, v)| *a -= v);
+                        }
+                        ok
+                    }
+                }
+            };
+            if ok {
+                noise.iter_mut().zip(&x).for_each(|(a, v)| *a += v);
+                n_noise += 1;
+            }
+        }
+    }
+    if n_noise > 0 {
+        noise.iter_mut().for_each(|a| *a /= n_noise as f64);
+    }
+    // For integer data, shifts on the residuals' grid (whole numbers; eighths for the mean filter)
+    // keep every shifted value exact in float32.
+    if !cube.dtype().is_float() {
+        data.iter_mut().for_each(|a| *a = a.round());
+        let grid = if spec.noise == NoiseEstimator::MeanFilter {
+            8.0
+        } else {
+            1.0
+        };
+        noise.iter_mut().for_each(|a| *a = (*a * grid).round() / grid);
+    }
+    (data, noise)
+}
+
+/// Moments from the device's float64 results: `cross` holds the lower triangle of Σddᵀ.
+fn moments_from(n: u64, shift: &[f64], sum: &[f64], cross_lower: &[f64]) -> Moments {
+    let b = shift.len();
+    let mut cross = cross_lower.to_vec();
+    for i in 0..b {
+        for j in 0..i {
+            cross[j * b + i] = cross[i * b + j];
+        }
+    }
+    Moments::from_shifted_sums(n, shift, sum, &cross)
+}
+
+fn f64s(bytes: &[u8]) -> Vec<f64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect()
+}
+
+impl PreparedCube for CudaCube<'_> {
+    fn statistics(
+        &mut self,
+        spec: &StatsSpec,
+        on_noise: &mut dyn FnMut(&Moments),
+        monitor: &Monitor,
+    ) -> Result<Statistics, BackendError> {
+        self.bind()?;
+        let wall = Instant::now();
+        let (lines, samples, b) = (self.lay.lines, self.lay.samples, self.lay.bands);
+        if let Some(w) = spec.window {
+            if w.x0 >= w.x1 || w.y0 >= w.y1 || w.x1 > samples || w.y1 > lines {
+                return Err(BackendError::Invalid(format!(
+                    "noise window {},{},{},{} lies outside the {samples} x {lines} image",
+                    w.x0, w.y0, w.x1, w.y1
+                )));
+            }
+        }
+        let mean_filter = spec.noise == NoiseEstimator::MeanFilter;
+        let mask = self.mask_setup(spec.ignore_value, &spec.mask_bands)?;
+        let (data_shift, noise_shift) = sample_shifts(self.cube, spec);
+        let ctx = self.be.ctx.clone();
+        let d_shift = self.dev_from(&data_shift)?;
+        let n_shift = self.dev_from(&noise_shift)?;
+        let bufs = self.stat_bufs()?;
+        let work = self.dev(self.lay.chunk_pixels_max() * b * 4)?;
+        let off = StatBufs::offsets(b);
+        let (n_cross, n_sum, d_cross, d_sum) = (
+            bufs.results.at(off[0]),
+            bufs.results.at(off[1]),
+            bufs.results.at(off[2]),
+            bufs.results.at(off[3]),
+        );
+        let (cnt_valid, cnt_noise) = (bufs.counters.at(0), bufs.counters.at(8));
+        let n_chunks = self.lay.chunks();
+        let lb = self.lay.line_bytes();
+        let t = self.lay.t;
+        let k = &self.be.kernels;
+        // Pooled buffers may be larger than asked: sizes come from the layout, never from .bytes().
+        let results_bytes = 2 * (b * b + b) * 8;
+        let counters_bytes = 3 * 8;
+        let mut host_res = self.pinned(results_bytes + counters_bytes)?;
+        let ev_noise = event(&ctx, true)?;
+        let ev_data = event(&ctx, true)?;
+        let ev_upload = event(&ctx, true)?;
+        self.t0.record(&self.compute).map_err(cuda("cuEventRecord"))?;
+        let noise_bytes = off[2];
+
+        if self.resident.is_some() {
+            // Upload and compute interleaved, chunk by chunk.
+            let key = MaskKey {
+                ignore: spec.ignore_value.map(f64::to_bits),
+                bands: spec.mask_bands.clone(),
+            };
+            if mask.is_some() && self.valid.is_none() {
+                self.valid = Some(self.dev(lines * samples)?);
+            }
+            let noise_chunk = |me: &Self, c: usize, valid: u64| -> Result<(), BackendError> {
+                let (l0, l1) = me.lay.chunk(c);
+                let raw = me.resident.as_ref().expect("resident").raw.ptr();
+                let g = me.noise_args(spec, 0, lines, l0, l1);
+                k.noise(
+                    &me.compute,
+                    mean_filter,
+                    raw,
+                    valid,
+                    t,
+                    g,
+                    n_shift.ptr(),
+                    work.ptr(),
+                    cnt_noise,
+                )?;
+                me.accumulate(&bufs.noise, work.ptr(), (l1 - l0) * samples, n_cross, n_sum)
+            };
+            let data_chunk = |me: &Self, c: usize| -> Result<(), BackendError> {
+                let (l0, l1) = me.lay.chunk(c);
+                let raw = me.resident.as_ref().expect("resident").raw.at(l0 * lb);
+                let vp = if mask.is_some() {
+                    me.valid.as_ref().expect("mask").at(l0 * samples)
+                } else {
+                    0
+                };
+                let npix = (l1 - l0) * samples;
+                k.convert_shifted(
+                    &me.compute,
+                    raw,
+                    vp,
+                    npix as i64,
+                    b as i32,
+                    t,
+                    d_shift.ptr(),
+                    work.ptr(),
+                )?;
+                me.accumulate(&bufs.data, work.ptr(), npix, d_cross, d_sum)
+            };
+            // Chunk c − 1 is processed (noise, then data) once chunk c, its halo, has arrived, so the
+            // kernels keep pace with the upload. The last chunk's noise is finished and copied back
+            // before its data, so the host starts on the noise moments while the device finishes.
+            for c in 0..n_chunks {
+                self.ensure_chunk(c)?;
+                if let Some((v, list, n_mask)) = &mask {
+                    // Recomputed even when cached: the valid count of this pass comes from here.
+                    self.mask_chunk_resident(c, *v, list, *n_mask, cnt_valid)?;
+                }
+                let valid = self.valid.as_ref().filter(|_| mask.is_some()).map_or(0, |v| v.ptr());
+                if c > 0 {
+                    noise_chunk(self, c - 1, valid)?;
+                    data_chunk(self, c - 1)?;
+                }
+                monitor.tick(Stage::Statistics, c as f64 / n_chunks as f64)?;
+            }
+            ev_upload.record(&self.copy).map_err(cuda("cuEventRecord"))?;
+            let valid = self.valid.as_ref().filter(|_| mask.is_some()).map_or(0, |v| v.ptr());
+            noise_chunk(self, n_chunks - 1, valid)?;
+            self.finish(&bufs.noise, n_cross, n_sum)?;
+            // SAFETY: host_res lives until the synchronize calls below.
+            unsafe {
+                dtoh_async(
+                    &mut host_res.as_mut_slice()[..noise_bytes],
+                    bufs.results.ptr(),
+                    &self.compute,
+                )?;
+                dtoh_async(
+                    &mut host_res.as_mut_slice()[results_bytes..results_bytes + counters_bytes],
+                    bufs.counters.ptr(),
+                    &self.compute,
+                )?;
+            }
+            ev_noise.record(&self.compute).map_err(cuda("cuEventRecord"))?;
+            if mask.is_some() {
+                self.mask_key = Some(key);
+            }
+            data_chunk(self, n_chunks - 1)?;
+            self.finish(&bufs.data, d_cross, d_sum)?;
+        } else {
+            // Streamed: each chunk (with its halo lines) once, noise and data together.
+            for c in 0..n_chunks {
+                let (l0, l1) = self.lay.chunk(c);
+                let (slot, b0, blines) = self.load_slot(c, 1)?;
+                let slots = self.slots.as_ref().expect("streamed");
+                let raw = slots.raw[slot].ptr();
+                let vbuf = &slots.valid[slot];
+                let valid = if let Some((v, list, n_mask)) = &mask {
+                    // Halo lines are masked but not counted; the chunk's own lines are counted.
+                    let (m, bl) = (*n_mask, b as i32);
+                    let before = l0 - b0;
+                    let after = blines - before - (l1 - l0);
+                    k.pixel_mask(
+                        &self.compute,
+                        raw,
+                        (before * samples) as i64,
+                        bl,
+                        t,
+                        list.ptr(),
+                        m,
+                        *v,
+                        vbuf.ptr(),
+                        0,
+                    )?;
+                    k.pixel_mask(
+                        &self.compute,
+                        raw + (before * lb) as u64,
+                        ((l1 - l0) * samples) as i64,
+                        bl,
+                        t,
+                        list.ptr(),
+                        m,
+                        *v,
+                        vbuf.at(before * samples),
+                        cnt_valid,
+                    )?;
+                    let at = before + (l1 - l0);
+                    k.pixel_mask(
+                        &self.compute,
+                        raw + (at * lb) as u64,
+                        (after * samples) as i64,
+                        bl,
+                        t,
+                        list.ptr(),
+                        m,
+                        *v,
+                        vbuf.at(at * samples),
+                        0,
+                    )?;
+                    vbuf.ptr()
+                } else {
+                    0
+                };
+                let g = self.noise_args(spec, b0, blines, l0, l1);
+                k.noise(
+                    &self.compute,
+                    mean_filter,
+                    raw,
+                    valid,
+                    t,
+                    g,
+                    n_shift.ptr(),
+                    work.ptr(),
+                    cnt_noise,
+                )?;
+                let npix = (l1 - l0) * samples;
+                self.accumulate(&bufs.noise, work.ptr(), npix, n_cross, n_sum)?;
+                let before = l0 - b0;
+                let vp = if valid != 0 {
+                    valid + (before * samples) as u64
+                } else {
+                    0
+                };
+                k.convert_shifted(
+                    &self.compute,
+                    raw + (before * lb) as u64,
+                    vp,
+                    npix as i64,
+                    b as i32,
+                    t,
+                    d_shift.ptr(),
+                    work.ptr(),
+                )?;
+                self.accumulate(&bufs.data, work.ptr(), npix, d_cross, d_sum)?;
+                self.release_slot(slot)?;
+                monitor.tick(Stage::Statistics, c as f64 / n_chunks as f64)?;
+            }
+            ev_upload.record(&self.copy).map_err(cuda("cuEventRecord"))?;
+            self.finish(&bufs.noise, n_cross, n_sum)?;
+            self.finish(&bufs.data, d_cross, d_sum)?;
+            // SAFETY: as above.
+            unsafe {
+                dtoh_async(
+                    &mut host_res.as_mut_slice()[..noise_bytes],
+                    bufs.results.ptr(),
+                    &self.compute,
+                )?;
+                dtoh_async(
+                    &mut host_res.as_mut_slice()[results_bytes..results_bytes + counters_bytes],
+                    bufs.counters.ptr(),
+                    &self.compute,
+                )?;
+            }
+            ev_noise.record(&self.compute).map_err(cuda("cuEventRecord"))?;
+        }
+        // SAFETY: as above.
+        unsafe {
+            dtoh_async(
+                &mut host_res.as_mut_slice()[noise_bytes..results_bytes],
+                bufs.results.at(noise_bytes),
+                &self.compute,
+            )?;
+        }
+        ev_data.record(&self.compute).map_err(cuda("cuEventRecord"))?;
+
+        // Noise moments as soon as they are on the host.
+        ev_noise.synchronize().map_err(cuda("cuEventSynchronize"))?;
+        let all = host_res.as_slice();
+        let counters: Vec<u64> = all[results_bytes..results_bytes + 24]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect();
+        let noise_vals = f64s(&all[..noise_bytes]);
+        let noise = moments_from(counters[1], &noise_shift, &noise_vals[b * b..], &noise_vals[..b * b]);
+        let cb = Instant::now();
+        on_noise(&noise);
+        self.timeline.on_noise_wall_ms = cb.elapsed().as_secs_f64() * 1e3;
+
+        ev_data.synchronize().map_err(cuda("cuEventSynchronize"))?;
+        self.compute.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+        self.copy.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+        let all = host_res.as_slice();
+        let data_vals = f64s(&all[noise_bytes..results_bytes]);
+        let total = (lines * samples) as u64;
+        let n_valid = if mask.is_some() { counters[0] } else { total };
+        let data = moments_from(n_valid, &data_shift, &data_vals[b * b..], &data_vals[..b * b]);
+        self.timeline.upload_done_ms = self.elapsed(&ev_upload);
+        self.timeline.noise_done_ms = self.elapsed(&ev_noise);
+        self.timeline.data_done_ms = self.elapsed(&ev_data);
+        self.timeline.statistics_wall_ms = wall.elapsed().as_secs_f64() * 1e3;
+        self.store_timeline();
+        monitor.tick(Stage::Statistics, 1.0)?;
+        Ok(Statistics {
+            data,
+            noise,
+            masked_pixels: total - n_valid,
+        })
+    }
+
+    fn project(&mut self, projection: &Projection, out: &mut [f32], monitor: &Monitor) -> Result<(), BackendError> {
+        let p = projection;
+        let u = p.bands_used.len();
+        let k = p.k;
+        if k == 0 || u == 0 {
+            return Err(BackendError::Invalid(
+                "projection needs at least one band and one component".into(),
+            ));
+        }
+        if p.means.len() != u || p.transform.len() != u * k {
+            return Err(BackendError::Invalid(format!(
+                "projection shapes disagree: {u} bands used, {} means, {} transform entries for k = {k}",
+                p.means.len(),
+                p.transform.len()
+            )));
+        }
+        let t: Vec<f32> = p.transform.iter().map(|&v| v as f32).collect();
+        let pass = OutputPass {
+            used: &p.bands_used,
+            means: &p.means,
+            matrix: &t,
+            k,
+            stride: k,
+            denoise: false,
+        };
+        self.output_pass(&pass, p.ignore_value, &p.mask_bands, out, monitor, Stage::Projection)
+    }
+
+    fn denoise(&mut self, d: &Denoise, out: &mut [f32], monitor: &Monitor) -> Result<(), BackendError> {
+        let u = d.bands_used.len();
+        if u == 0 || d.means.len() != u || d.matrix.len() != u * u {
+            return Err(BackendError::Invalid(format!(
+                "inverse shapes disagree: {u} bands used, {} means, {} matrix entries",
+                d.means.len(),
+                d.matrix.len()
+            )));
+        }
+        // The kernel computes out[c] = Σ_r T[r, c] (x_r − μ_r): T = Aᵀ.
+        let mut t = vec![0f32; u * u];
+        for r in 0..u {
+            for q in 0..u {
+                t[q * u + r] = d.matrix[r * u + q] as f32;
+            }
+        }
+        let pass = OutputPass {
+            used: &d.bands_used,
+            means: &d.means,
+            matrix: &t,
+            k: u,
+            stride: self.lay.bands,
+            denoise: true,
+        };
+        self.output_pass(&pass, d.ignore_value, &d.mask_bands, out, monitor, Stage::Inverse)
+    }
+}
+
+/// One output pass: the projection (k components per pixel) or the inverse (all bands per pixel).
+struct OutputPass<'a> {
+    used: &'a [usize],
+    means: &'a [f64],
+    /// u × k, row-major, float32.
+    matrix: &'a [f32],
+    k: usize,
+    /// Floats per output pixel (k, or all bands for the inverse).
+    stride: usize,
+    denoise: bool,
+}
+
+impl CudaCube<'_> {
+    fn output_pass(
+        &mut self,
+        pass: &OutputPass,
+        ignore: Option<f64>,
+        mask_bands: &[usize],
+        out: &mut [f32],
+        monitor: &Monitor,
+        stage: Stage,
+    ) -> Result<(), BackendError> {
+        self.bind()?;
+        let wall = Instant::now();
+        let (lines, samples, b) = (self.lay.lines, self.lay.samples, self.lay.bands);
+        let (u, k, stride) = (pass.used.len(), pass.k, pass.stride);
+        if out.len() != lines * samples * stride {
+            return Err(BackendError::Invalid(format!(
+                "output holds {} floats, expected {} ({lines} x {samples} x {stride})",
+                out.len(),
+                lines * samples * stride
+            )));
+        }
+        if let Some(&bad) = pass.used.iter().find(|&&x| x >= b) {
+            return Err(BackendError::Invalid(format!(
+                "band {bad} is out of range (bands: {b})"
+            )));
+        }
+        let ctx = self.be.ctx.clone();
+        let kern = &self.be.kernels;
+        let t = self.lay.t;
+        let used: Vec<i32> = pass.used.iter().map(|&x| x as i32).collect();
+        let used_dev = self.dev_from(&used)?;
+        let means_dev = self.dev_from(pass.means)?;
+        let unused: Vec<i32> = (0..b as i32).filter(|x| !used.contains(x)).collect();
+        let unused_dev = self.dev_from(&unused)?;
+        let cublas = self.be.route == Route::Cublas && !pass.denoise;
+        // Components per pass of project_px and T padded with zero columns to a multiple of it.
+        let kp = PX_KP.iter().copied().find(|&p| p >= k).unwrap_or(16);
+        let kpad = k.div_ceil(kp) * kp;
+        let use_const = !cublas && !pass.denoise && u * kpad <= MAX_CONST_T;
+        let t_padded: Vec<f32> = if use_const {
+            let mut v = vec![0f32; u * kpad];
+            for r in 0..u {
+                v[r * kpad..r * kpad + k].copy_from_slice(&pass.matrix[r * k..(r + 1) * k]);
+            }
+            v
+        } else {
+            Vec::new()
+        };
+        let t_dev = self.dev_from(pass.matrix)?;
+        // The constant-memory T is shared by every user of the module: hold the lock for the pass.
+        let _const_guard = if use_const {
+            let g = self.be.const_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let sym = self
+                .be
+                .kernels
+                .module
+                .get_global("c_transform", &self.compute)
+                .map_err(cuda("cuModuleGetGlobal"))?;
+            let (sym_ptr, _sync) = cudarc::driver::DevicePtr::device_ptr(&sym, &self.compute);
+            // SAFETY: t_padded (u·kpad ≤ MAX_CONST_T floats) outlives the copy (synchronized below).
+            unsafe {
+                cudarc::driver::result::memcpy_htod_async(sym_ptr, &t_padded, self.compute.cu_stream())
+                    .map_err(cuda("cuMemcpyHtoDAsync (constant memory)"))?;
+            }
+            Some(g)
+        } else {
+            None
+        };
+        let valid_resident = if self.resident.is_some() {
+            self.ensure_resident_mask(ignore, mask_bands)?
+        } else {
+            0
+        };
+        let mask = if self.resident.is_none() {
+            self.mask_setup(ignore, mask_bands)?
+        } else {
+            None
+        };
+        // Output chunks: a resident cube is read in larger pieces (about 8 MB of output each), which
+        // keeps the per-chunk host work (waiting, copying out of pinned memory) few and large.
+        let out_lines = if self.resident.is_some() {
+            ((8usize << 20) / (samples * stride * 4).max(1))
+                .max(self.lay.chunk_lines)
+                .min(lines)
+        } else {
+            self.lay.chunk_lines
+        };
+        let chunk_px = out_lines * samples;
+        let out_bytes = chunk_px * stride * 4;
+        let dev_out = [self.dev(out_bytes)?, self.dev(out_bytes)?];
+        let xu = if cublas {
+            Some(self.dev(chunk_px * u * 4)?)
+        } else {
+            None
+        };
+        let mut host_out = [self.pinned(out_bytes)?, self.pinned(out_bytes)?];
+        let kernels_done = [event(&ctx, false)?, event(&ctx, false)?];
+        let downloaded = [event(&ctx, true)?, event(&ctx, true)?];
+        let ev_kernels = event(&ctx, true)?;
+        self.t0.record(&self.compute).map_err(cuda("cuEventRecord"))?;
+        let n_chunks = lines.div_ceil(out_lines);
+        let lb = self.lay.line_bytes();
+        let mut pending: [Option<(usize, usize)>; 2] = [None, None];
+
+        // Copies a finished chunk from pinned memory into `out`.
+        let drain =
+            |host: &PinnedBuf, ev: &CudaEvent, range: (usize, usize), out: &mut [f32]| -> Result<(), BackendError> {
+                ev.synchronize().map_err(cuda("cuEventSynchronize"))?;
+                let (first, count) = range;
+                let src = &host.as_slice()[..count * 4];
+                let dst = &mut out[first..first + count];
+                // SAFETY: any 4 bytes are a valid f32; align_to only reinterprets the aligned middle.
+                let (head, floats, _) = unsafe { src.align_to::<f32>() };
+                if head.is_empty() && floats.len() == count {
+                    // Pinned buffers are page-aligned: a plain parallel memcpy.
+                    dst.par_chunks_mut(1 << 18)
+                        .zip(floats.par_chunks(1 << 18))
+                        .for_each(|(d, s)| d.copy_from_slice(s));
+                } else {
+                    dst.par_chunks_mut(1 << 18)
+                        .zip(src.par_chunks(1 << 20))
+                        .for_each(|(d, s)| {
+                            for (o, c) in d.iter_mut().zip(s.chunks_exact(4)) {
+                                *o = f32::from_ne_bytes(c.try_into().expect("4 bytes"));
+                            }
+                        });
+                }
+                Ok(())
+            };
+
+        for c in 0..n_chunks {
+            let (l0, l1) = (c * out_lines, ((c + 1) * out_lines).min(lines));
+            let npix = (l1 - l0) * samples;
+            let slot = c % 2;
+            if let Some(range) = pending[slot].take() {
+                drain(&host_out[slot], &downloaded[slot], range, out)?;
+            }
+            // The kernels may overwrite dev_out[slot] once its previous download is done.
+            self.compute
+                .wait(&downloaded[slot])
+                .map_err(cuda("cuStreamWaitEvent"))?;
+            let (raw, valid, stream_slot) = if self.resident.is_some() {
+                for uc in l0 / self.lay.chunk_lines..=(l1 - 1) / self.lay.chunk_lines {
+                    self.ensure_chunk(uc)?;
+                }
+                let raw = self.resident.as_ref().expect("resident").raw.at(l0 * lb);
+                let v = if valid_resident != 0 {
+                    valid_resident + (l0 * samples) as u64
+                } else {
+                    0
+                };
+                (raw, v, None)
+            } else {
+                let (s, b0, blines) = self.load_slot(c, 0)?;
+                debug_assert_eq!((b0, blines), (l0, l1 - l0));
+                let slots = self.slots.as_ref().expect("streamed");
+                let raw = slots.raw[s].ptr();
+                let v = if let Some((v, list, n_mask)) = &mask {
+                    kern.pixel_mask(
+                        &self.compute,
+                        raw,
+                        npix as i64,
+                        b as i32,
+                        t,
+                        list.ptr(),
+                        *n_mask,
+                        *v,
+                        slots.valid[s].ptr(),
+                        0,
+                    )?;
+                    slots.valid[s].ptr()
+                } else {
+                    0
+                };
+                (raw, v, Some(s))
+            };
+            let dst = dev_out[slot].ptr();
+            if cublas {
+                let xu = xu.as_ref().expect("allocated for cuBLAS").ptr();
+                kern.convert_centred_used(
+                    &self.compute,
+                    raw,
+                    valid,
+                    npix as i64,
+                    b as i32,
+                    t,
+                    used_dev.ptr(),
+                    u as i32,
+                    means_dev.ptr(),
+                    xu,
+                )?;
+                let blas = self.be.blas.as_ref().expect("cuBLAS route has a handle");
+                let blas = blas.lock().unwrap_or_else(|e| e.into_inner());
+                blas.gemm_project(&self.compute, xu, npix, u, t_dev.ptr(), k, dst)?;
+            } else if pass.denoise {
+                kern.project(
+                    &self.compute,
+                    raw,
+                    valid,
+                    npix as i64,
+                    b as i32,
+                    t,
+                    used_dev.ptr(),
+                    u as i32,
+                    means_dev.ptr(),
+                    t_dev.ptr(),
+                    k as i32,
+                    dst,
+                    stride as i32,
+                    used_dev.ptr(),
+                    means_dev.ptr(),
+                )?;
+                kern.pass_through(
+                    &self.compute,
+                    raw,
+                    valid,
+                    npix as i64,
+                    b as i32,
+                    t,
+                    unused_dev.ptr(),
+                    unused.len() as i32,
+                    dst,
+                )?;
+            } else if use_const {
+                kern.project_px(
+                    &self.compute,
+                    kp,
+                    raw,
+                    valid,
+                    npix as i64,
+                    b as i32,
+                    t,
+                    used_dev.ptr(),
+                    u as i32,
+                    means_dev.ptr(),
+                    kpad as i32,
+                    k as i32,
+                    dst,
+                )?;
+            } else {
+                kern.project(
+                    &self.compute,
+                    raw,
+                    valid,
+                    npix as i64,
+                    b as i32,
+                    t,
+                    used_dev.ptr(),
+                    u as i32,
+                    means_dev.ptr(),
+                    t_dev.ptr(),
+                    k as i32,
+                    dst,
+                    stride as i32,
+                    0,
+                    0,
+                )?;
+            }
+            if let Some(s) = stream_slot {
+                self.release_slot(s)?;
+            }
+            kernels_done[slot]
+                .record(&self.compute)
+                .map_err(cuda("cuEventRecord"))?;
+            self.copy.wait(&kernels_done[slot]).map_err(cuda("cuStreamWaitEvent"))?;
+            // SAFETY: host_out[slot] is only read after `downloaded[slot]` has passed (drain).
+            unsafe { dtoh_async(&mut host_out[slot].as_mut_slice()[..npix * stride * 4], dst, &self.copy)? };
+            downloaded[slot].record(&self.copy).map_err(cuda("cuEventRecord"))?;
+            pending[slot] = Some((l0 * samples * stride, npix * stride));
+            monitor.tick(stage, c as f64 / n_chunks as f64)?;
+        }
+        ev_kernels.record(&self.compute).map_err(cuda("cuEventRecord"))?;
+        for c in n_chunks.saturating_sub(2)..n_chunks {
+            let slot = c % 2;
+            if let Some(range) = pending[slot].take() {
+                drain(&host_out[slot], &downloaded[slot], range, out)?;
+            }
+        }
+        self.compute.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+        self.copy.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+        if !pass.denoise {
+            self.timeline.project_kernels_ms = self.elapsed(&ev_kernels);
+            self.timeline.project_download_ms = self.elapsed(&downloaded[(n_chunks - 1) % 2]);
+            self.timeline.project_wall_ms = wall.elapsed().as_secs_f64() * 1e3;
+            self.store_timeline();
+        }
+        monitor.tick(stage, 1.0)?;
+        Ok(())
+    }
+}
+
+impl Drop for CudaCube<'_> {
+    fn drop(&mut self) {
+        // Nothing may still read the staging buffers or the cube's memory when they go away.
+        let _ = self.bind();
+        let _ = self.copy.synchronize();
+        let _ = self.compute.synchronize();
+    }
+}

@@ -1,0 +1,554 @@
+//! The CUDA backend against the CPU backend (the float64 reference), on fresh random cubes and on the
+//! three real AVIRIS chips. Every test needs a CUDA device: they are ignored elsewhere and run on the
+//! GPU host with `--include-ignored` (see .gpu/run). Random seeds are printed, so a failure can be
+//! replayed with HYPERMNF_TEST_SEED.
+
+use std::path::{Path, PathBuf};
+
+use hypermnf::backend::cpu::CpuBackend;
+use hypermnf::backend::cuda::{CudaBackend, Route};
+use hypermnf::backend::Backend;
+use hypermnf::cube::synthetic::{self, SyntheticSpec};
+use hypermnf::cube::{ByteOrder, Cube, CubeMeta, DataType};
+use hypermnf::mnf::stats::{Moments, Projection, Statistics, StatsSpec};
+use hypermnf::mnf::{self, MnfParams, Monitor, NoiseEstimator, Window};
+use rand::{Rng, SeedableRng};
+
+const ROUTES: [Route; 2] = [Route::Kernels, Route::Cublas];
+
+/// tests/data relative to the current directory first (the GPU host runs from a copy of the tree),
+/// then the crate's own.
+fn data_dir() -> PathBuf {
+    let here = Path::new("tests/data");
+    if here.join("README.md").exists() {
+        return here.to_path_buf();
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")
+}
+
+fn seed() -> u64 {
+    let s = std::env::var("HYPERMNF_TEST_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_nanos() as u64
+        });
+    eprintln!("seed {s}");
+    s
+}
+
+fn gpu(route: Route) -> CudaBackend {
+    CudaBackend::new(route).unwrap_or_else(|e| panic!("CUDA backend {route:?}: {e}"))
+}
+
+fn rel_fro(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+    let den: f64 = b.iter().map(|y| y * y).sum();
+    (num / den.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+fn stats_of(backend: &dyn Backend, cube: &Cube, spec: &StatsSpec) -> (Statistics, Option<Moments>) {
+    let mut prepared = backend.prepare(cube, &Monitor::silent()).expect("prepare");
+    let mut early = None;
+    let s = prepared
+        .statistics(spec, &mut |m: &Moments| early = Some(m.clone()), &Monitor::silent())
+        .expect("statistics");
+    (s, early)
+}
+
+/// Both covariances within 1e-5 (relative Frobenius), identical counts, means close.
+fn assert_stats_match(what: &str, gpu: &Statistics, cpu: &Statistics) {
+    assert_eq!(gpu.masked_pixels, cpu.masked_pixels, "{what}: masked pixels");
+    for (name, g, c) in [("data", &gpu.data, &cpu.data), ("noise", &gpu.noise, &cpu.noise)] {
+        assert_eq!(g.n, c.n, "{what}: {name} count");
+        if c.n < 2 {
+            continue;
+        }
+        let e = rel_fro(&g.covariance().unwrap(), &c.covariance().unwrap());
+        eprintln!("{what}: {name} covariance rel. error {e:.2e}");
+        assert!(e <= 1e-5, "{what}: {name} covariance rel. error {e:.3e} > 1e-5");
+        // Means: within 1e-6 standard deviations (what a projection centred on them would notice).
+        for i in 0..c.bands {
+            let sd = c.variance(i).sqrt();
+            let d = (g.mean[i] - c.mean[i]).abs();
+            assert!(
+                d <= 1e-6 * sd + 1e-12 * c.mean[i].abs(),
+                "{what}: {name} mean of band {i}: GPU {} CPU {} (sd {sd})",
+                g.mean[i],
+                c.mean[i]
+            );
+        }
+    }
+}
+
+fn spec(noise: NoiseEstimator, cube: &Cube) -> StatsSpec {
+    StatsSpec {
+        noise,
+        window: None,
+        ignore_value: None,
+        mask_bands: (0..cube.bands()).collect(),
+    }
+}
+
+/// A cube of `dtype` with random values: a smooth random field plus noise, so that both covariances
+/// are well conditioned; never all zeros.
+fn random_cube(
+    rng: &mut rand::rngs::StdRng,
+    lines: usize,
+    samples: usize,
+    bands: usize,
+    dtype: DataType,
+    order: ByteOrder,
+) -> Cube {
+    let (lo, hi): (f64, f64) = match dtype {
+        DataType::U8 => (0.0, 255.0),
+        DataType::I16 => (-3000.0, 12000.0),
+        DataType::U16 => (0.0, 60000.0),
+        DataType::I32 => (-100000.0, 1000000.0),
+        DataType::U32 | DataType::U64 => (0.0, 1000000.0),
+        DataType::I64 => (-1000000.0, 1000000.0),
+        DataType::F32 | DataType::F64 => (-50.0, 150.0),
+    };
+    let mid = (lo + hi) / 2.0;
+    let amp = (hi - lo) / 6.0;
+    let phases: Vec<f64> = (0..bands * 2)
+        .map(|_| rng.random_range(0.0..std::f64::consts::TAU))
+        .collect();
+    let mut data = Vec::with_capacity(lines * samples * bands * dtype.size());
+    for l in 0..lines {
+        for s in 0..samples {
+            for b in 0..bands {
+                let smooth = (l as f64 * 0.07 + phases[2 * b]).sin() * (s as f64 * 0.05 + phases[2 * b + 1]).cos();
+                let x = (mid + amp * smooth + amp * 0.3 * rng.random_range(-1.0..1.0)).clamp(lo, hi);
+                macro_rules! put {
+                    ($v:expr) => {
+                        match order {
+                            ByteOrder::Little => data.extend_from_slice(&$v.to_le_bytes()),
+                            ByteOrder::Big => data.extend_from_slice(&$v.to_be_bytes()),
+                        }
+                    };
+                }
+                match dtype {
+                    DataType::U8 => data.push(x.round() as u8),
+                    DataType::I16 => put!(x.round() as i16),
+                    DataType::U16 => put!(x.round() as u16),
+                    DataType::I32 => put!(x.round() as i32),
+                    DataType::U32 => put!(x.round() as u32),
+                    DataType::I64 => put!(x.round() as i64),
+                    DataType::U64 => put!(x.round() as u64),
+                    DataType::F32 => put!(x as f32),
+                    DataType::F64 => put!(x),
+                }
+            }
+        }
+    }
+    Cube::from_raw(lines, samples, bands, dtype, order, data, CubeMeta::default()).expect("consistent sizes")
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn statistics_match_cpu_for_every_data_type_and_byte_order() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let cpu = CpuBackend::new();
+    let backends: Vec<CudaBackend> = ROUTES.iter().map(|&r| gpu(r)).collect();
+    for dtype in DataType::ALL {
+        for order in [ByteOrder::Little, ByteOrder::Big] {
+            // Odd sizes: not a multiple of the 16-pixel noise tile or the 64-band covariance tile.
+            let (l, s, b) = (
+                rng.random_range(19..41),
+                rng.random_range(17..53),
+                rng.random_range(3..70),
+            );
+            let cube = random_cube(&mut rng, l, s, b, dtype, order);
+            for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
+                let sp = spec(noise, &cube);
+                let (c, _) = stats_of(&cpu, &cube, &sp);
+                for g in &backends {
+                    let what = format!("{} {dtype:?} {order:?} {l}x{s}x{b} {noise:?}", g.name());
+                    let (gs, early) = stats_of(g, &cube, &sp);
+                    assert_stats_match(&what, &gs, &c);
+                    assert_eq!(early.as_ref(), Some(&gs.noise), "{what}: on_noise got other moments");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn statistics_match_cpu_with_no_data_and_noise_window() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let cpu = CpuBackend::new();
+    for route in ROUTES {
+        let g = gpu(route);
+        let mut sp = SyntheticSpec::small(61, 45, 37);
+        sp.seed = rng.random();
+        let cube = synthetic::generate(&sp);
+        // Punch no-data holes: a pixel holding -9999 in one (random) band.
+        let mut raw = cube.raw().to_vec();
+        for _ in 0..150 {
+            let (l, s, b) = (
+                rng.random_range(0..61),
+                rng.random_range(0..45),
+                rng.random_range(0..37),
+            );
+            let at = ((l * 45 + s) * 37 + b) * 2;
+            raw[at..at + 2].copy_from_slice(&(-9999i16).to_le_bytes());
+        }
+        let cube = Cube::from_raw(61, 45, 37, DataType::I16, ByteOrder::Little, raw, CubeMeta::default()).unwrap();
+        for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
+            for window in [
+                None,
+                Some(Window {
+                    x0: 3,
+                    y0: 5,
+                    x1: 40,
+                    y1: 52,
+                }),
+            ] {
+                let mut st = spec(noise, &cube);
+                st.ignore_value = Some(-9999.0);
+                st.mask_bands = (0..37).filter(|b| b % 5 != 3).collect();
+                st.window = window;
+                let (c, _) = stats_of(&cpu, &cube, &st);
+                assert!(c.masked_pixels > 50, "the holes must matter");
+                let (gs, _) = stats_of(&g, &cube, &st);
+                assert_stats_match(&format!("{route:?} no-data {noise:?} {window:?}"), &gs, &c);
+            }
+        }
+    }
+}
+
+/// Both covariance kernels (float64 tensor cores, float64 FMAs) on a real cube and a random one.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn both_covariance_kernels_match_cpu() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let cpu = CpuBackend::new();
+    let fma = gpu(Route::Kernels).with_fma_covariance();
+    let mut cubes = real_cubes();
+    cubes.push((
+        "random f32".into(),
+        random_cube(&mut rng, 57, 71, 133, DataType::F32, ByteOrder::Little),
+    ));
+    for (name, cube) in cubes {
+        for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
+            let sp = spec(noise, &cube);
+            let (c, _) = stats_of(&cpu, &cube, &sp);
+            let (g, _) = stats_of(&fma, &cube, &sp);
+            assert_stats_match(&format!("fma kernel {name} {noise:?}"), &g, &c);
+            let params = MnfParams {
+                components: Some(10),
+                noise,
+                ..Default::default()
+            };
+            assert_pipeline_matches(&format!("fma kernel {name} {noise:?}"), &cube, &params, &fma);
+        }
+    }
+}
+
+/// The sums must not lose digits over ten million pixels, far from zero.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn statistics_stay_accurate_over_ten_million_pixels() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let mut sp = SyntheticSpec::small(2500, 4100, 12);
+    sp.seed = rng.random();
+    sp.offset = 3000.0; // far from zero: cancellation would show
+    let cube = synthetic::generate(&sp);
+    let sp2 = spec(NoiseEstimator::MeanFilter, &cube);
+    let (c, _) = stats_of(&CpuBackend::new(), &cube, &sp2);
+    for route in ROUTES {
+        let (g, _) = stats_of(&gpu(route), &cube, &sp2);
+        assert_stats_match(&format!("{route:?} 10^7 pixels"), &g, &c);
+    }
+}
+
+/// Pearson correlation of two components over the pixels where both are finite.
+fn correlation(a: &[f32], b: &[f32], k: usize, c: usize) -> f64 {
+    let pairs: Vec<(f64, f64)> = a
+        .chunks_exact(k)
+        .zip(b.chunks_exact(k))
+        .map(|(x, y)| (x[c] as f64, y[c] as f64))
+        .filter(|(x, y)| x.is_finite() && y.is_finite())
+        .collect();
+    let n = pairs.len() as f64;
+    let (mx, my) = pairs
+        .iter()
+        .fold((0.0, 0.0), |(sx, sy), (x, y)| (sx + x / n, sy + y / n));
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (x, y) in &pairs {
+        sxy += (x - mx) * (y - my);
+        sxx += (x - mx) * (x - mx);
+        syy += (y - my) * (y - my);
+    }
+    sxy / (sxx * syy).sqrt()
+}
+
+/// The whole pipeline on both backends: the same bands, top-10 eigenvalues within 1e-4, components
+/// correlated ≥ 0.9999, NaN at the same pixels, and the inverse close.
+fn assert_pipeline_matches(what: &str, cube: &Cube, params: &MnfParams, g: &dyn Backend) {
+    let c = mnf::run(cube, params, &CpuBackend::new(), &Monitor::silent());
+    let r = mnf::run(cube, params, g, &Monitor::silent());
+    let (c, r) = match (c, r) {
+        (Ok(c), Ok(r)) => (c, r),
+        (Err(ce), Err(ge)) => {
+            assert_eq!(
+                ce.code(),
+                ge.code(),
+                "{what}: both fail, with different errors: {ce} / {ge}"
+            );
+            eprintln!("{what}: both fail alike: {ce}");
+            return;
+        }
+        (c, r) => panic!("{what}: CPU {:?} vs GPU {:?}", c.map(|_| "ok"), r.map(|_| "ok")),
+    };
+    assert_eq!(r.k, c.k, "{what}: k");
+    assert_eq!(r.metadata.bands_used, c.metadata.bands_used, "{what}: bands used");
+    let top = c.metadata.eigenvalues.len().min(10);
+    for i in 0..top {
+        let (x, y) = (r.metadata.eigenvalues[i], c.metadata.eigenvalues[i]);
+        assert!(
+            (x - y).abs() <= 1e-4 * y.abs(),
+            "{what}: eigenvalue {i}: GPU {x} CPU {y}"
+        );
+    }
+    for (i, (x, y)) in r.components.iter().zip(&c.components).enumerate() {
+        assert_eq!(x.is_nan(), y.is_nan(), "{what}: NaN mismatch at {i}");
+    }
+    for comp in 0..c.k {
+        // Components past the top ten can have eigenvalues too close for a stable direction.
+        if comp >= 10 {
+            break;
+        }
+        let ev = &c.metadata.eigenvalues;
+        if comp + 1 < ev.len() && (ev[comp] - ev[comp + 1]).abs() < 1e-3 * ev[comp] {
+            continue;
+        }
+        let rho = correlation(&r.components, &c.components, c.k, comp);
+        assert!(rho >= 0.9999, "{what}: component {comp} correlation {rho}");
+    }
+    if let (Some(dg), Some(dc)) = (&r.denoised, &c.denoised) {
+        let (a, b): (Vec<f64>, Vec<f64>) = dg
+            .iter()
+            .zip(dc)
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .map(|(x, y)| (*x as f64, *y as f64))
+            .unzip();
+        let e = rel_fro(&a, &b);
+        assert!(e <= 1e-4, "{what}: inverse rel. error {e:.3e}");
+    }
+}
+
+fn real_cubes() -> Vec<(String, Cube)> {
+    let dir = data_dir();
+    [
+        "salinasA_224_bip_be",
+        "jasper_ridge_r198_bil",
+        "abu_beach1_cat_island_bsq",
+    ]
+    .iter()
+    .map(|n| {
+        (
+            n.to_string(),
+            hypermnf::cube::open(&dir.join(format!("{n}.hdr"))).expect("real cube"),
+        )
+    })
+    .collect()
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn real_cubes_statistics_and_pipeline_match_cpu() {
+    let cpu = CpuBackend::new();
+    for route in ROUTES {
+        let g = gpu(route);
+        for (name, cube) in real_cubes() {
+            for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
+                let sp = spec(noise, &cube);
+                let (c, _) = stats_of(&cpu, &cube, &sp);
+                let (gs, _) = stats_of(&g, &cube, &sp);
+                assert_stats_match(&format!("{route:?} {name} {noise:?}"), &gs, &c);
+                let params = MnfParams {
+                    components: Some(10),
+                    noise,
+                    inverse: true,
+                    ..Default::default()
+                };
+                assert_pipeline_matches(&format!("{route:?} {name} {noise:?}"), &cube, &params, &g);
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn pipeline_matches_cpu_on_edge_cases() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    for route in ROUTES {
+        let g = gpu(route);
+        // 1 and 2 lines: the mean filter has no interior pixel; both backends must say the same.
+        for lines in [1, 2, 3] {
+            let cube = random_cube(&mut rng, lines, 40, 12, DataType::I16, ByteOrder::Little);
+            for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
+                let params = MnfParams {
+                    components: Some(3),
+                    noise,
+                    ..Default::default()
+                };
+                assert_pipeline_matches(&format!("{route:?} {lines} lines {noise:?}"), &cube, &params, &g);
+            }
+        }
+        // Width not a multiple of any tile, k = 1 and k = bands, with the inverse.
+        let mut sp = SyntheticSpec::small(45, 37, 29);
+        sp.seed = rng.random();
+        let cube = synthetic::generate(&sp);
+        for k in [1, 29] {
+            let params = MnfParams {
+                components: Some(k),
+                inverse: true,
+                ..Default::default()
+            };
+            assert_pipeline_matches(&format!("{route:?} k={k}"), &cube, &params, &g);
+        }
+        // 425 bands (AVIRIS-NG): k = 10 uses constant memory, k = 40 (425·40 > 16320 floats) global.
+        let mut sp = SyntheticSpec::small(33, 31, 425);
+        sp.seed = rng.random();
+        sp.dtype = DataType::F32;
+        let cube = synthetic::generate(&sp);
+        for k in [10, 40] {
+            let params = MnfParams {
+                components: Some(k),
+                ..Default::default()
+            };
+            assert_pipeline_matches(&format!("{route:?} 425 bands k={k}"), &cube, &params, &g);
+        }
+    }
+}
+
+/// The projection and inverse kernels alone, given the CPU's own matrices: relative error ≤ 1e-5.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn projection_kernels_match_cpu() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let cube = random_cube(&mut rng, 50, 43, 70, DataType::U16, ByteOrder::Big);
+    let used: Vec<usize> = (0..70).filter(|b| b % 7 != 2).collect();
+    let u = used.len();
+    for k in [1, 7, 64, 65, 240] {
+        let proj = Projection {
+            bands_used: used.clone(),
+            means: (0..u).map(|_| rng.random_range(0.0..60000.0)).collect(),
+            transform: (0..u * k).map(|_| rng.random_range(-1.0..1.0)).collect(),
+            k,
+            ignore_value: Some(cube.to_f64()[5]),
+            mask_bands: vec![5],
+        };
+        let mut want = vec![0f32; 50 * 43 * k];
+        let cpu = CpuBackend::new();
+        cpu.prepare(&cube, &Monitor::silent())
+            .unwrap()
+            .project(&proj, &mut want, &Monitor::silent())
+            .unwrap();
+        for route in ROUTES {
+            let g = gpu(route);
+            let mut got = vec![f32::INFINITY; 50 * 43 * k];
+            g.prepare(&cube, &Monitor::silent())
+                .unwrap()
+                .project(&proj, &mut got, &Monitor::silent())
+                .unwrap();
+            assert!(
+                got.iter().zip(&want).all(|(a, b)| a.is_nan() == b.is_nan()),
+                "{route:?} k={k}: NaN pattern"
+            );
+            assert!(got.iter().any(|v| v.is_nan()), "the masked pixel must be NaN");
+            let (a, b): (Vec<f64>, Vec<f64>) = got
+                .iter()
+                .zip(&want)
+                .filter(|(x, _)| !x.is_nan())
+                .map(|(x, y)| (*x as f64, *y as f64))
+                .unzip();
+            let e = rel_fro(&a, &b);
+            eprintln!("{route:?} projection k={k}: rel. error {e:.2e}");
+            assert!(e <= 1e-5, "{route:?} projection k={k}: rel. error {e:.3e}");
+        }
+    }
+}
+
+/// A cube larger than the memory budget is streamed (both passes) and gives the same answers.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn streamed_cube_matches_resident_and_cpu() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let mut sp = SyntheticSpec::small(97, 53, 31);
+    sp.seed = rng.random();
+    let cube = synthetic::generate(&sp);
+    for route in ROUTES {
+        let small = gpu(route).with_memory_budget(cube.raw().len() / 5);
+        assert!(
+            !small.prepare_cuda(&cube).unwrap().is_resident(),
+            "the budget must force streaming"
+        );
+        assert!(gpu(route).prepare_cuda(&cube).unwrap().is_resident());
+        for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
+            let mut st = spec(noise, &cube);
+            st.ignore_value = Some(cube.to_f64()[31 * 200]);
+            let (c, _) = stats_of(&CpuBackend::new(), &cube, &st);
+            let (s, _) = stats_of(&small, &cube, &st);
+            assert_stats_match(&format!("{route:?} streamed {noise:?}"), &s, &c);
+            let params = MnfParams {
+                components: Some(6),
+                noise,
+                inverse: true,
+                ..Default::default()
+            };
+            assert_pipeline_matches(&format!("{route:?} streamed {noise:?}"), &cube, &params, &small);
+        }
+    }
+}
+
+/// Small and quick: the case compute-sanitizer runs (memcheck and racecheck) in .gpu/run.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn sanitizer_small_case() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let cube = random_cube(&mut rng, 21, 19, 67, DataType::I16, ByteOrder::Big);
+    for route in ROUTES {
+        let g = gpu(route);
+        for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
+            let mut st = spec(noise, &cube);
+            st.ignore_value = Some(cube.to_f64()[67 * 30 + 4]);
+            st.window = Some(Window {
+                x0: 2,
+                y0: 1,
+                x1: 18,
+                y1: 20,
+            });
+            let (c, _) = stats_of(&CpuBackend::new(), &cube, &st);
+            let (s, _) = stats_of(&g, &cube, &st);
+            assert_stats_match(&format!("sanitizer {route:?} {noise:?}"), &s, &c);
+        }
+        let params = MnfParams {
+            components: Some(5),
+            inverse: true,
+            ..Default::default()
+        };
+        assert_pipeline_matches(&format!("sanitizer {route:?}"), &cube, &params, &g);
+        let streamed = gpu(route).with_memory_budget(cube.raw().len() / 4);
+        assert_pipeline_matches(&format!("sanitizer streamed {route:?}"), &cube, &params, &streamed);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn device_name_and_backend_names() {
+    let g = gpu(Route::Kernels);
+    assert!(!g.device().is_empty());
+    assert_eq!(g.name(), "cuda");
+    assert_eq!(gpu(Route::Cublas).name(), "cuda-cublas");
+    let auto = hypermnf::backend::select(hypermnf::mnf::BackendChoice::Auto).unwrap();
+    assert_eq!(auto.name(), "cuda", "auto must pick the GPU where there is one");
+}
