@@ -3,6 +3,9 @@
 //! GPU host with `--include-ignored` (see .gpu/run). Random seeds are printed, so a failure can be
 //! replayed with HYPERMNF_TEST_SEED.
 
+/// The GPU hash table of the job cache against its CPU twin (issue 5).
+mod gpu_hashtable;
+
 use std::path::{Path, PathBuf};
 
 use hypermnf::backend::cpu::CpuBackend;
