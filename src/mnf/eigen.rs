@@ -1,4 +1,4 @@
-//! The generalized symmetric eigenproblem C_D w = λ C_N w, in float64 on the host (nalgebra).
+//! The generalized symmetric eigenproblem C_D w = λ C_N w, in float64 on the host.
 //!
 //! Solved through the Cholesky factor of the noise covariance, C_N = L Lᵀ: the data covariance is
 //! whitened, A = L⁻¹ C_D L⁻ᵀ, A = V Λ Vᵀ, and W = L⁻ᵀ V, so that Wᵀ C_N W = I. This is the same
@@ -7,17 +7,18 @@
 //! `eigh(S, N)`, but it needs one symmetric eigen-decomposition instead of two. The noise half
 //! (`NoiseWhitening::new`) depends only on C_N, so it can run while a device computes C_D.
 //!
-//! The symmetric eigendecomposition itself is faer's: on 224 bands it takes 3.9 ms where nalgebra's
-//! `SymmetricEigen` takes 26 ms (same eigenvalues to 1e-14), and on the GPU path that was most of the
-//! end-to-end time. nalgebra keeps the Cholesky factor and the triangular solves.
+//! The linear algebra is faer's (blocked, SIMD): at 224 bands the Cholesky factor, three triangular
+//! solves and the symmetric eigendecomposition take ~5 ms, where nalgebra's took ~31 ms, and on the GPU
+//! path this host step was longer than all the device work. The tests check it against an independent
+//! nalgebra implementation of the paper's route (tests/mnf_reference.rs).
 
-use nalgebra::{Cholesky, DMatrix, Dyn};
+use faer::{Mat, Side};
 
 use super::MnfError;
 
 /// The Cholesky factor of the (scaled) noise covariance of the bands used.
 pub struct NoiseWhitening {
-    chol: Cholesky<f64, Dyn>,
+    l: Mat<f64>,
     n: usize,
 }
 
@@ -25,15 +26,15 @@ impl NoiseWhitening {
     /// `cn`: n × n row-major, symmetric. Fails when it is not positive definite (bands that are linear
     /// combinations of others in their noise, e.g. duplicated bands).
     pub fn new(cn: &[f64], n: usize) -> Result<Self, MnfError> {
-        let m = DMatrix::from_row_slice(n, n, cn);
-        let chol = Cholesky::new(m).ok_or_else(|| {
+        let m = Mat::<f64>::from_fn(n, n, |i, j| cn[i * n + j]);
+        let llt = m.llt(Side::Lower).map_err(|_| {
             MnfError::Degenerate(
                 "the noise covariance is singular: some bands are exact linear combinations of others \
                  in their noise (duplicated or synthetic bands?); exclude them with bad bands"
                     .into(),
             )
         })?;
-        Ok(NoiseWhitening { chol, n })
+        Ok(NoiseWhitening { l: llt.L().to_owned(), n })
     }
 }
 
@@ -49,61 +50,51 @@ pub struct EigenPairs {
 /// loading is positive (a deterministic convention: cached and repeated results are identical).
 pub fn solve(whitening: &NoiseWhitening, cd: &[f64]) -> Result<EigenPairs, MnfError> {
     let n = whitening.n;
-    let l = whitening.chol.l();
-    let cd = DMatrix::from_row_slice(n, n, cd);
+    let l = whitening.l.as_ref();
     // Y = L⁻¹ C_D, then A = L⁻¹ Yᵀ = L⁻¹ C_D L⁻ᵀ (C_D is symmetric).
-    let y = l.solve_lower_triangular(&cd).ok_or_else(singular)?;
-    let mut a = l.solve_lower_triangular(&y.transpose()).ok_or_else(singular)?;
+    let mut y = Mat::<f64>::from_fn(n, n, |i, j| cd[i * n + j]);
+    l.solve_lower_triangular_in_place(y.as_mut());
+    let mut a = y.transpose().to_owned();
+    l.solve_lower_triangular_in_place(a.as_mut());
     // Symmetrise away rounding so the symmetric solver sees an exactly symmetric matrix.
-    let at = a.transpose();
-    a = (a + at) * 0.5;
-    if a.iter().any(|v| !v.is_finite()) {
+    let a = Mat::<f64>::from_fn(n, n, |i, j| 0.5 * (a[(i, j)] + a[(j, i)]));
+    if (0..n).any(|j| (0..n).any(|i| !a[(i, j)].is_finite())) {
         return Err(MnfError::Degenerate("the whitened data covariance is not finite".into()));
     }
-    let (values, vectors) = symmetric_eigen(&a)?;
-    let w = l.transpose().solve_upper_triangular(&vectors).ok_or_else(singular)?;
+    let evd = a
+        .self_adjoint_eigen(Side::Lower)
+        .map_err(|e| MnfError::Degenerate(format!("the symmetric eigendecomposition did not converge: {e:?}")))?;
+    let mut w = evd.U().to_owned();
+    l.transpose().solve_upper_triangular_in_place(w.as_mut());
+    let values: Vec<f64> = (0..n).map(|i| evd.S()[i]).collect();
 
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(|&i, &j| values[j].total_cmp(&values[i]));
     let eigenvalues: Vec<f64> = order.iter().map(|&i| values[i]).collect();
     let mut transform = vec![0.0; n * n];
     for (c, &src) in order.iter().enumerate() {
-        let col = w.column(src);
         // Largest |loading| positive; ties go to the first band, so the choice is deterministic.
         let mut best = 0;
         for r in 1..n {
-            if col[r].abs() > col[best].abs() {
+            if w[(r, src)].abs() > w[(best, src)].abs() {
                 best = r;
             }
         }
-        let sign = if col[best] < 0.0 { -1.0 } else { 1.0 };
+        let sign = if w[(best, src)] < 0.0 { -1.0 } else { 1.0 };
         for r in 0..n {
-            transform[r * n + c] = sign * col[r];
+            transform[r * n + c] = sign * w[(r, src)];
         }
     }
+    if transform.iter().any(|v| !v.is_finite()) {
+        return Err(MnfError::Degenerate("the noise covariance is numerically singular".into()));
+    }
     Ok(EigenPairs { eigenvalues, transform })
-}
-
-/// Eigenvalues and eigenvectors (columns) of a symmetric matrix, through faer.
-fn symmetric_eigen(a: &DMatrix<f64>) -> Result<(Vec<f64>, DMatrix<f64>), MnfError> {
-    let n = a.nrows();
-    let fa = faer::Mat::<f64>::from_fn(n, n, |i, j| a[(i, j)]);
-    let evd = fa
-        .self_adjoint_eigen(faer::Side::Lower)
-        .map_err(|e| MnfError::Degenerate(format!("the symmetric eigendecomposition did not converge: {e:?}")))?;
-    let (s, u) = (evd.S(), evd.U());
-    let values: Vec<f64> = (0..n).map(|i| s[i]).collect();
-    let vectors = DMatrix::from_fn(n, n, |i, j| u[(i, j)]);
-    Ok((values, vectors))
-}
-
-fn singular() -> MnfError {
-    MnfError::Degenerate("the noise covariance is numerically singular".into())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nalgebra::DMatrix;
 
     /// W must satisfy C_D W = C_N W Λ and Wᵀ C_N W = I on a random positive definite pair.
     #[test]
