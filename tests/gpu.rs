@@ -554,4 +554,8 @@ fn device_name_and_backend_names() {
     assert_eq!(gpu(Route::Cublas).name(), "cuda-cublas");
     let auto = hypermnf::backend::select(hypermnf::mnf::BackendChoice::Auto).unwrap();
     assert_eq!(auto.name(), "cuda", "auto must pick the GPU where there is one");
+    // /metrics reports the device memory in use: a context and the loaded kernels take some.
+    let (used, total) = g.memory_in_use().expect("a CUDA backend knows its device memory");
+    assert!(used > 0 && used <= total, "used {used} of {total}");
+    assert!(hypermnf::backend::cpu::CpuBackend::new().memory_in_use().is_none());
 }

@@ -63,5 +63,11 @@ pub async fn render(api: &ApiMetrics, runner: &Runner) -> Result<String, crate::
         backend.name(),
         backend.device().replace(['"', '\\', '\n'], " ")
     );
+    if let Some((used, total)) = backend.memory_in_use() {
+        let _ = writeln!(
+            s,
+            "# HELP hypermnf_gpu_memory_used_bytes Device memory in use (all processes).\n# TYPE hypermnf_gpu_memory_used_bytes gauge\nhypermnf_gpu_memory_used_bytes {used}\n# HELP hypermnf_gpu_memory_total_bytes Device memory in total.\n# TYPE hypermnf_gpu_memory_total_bytes gauge\nhypermnf_gpu_memory_total_bytes {total}"
+        );
+    }
     Ok(s)
 }

@@ -44,6 +44,10 @@ pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
     /// Human-readable device, e.g. "NVIDIA H100 80GB HBM3" or "CPU (2 threads)".
     fn device(&self) -> String;
+    /// Device memory in use and in total, in bytes (`/metrics`); None where there is no device memory.
+    fn memory_in_use(&self) -> Option<(u64, u64)> {
+        None
+    }
     /// Gets ready to run passes over `cube` (the CUDA backend uploads it here when it fits).
     fn prepare<'c>(&'c self, cube: &'c Cube, monitor: &Monitor) -> Result<Box<dyn PreparedCube + 'c>, BackendError>;
 }

@@ -182,6 +182,12 @@ impl Backend for CudaBackend {
     fn device(&self) -> String {
         self.device_name.clone()
     }
+    /// Used = total − free on the device (every process's allocations, this one's pooled buffers too).
+    fn memory_in_use(&self) -> Option<(u64, u64)> {
+        self.ctx.bind_to_thread().ok()?;
+        let (free, total) = self.ctx.mem_get_info().ok()?;
+        Some(((total - free) as u64, total as u64))
+    }
     fn prepare<'c>(&'c self, cube: &'c Cube, _monitor: &Monitor) -> Result<Box<dyn PreparedCube + 'c>, BackendError> {
         Ok(Box::new(CudaCube::new(self, cube)?))
     }
