@@ -244,6 +244,129 @@ extern "C" __global__ void __launch_bounds__(256) cov_lower_dmma(
 #endif
 }
 
+// The same partial sums on sm_90's float64 mma.m16n8k4 (PTX 7.8), the kernel the pipeline uses on
+// Hopper and later: twice the tensor-core rate of m8n8k4 there (measured on an H100: 64 vs 33 TFLOP/s
+// for the bare instruction, 20.7 vs 12.6 TFLOP/s for the whole kernel on the 224-band cube; see
+// scripts/dev/kern-bench.cu). Each of 4 warps owns a 32 x 32 quadrant of the block's 64 x 64 tile
+// (2 x 4 mma tiles), so per 4 pixels it loads 4 A and 4 B fragments for 8 mma of 512 FMAs each.
+// Quadrants above the diagonal or wholly in the padding past the last band are skipped (their warps
+// only help with staging), which keeps 224 bands from paying for 256. Steps stage KP = 32 pixels;
+// the next step's floats are fetched into registers while the current one is multiplied. Diagonal
+// tiles stage one operand (A = B). Rows are padded to 68 doubles so that a half-warp's fragment load
+// (4 pixel rows x 4 bands) covers the 32 banks once.
+// Fragments (PTX ISA, mma.m16n8k4 .f64): A rows groupID and groupID + 8, column (the pixel, mma's k)
+// threadID_in_group; B row (pixel) threadID_in_group, column groupID; C rows groupID and groupID + 8,
+// columns 2 threadID_in_group + {0, 1}.
+// Same grid (tile pairs x pixel splits), slots, sums and results as cov_lower; 128 threads;
+// pix_per_split a multiple of KP.
+#define COV_KP 32
+#define COV_RBP 68
+extern "C" __global__ void __launch_bounds__(128) cov_lower_m16(
+    const float* __restrict__ d, i64 npix, int bands, i64 pix_per_split, int n_pairs, int n_tiles,
+    double* __restrict__ part_cross, double* __restrict__ part_sum)
+{
+#if __CUDA_ARCH__ >= 900
+    __shared__ __align__(16) double as[COV_KP][COV_RBP];
+    __shared__ __align__(16) double bs[COV_KP][COV_RBP];
+
+    int ti, tj;
+    tile_pair(blockIdx.x, &ti, &tj);
+    const int i0 = ti * CT, j0 = tj * CT;
+    const bool diagonal = ti == tj;
+    double (*bsrc)[COV_RBP] = diagonal ? as : bs;
+
+    const i64 p_begin = (i64)blockIdx.y * pix_per_split;
+    const i64 p_end = min(npix, p_begin + pix_per_split);
+    const int tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int wm = warp >> 1, wn = warp & 1;
+    const bool idle = (diagonal && wm < wn) || i0 + wm * 32 >= bands || j0 + wn * 32 >= bands;
+    const bool a_ok = i0 + (tid & 63) < bands, b_ok = j0 + (tid & 63) < bands;
+
+    double acc[2][4][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[m][n][c] = 0.0;
+    double colsum = 0.0;
+
+    // Element e = tid + r * 128 of a step's tile is (pixel e / 64, band e % 64): band tid % 64 for every r.
+    constexpr int R = COV_KP * CT / 128;
+    float ra[R], rb[R];
+    auto fetch = [&](i64 p0) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const i64 p = p0 + (tid >> 6) + 2 * r;
+            float a = 0.f, b = 0.f;
+            if (p < p_end) {
+                const float* row = d + p * bands;
+                if (a_ok) a = row[i0 + (tid & 63)];
+                if (!diagonal && b_ok) b = row[j0 + (tid & 63)];
+            }
+            ra[r] = a;
+            rb[r] = b;
+        }
+    };
+    if (p_begin < p_end) fetch(p_begin);
+
+    for (i64 p0 = p_begin; p0 < p_end; p0 += COV_KP) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const int pp = (tid >> 6) + 2 * r;
+            as[pp][tid & 63] = (double)ra[r];
+            if (!diagonal) bs[pp][tid & 63] = (double)rb[r];
+        }
+        __syncthreads();
+        if (p0 + COV_KP < p_end) fetch(p0 + COV_KP);
+        if (!idle) {
+#pragma unroll
+            for (int k0 = 0; k0 < COV_KP; k0 += 4) {
+                double a[2][2], b[4];
+#pragma unroll
+                for (int m = 0; m < 2; ++m) {
+                    a[m][0] = as[k0 + t4][wm * 32 + m * 16 + g];
+                    a[m][1] = as[k0 + t4][wm * 32 + m * 16 + g + 8];
+                }
+#pragma unroll
+                for (int n = 0; n < 4; ++n) b[n] = bsrc[k0 + t4][wn * 32 + n * 8 + g];
+#pragma unroll
+                for (int m = 0; m < 2; ++m)
+#pragma unroll
+                    for (int n = 0; n < 4; ++n)
+                        asm volatile(
+                            "mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+                            : "+d"(acc[m][n][0]), "+d"(acc[m][n][1]), "+d"(acc[m][n][2]), "+d"(acc[m][n][3])
+                            : "d"(a[m][0]), "d"(a[m][1]), "d"(b[n]));
+            }
+        }
+        if (diagonal && tid < CT) {
+#pragma unroll
+            for (int pp = 0; pp < COV_KP; ++pp) colsum += as[pp][tid];
+        }
+        __syncthreads();
+    }
+    double* slot = part_cross + ((i64)blockIdx.y * n_pairs + blockIdx.x) * (CT * CT);
+    if (!idle) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int n = 0; n < 4; ++n)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const int row = wm * 32 + m * 16 + g + 8 * (c >> 1);
+                    const int col = wn * 32 + n * 8 + 2 * t4 + (c & 1);
+                    slot[row * CT + col] += acc[m][n][c];
+                }
+    }
+    if (diagonal && tid < CT) {
+        part_sum[((i64)blockIdx.y * n_tiles + ti) * CT + tid] += colsum;
+    }
+#endif
+}
+
 // Adds the per-split slots of cov_lower: c[i, j] (j <= i) and sums[b] for every band.
 extern "C" __global__ void __launch_bounds__(256) reduce_parts(
     const double* __restrict__ part_cross, const double* __restrict__ part_sum, int n_splits, int n_pairs,

@@ -136,3 +136,4 @@ extern "C" __global__ void __launch_bounds__(256) noise_shift_difference(
     __syncthreads();
     if (threadIdx.x == 0 && block_count != 0) atomicAdd(count, block_count);
 }
+

@@ -103,22 +103,32 @@ extern "C" __global__ void __launch_bounds__(256) project_global(
 
 // The projection for small k (the usual case, k <= 16 per pass): one thread per pixel holding all the
 // pass's components in registers, so that every lane does useful work (the kernel above spreads the
-// components over warps, which wastes most lanes when k is 10). T is in constant memory, padded with
-// zero columns to kpad (a multiple of KP): every thread of the block reads the same T entry, a
-// constant-cache broadcast. The block stages 32 used bands × 256 pixels, converted and centred, in
-// shared memory (rows padded to 257 floats so the staging writes do not collide on one bank).
+// components over warps, which wastes most lanes when k is 10). T is padded with zero columns to kpad
+// (a multiple of KP) and every thread of the block reads the same T entry (a broadcast). The block
+// stages 32 used bands × 256 pixels, converted and centred, in shared memory (rows padded to 257 floats
+// so the staging writes do not collide on one bank).
+// Where T lives: project_px{KP} reads it from constant memory (the published v3). On an H100 that
+// kernel stalls about half its cycles on immediate-constant-cache misses (ncu): T (224 x 12 floats =
+// 10.5 KB) is larger than that cache and every warp walks it at its own pace. project_pxs{KP} copies T
+// once per block into shared memory (dynamic, u x kpad floats) and reads it from there, 4 floats at
+// a time; the host uses it wherever T fits.
 #define PX_BLOCK 256
 #define PX_BANDS 32
-template <int KP>
+template <int KP, bool SMEM_T>
 __device__ __forceinline__ void project_px_body(
     const u8* __restrict__ raw, const u8* __restrict__ valid, i64 npix, int bands, int dtype, int swap,
     const int* __restrict__ used, int n_used, const double* __restrict__ means, int kpad, int k,
-    float* __restrict__ out)
+    float* __restrict__ out, const float* __restrict__ t_pad)
 {
     __shared__ float xs[PX_BANDS][PX_BLOCK + 1];
     __shared__ u8 okp[PX_BLOCK];
+    extern __shared__ __align__(16) float ts[];
     const int tid = threadIdx.x;
     const float nan = __int_as_float(0x7fc00000);
+    if (SMEM_T) {
+        for (int e = tid; e < n_used * kpad; e += PX_BLOCK) ts[e] = t_pad[e];
+        // (the barrier at the top of the pixel loop orders these writes before any read)
+    }
     for (i64 p0 = (i64)blockIdx.x * PX_BLOCK; p0 < npix; p0 += (i64)gridDim.x * PX_BLOCK) {
         const i64 p = p0 + tid;
         okp[tid] = p < npix && (valid == 0 || valid[p]);
@@ -142,8 +152,19 @@ __device__ __forceinline__ void project_px_body(
                 for (int rl = 0; rl < rn; ++rl) {
                     const float xv = xs[rl][tid];
                     const int row = (r0 + rl) * kpad + c0;
+                    if (SMEM_T && KP % 4 == 0) {
 #pragma unroll
-                    for (int c = 0; c < KP; ++c) acc[c] = fmaf(c_transform[row + c], xv, acc[c]);
+                        for (int c = 0; c < KP; c += 4) {
+                            const float4 t4 = *reinterpret_cast<const float4*>(&ts[row + c]);
+                            acc[c] = fmaf(t4.x, xv, acc[c]);
+                            acc[c + 1] = fmaf(t4.y, xv, acc[c + 1]);
+                            acc[c + 2] = fmaf(t4.z, xv, acc[c + 2]);
+                            acc[c + 3] = fmaf(t4.w, xv, acc[c + 3]);
+                        }
+                    } else {
+#pragma unroll
+                        for (int c = 0; c < KP; ++c) acc[c] = fmaf(SMEM_T ? ts[row + c] : c_transform[row + c], xv, acc[c]);
+                    }
                 }
                 __syncthreads();
             }
@@ -163,9 +184,18 @@ __device__ __forceinline__ void project_px_body(
     extern "C" __global__ void __launch_bounds__(256) project_px##KP(                                        \
         const u8* __restrict__ raw, const u8* __restrict__ valid, i64 npix, int bands, int dtype, int swap,  \
         const int* __restrict__ used, int n_used, const double* __restrict__ means, int kpad, int k,         \
-        float* __restrict__ out)                                                                             \
+        float* __restrict__ out, const float* __restrict__ t_pad)                                            \
     {                                                                                                         \
-        project_px_body<KP>(raw, valid, npix, bands, dtype, swap, used, n_used, means, kpad, k, out);        \
+        project_px_body<KP, false>(raw, valid, npix, bands, dtype, swap, used, n_used, means, kpad, k, out,   \
+                                   t_pad);                                                                    \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(256) project_pxs##KP(                                       \
+        const u8* __restrict__ raw, const u8* __restrict__ valid, i64 npix, int bands, int dtype, int swap,  \
+        const int* __restrict__ used, int n_used, const double* __restrict__ means, int kpad, int k,         \
+        float* __restrict__ out, const float* __restrict__ t_pad)                                            \
+    {                                                                                                         \
+        project_px_body<KP, true>(raw, valid, npix, bands, dtype, swap, used, n_used, means, kpad, k, out,    \
+                                  t_pad);                                                                     \
     }
 PROJECT_PX(1)
 PROJECT_PX(2)

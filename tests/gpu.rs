@@ -58,22 +58,35 @@ fn stats_of(backend: &dyn Backend, cube: &Cube, spec: &StatsSpec) -> (Statistics
     let mut prepared = backend.prepare(cube, &Monitor::silent()).expect("prepare");
     let mut early = None;
     let s = prepared
-        .statistics(spec, &mut |m: &Moments| early = Some(m.clone()), &Monitor::silent())
+        .statistics(
+            spec,
+            &mut |m: &Moments| early = Some(m.clone()),
+            &Monitor::silent(),
+        )
         .expect("statistics");
     (s, early)
 }
 
 /// Both covariances within 1e-5 (relative Frobenius), identical counts, means close.
 fn assert_stats_match(what: &str, gpu: &Statistics, cpu: &Statistics) {
-    assert_eq!(gpu.masked_pixels, cpu.masked_pixels, "{what}: masked pixels");
-    for (name, g, c) in [("data", &gpu.data, &cpu.data), ("noise", &gpu.noise, &cpu.noise)] {
+    assert_eq!(
+        gpu.masked_pixels, cpu.masked_pixels,
+        "{what}: masked pixels"
+    );
+    for (name, g, c) in [
+        ("data", &gpu.data, &cpu.data),
+        ("noise", &gpu.noise, &cpu.noise),
+    ] {
         assert_eq!(g.n, c.n, "{what}: {name} count");
         if c.n < 2 {
             continue;
         }
         let e = rel_fro(&g.covariance().unwrap(), &c.covariance().unwrap());
         eprintln!("{what}: {name} covariance rel. error {e:.2e}");
-        assert!(e <= 1e-5, "{what}: {name} covariance rel. error {e:.3e} > 1e-5");
+        assert!(
+            e <= 1e-5,
+            "{what}: {name} covariance rel. error {e:.3e} > 1e-5"
+        );
         // Means: within 1e-6 standard deviations (what a projection centred on them would notice).
         for i in 0..c.bands {
             let sd = c.variance(i).sqrt();
@@ -125,8 +138,10 @@ fn random_cube(
     for l in 0..lines {
         for s in 0..samples {
             for b in 0..bands {
-                let smooth = (l as f64 * 0.07 + phases[2 * b]).sin() * (s as f64 * 0.05 + phases[2 * b + 1]).cos();
-                let x = (mid + amp * smooth + amp * 0.3 * rng.random_range(-1.0..1.0)).clamp(lo, hi);
+                let smooth = (l as f64 * 0.07 + phases[2 * b]).sin()
+                    * (s as f64 * 0.05 + phases[2 * b + 1]).cos();
+                let x =
+                    (mid + amp * smooth + amp * 0.3 * rng.random_range(-1.0..1.0)).clamp(lo, hi);
                 macro_rules! put {
                     ($v:expr) => {
                         match order {
@@ -149,7 +164,16 @@ fn random_cube(
             }
         }
     }
-    Cube::from_raw(lines, samples, bands, dtype, order, data, CubeMeta::default()).expect("consistent sizes")
+    Cube::from_raw(
+        lines,
+        samples,
+        bands,
+        dtype,
+        order,
+        data,
+        CubeMeta::default(),
+    )
+    .expect("consistent sizes")
 }
 
 #[test]
@@ -174,7 +198,11 @@ fn statistics_match_cpu_for_every_data_type_and_byte_order() {
                     let what = format!("{} {dtype:?} {order:?} {l}x{s}x{b} {noise:?}", g.name());
                     let (gs, early) = stats_of(g, &cube, &sp);
                     assert_stats_match(&what, &gs, &c);
-                    assert_eq!(early.as_ref(), Some(&gs.noise), "{what}: on_noise got other moments");
+                    assert_eq!(
+                        early.as_ref(),
+                        Some(&gs.noise),
+                        "{what}: on_noise got other moments"
+                    );
                 }
             }
         }
@@ -202,7 +230,16 @@ fn statistics_match_cpu_with_no_data_and_noise_window() {
             let at = ((l * 45 + s) * 37 + b) * 2;
             raw[at..at + 2].copy_from_slice(&(-9999i16).to_le_bytes());
         }
-        let cube = Cube::from_raw(61, 45, 37, DataType::I16, ByteOrder::Little, raw, CubeMeta::default()).unwrap();
+        let cube = Cube::from_raw(
+            61,
+            45,
+            37,
+            DataType::I16,
+            ByteOrder::Little,
+            raw,
+            CubeMeta::default(),
+        )
+        .unwrap();
         for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
             for window in [
                 None,
@@ -226,30 +263,39 @@ fn statistics_match_cpu_with_no_data_and_noise_window() {
     }
 }
 
-/// Both covariance kernels (float64 tensor cores, float64 FMAs) on a real cube and a random one.
+/// The fallback covariance kernels (float64 FMAs; the sm_80 tensor-core kernel, mma.m8n8k4) on the real
+/// cubes and a random one; the default (sm_90 mma.m16n8k4 on an H100) is exercised by every other test.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn both_covariance_kernels_match_cpu() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
     let cpu = CpuBackend::new();
-    let fma = gpu(Route::Kernels).with_fma_covariance();
-    let mut cubes = real_cubes();
-    cubes.push((
-        "random f32".into(),
-        random_cube(&mut rng, 57, 71, 133, DataType::F32, ByteOrder::Little),
-    ));
-    for (name, cube) in cubes {
-        for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
-            let sp = spec(noise, &cube);
-            let (c, _) = stats_of(&cpu, &cube, &sp);
-            let (g, _) = stats_of(&fma, &cube, &sp);
-            assert_stats_match(&format!("fma kernel {name} {noise:?}"), &g, &c);
-            let params = MnfParams {
-                components: Some(10),
-                noise,
-                ..Default::default()
-            };
-            assert_pipeline_matches(&format!("fma kernel {name} {noise:?}"), &cube, &params, &fma);
+    let default_kernel = gpu(Route::Kernels).covariance_kernel();
+    eprintln!("default covariance kernel: {default_kernel}");
+    for fallback in [
+        gpu(Route::Kernels).with_fma_covariance(),
+        gpu(Route::Kernels).with_m8_covariance(),
+    ] {
+        let fma = fallback;
+        let which = fma.covariance_kernel();
+        let mut cubes = real_cubes();
+        cubes.push((
+            "random f32".into(),
+            random_cube(&mut rng, 57, 71, 133, DataType::F32, ByteOrder::Little),
+        ));
+        for (name, cube) in cubes {
+            for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
+                let sp = spec(noise, &cube);
+                let (c, _) = stats_of(&cpu, &cube, &sp);
+                let (g, _) = stats_of(&fma, &cube, &sp);
+                assert_stats_match(&format!("{which} {name} {noise:?}"), &g, &c);
+                let params = MnfParams {
+                    components: Some(10),
+                    noise,
+                    ..Default::default()
+                };
+                assert_pipeline_matches(&format!("{which} {name} {noise:?}"), &cube, &params, &fma);
+            }
         }
     }
 }
@@ -308,10 +354,17 @@ fn assert_pipeline_matches(what: &str, cube: &Cube, params: &MnfParams, g: &dyn 
             eprintln!("{what}: both fail alike: {ce}");
             return;
         }
-        (c, r) => panic!("{what}: CPU {:?} vs GPU {:?}", c.map(|_| "ok"), r.map(|_| "ok")),
+        (c, r) => panic!(
+            "{what}: CPU {:?} vs GPU {:?}",
+            c.map(|_| "ok"),
+            r.map(|_| "ok")
+        ),
     };
     assert_eq!(r.k, c.k, "{what}: k");
-    assert_eq!(r.metadata.bands_used, c.metadata.bands_used, "{what}: bands used");
+    assert_eq!(
+        r.metadata.bands_used, c.metadata.bands_used,
+        "{what}: bands used"
+    );
     let top = c.metadata.eigenvalues.len().min(10);
     for i in 0..top {
         let (x, y) = (r.metadata.eigenvalues[i], c.metadata.eigenvalues[i]);
@@ -403,7 +456,12 @@ fn pipeline_matches_cpu_on_edge_cases() {
                     noise,
                     ..Default::default()
                 };
-                assert_pipeline_matches(&format!("{route:?} {lines} lines {noise:?}"), &cube, &params, &g);
+                assert_pipeline_matches(
+                    &format!("{route:?} {lines} lines {noise:?}"),
+                    &cube,
+                    &params,
+                    &g,
+                );
             }
         }
         // Width not a multiple of any tile, k = 1 and k = bands, with the inverse.
@@ -456,8 +514,11 @@ fn projection_kernels_match_cpu() {
             .unwrap()
             .project(&proj, &mut want, &Monitor::silent())
             .unwrap();
-        for route in ROUTES {
-            let g = gpu(route);
+        let variants = ROUTES.iter().map(|&r| (format!("{r:?}"), gpu(r))).chain([(
+            "Kernels, T in constant memory".to_string(),
+            gpu(Route::Kernels).with_constant_projection(),
+        )]);
+        for (route, g) in variants {
             let mut got = vec![f32::INFINITY; 50 * 43 * k];
             g.prepare(&cube, &Monitor::silent())
                 .unwrap()
@@ -465,9 +526,12 @@ fn projection_kernels_match_cpu() {
                 .unwrap();
             assert!(
                 got.iter().zip(&want).all(|(a, b)| a.is_nan() == b.is_nan()),
-                "{route:?} k={k}: NaN pattern"
+                "{route} k={k}: NaN pattern"
             );
-            assert!(got.iter().any(|v| v.is_nan()), "the masked pixel must be NaN");
+            assert!(
+                got.iter().any(|v| v.is_nan()),
+                "the masked pixel must be NaN"
+            );
             let (a, b): (Vec<f64>, Vec<f64>) = got
                 .iter()
                 .zip(&want)
@@ -475,8 +539,8 @@ fn projection_kernels_match_cpu() {
                 .map(|(x, y)| (*x as f64, *y as f64))
                 .unzip();
             let e = rel_fro(&a, &b);
-            eprintln!("{route:?} projection k={k}: rel. error {e:.2e}");
-            assert!(e <= 1e-5, "{route:?} projection k={k}: rel. error {e:.3e}");
+            eprintln!("{route} projection k={k}: rel. error {e:.2e}");
+            assert!(e <= 1e-5, "{route} projection k={k}: rel. error {e:.3e}");
         }
     }
 }
@@ -508,7 +572,12 @@ fn streamed_cube_matches_resident_and_cpu() {
                 inverse: true,
                 ..Default::default()
             };
-            assert_pipeline_matches(&format!("{route:?} streamed {noise:?}"), &cube, &params, &small);
+            assert_pipeline_matches(
+                &format!("{route:?} streamed {noise:?}"),
+                &cube,
+                &params,
+                &small,
+            );
         }
     }
 }
@@ -541,7 +610,12 @@ fn sanitizer_small_case() {
         };
         assert_pipeline_matches(&format!("sanitizer {route:?}"), &cube, &params, &g);
         let streamed = gpu(route).with_memory_budget(cube.raw().len() / 4);
-        assert_pipeline_matches(&format!("sanitizer streamed {route:?}"), &cube, &params, &streamed);
+        assert_pipeline_matches(
+            &format!("sanitizer streamed {route:?}"),
+            &cube,
+            &params,
+            &streamed,
+        );
     }
 }
 
@@ -553,9 +627,61 @@ fn device_name_and_backend_names() {
     assert_eq!(g.name(), "cuda");
     assert_eq!(gpu(Route::Cublas).name(), "cuda-cublas");
     let auto = hypermnf::backend::select(hypermnf::mnf::BackendChoice::Auto).unwrap();
-    assert_eq!(auto.name(), "cuda", "auto must pick the GPU where there is one");
+    assert_eq!(
+        auto.name(),
+        "cuda",
+        "auto must pick the GPU where there is one"
+    );
     // /metrics reports the device memory in use: a context and the loaded kernels take some.
-    let (used, total) = g.memory_in_use().expect("a CUDA backend knows its device memory");
+    let (used, total) = g
+        .memory_in_use()
+        .expect("a CUDA backend knows its device memory");
     assert!(used > 0 && used <= total, "used {used} of {total}");
-    assert!(hypermnf::backend::cpu::CpuBackend::new().memory_in_use().is_none());
+    assert!(hypermnf::backend::cpu::CpuBackend::new()
+        .memory_in_use()
+        .is_none());
+}
+
+/// The eigen step on the device (cuSOLVER syevd) against the host (faer) and the CPU backend, on the
+/// real cubes: the eigenvalues agree to 1e-9 and the components correlate ≥ 0.9999.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn device_eigen_step_matches_host() {
+    let dev = gpu(Route::Kernels);
+    assert!(
+        dev.eigen_on_device(),
+        "libcusolver should be available on the GPU host"
+    );
+    let host = gpu(Route::Kernels).with_host_eigen();
+    assert!(!host.eigen_on_device());
+    for (name, cube) in real_cubes() {
+        for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
+            let params = MnfParams {
+                components: Some(10),
+                noise,
+                ..Default::default()
+            };
+            let a =
+                hypermnf::mnf::pipeline::analyse(&cube, &params, &dev, &Monitor::silent()).unwrap();
+            let b = hypermnf::mnf::pipeline::analyse(&cube, &params, &host, &Monitor::silent())
+                .unwrap();
+            let worst = a
+                .eigenvalues
+                .iter()
+                .zip(&b.eigenvalues)
+                .map(|(x, y)| (x - y).abs() / y.abs().max(1e-300))
+                .fold(0.0f64, f64::max);
+            eprintln!("{name} {noise:?}: device vs host eigenvalues, max rel. diff {worst:.2e}");
+            assert!(
+                worst <= 1e-9,
+                "{name} {noise:?}: eigenvalues differ by {worst:.3e}"
+            );
+            assert_pipeline_matches(
+                &format!("device eigen {name} {noise:?}"),
+                &cube,
+                &params,
+                &dev,
+            );
+        }
+    }
 }

@@ -49,7 +49,11 @@ pub trait Backend: Send + Sync {
         None
     }
     /// Gets ready to run passes over `cube` (the CUDA backend uploads it here when it fits).
-    fn prepare<'c>(&'c self, cube: &'c Cube, monitor: &Monitor) -> Result<Box<dyn PreparedCube + 'c>, BackendError>;
+    fn prepare<'c>(
+        &'c self,
+        cube: &'c Cube,
+        monitor: &Monitor,
+    ) -> Result<Box<dyn PreparedCube + 'c>, BackendError>;
 }
 
 /// One cube made ready by a backend; the passes run in the order statistics → project → denoise.
@@ -65,10 +69,25 @@ pub trait PreparedCube {
     ) -> Result<Statistics, BackendError>;
 
     /// Z = Tᵀ(x − μ) into `out` (lines × samples × k, BIP); masked pixels NaN.
-    fn project(&mut self, projection: &Projection, out: &mut [f32], monitor: &Monitor) -> Result<(), BackendError>;
+    fn project(
+        &mut self,
+        projection: &Projection,
+        out: &mut [f32],
+        monitor: &Monitor,
+    ) -> Result<(), BackendError>;
 
     /// The inverse MNF into `out` (lines × samples × bands, BIP).
-    fn denoise(&mut self, denoise: &Denoise, out: &mut [f32], monitor: &Monitor) -> Result<(), BackendError>;
+    fn denoise(
+        &mut self,
+        denoise: &Denoise,
+        out: &mut [f32],
+        monitor: &Monitor,
+    ) -> Result<(), BackendError>;
+    /// Where the symmetric eigendecomposition of the MNF runs when not in faer on the host (the CUDA
+    /// backend's cuSOLVER); `None`: on the host.
+    fn eigen_solver(&self) -> Option<&dyn crate::mnf::eigen::GeneralizedEigenSolver> {
+        None
+    }
 }
 
 /// Creates the backend asked for. `Auto` tries CUDA and falls back to the CPU, logging why.

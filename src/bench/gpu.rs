@@ -89,8 +89,21 @@ fn time_runs(warmup: usize, runs: usize, mut f: impl FnMut() -> anyhow::Result<(
 /// One MNF on the GPU backend at library level: what `mnf::run` does, minus output allocation and
 /// metadata. Returns the host milliseconds of the eigen work that did not overlap the device.
 fn backend_mnf(be: &CudaBackend, cube: &Cube, k: usize, out: &mut [f32]) -> anyhow::Result<f64> {
+    backend_mnf_phases(be, cube, k, out).map(|p| p[2])
+}
+
+/// [`backend_mnf`] with the wall time of each phase: prepare, statistics (until the moments are on the
+/// host), eigen, projection (until the components are in `out`).
+fn backend_mnf_phases(
+    be: &CudaBackend,
+    cube: &Cube,
+    k: usize,
+    out: &mut [f32],
+) -> anyhow::Result<[f64; 4]> {
     let monitor = Monitor::silent();
+    let t_prep = Instant::now();
     let mut prep = be.prepare_cuda(cube)?;
+    let prepare_ms = t_prep.elapsed().as_secs_f64() * 1e3;
     let pre = bands::preselect(cube.bands(), cube.meta.bbl.as_deref(), &[]);
     let noise_kind = NoiseEstimator::MeanFilter;
     let spec = StatsSpec {
@@ -107,14 +120,23 @@ fn backend_mnf(be: &CudaBackend, cube: &Cube, k: usize, out: &mut [f32]) -> anyh
             .iter()
             .map(|v| v / scale)
             .collect();
-        Ok((sel.used.clone(), eigen::NoiseWhitening::new(&cn, sel.used.len())?))
+        Ok((
+            sel.used.clone(),
+            eigen::NoiseWhitening::new(&cn, sel.used.len())?,
+        ))
     };
     let mut early = None;
+    let t_stats = Instant::now();
     let stats = prep.statistics(&spec, &mut |n: &Moments| early = Some(whiten(n)), &monitor)?;
+    let stats_ms = t_stats.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
     let (used, w) = early.context("on_noise was not called")??;
-    let cd = bands::submatrix(&stats.data.covariance().context("too few pixels")?, cube.bands(), &used);
-    let pairs = eigen::solve(&w, &cd)?;
+    let cd = bands::submatrix(
+        &stats.data.covariance().context("too few pixels")?,
+        cube.bands(),
+        &used,
+    );
+    let pairs = eigen::solve_with(&w, &cd, crate::backend::PreparedCube::eigen_solver(&prep))?;
     let eigen_ms = t.elapsed().as_secs_f64() * 1e3;
     let u = used.len();
     let mut tk = Vec::with_capacity(u * k);
@@ -129,8 +151,14 @@ fn backend_mnf(be: &CudaBackend, cube: &Cube, k: usize, out: &mut [f32]) -> anyh
         ignore_value: spec.ignore_value,
         mask_bands: pre.used.clone(),
     };
+    let t_proj = Instant::now();
     prep.project(&projection, out, &monitor)?;
-    Ok(eigen_ms)
+    Ok([
+        prepare_ms,
+        stats_ms,
+        eigen_ms,
+        t_proj.elapsed().as_secs_f64() * 1e3,
+    ])
 }
 
 /// Host → device copy of the whole raw cube from page-locked memory, timed alone.
@@ -178,12 +206,51 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             match be.register_host(cube.raw()) {
                 Err(e) => eprintln!("bench gpu: cannot page-lock the cube ({e}); pinned-input rows skipped"),
                 Ok(_reg) => {
-                    let mut eig = Vec::new();
+                    // The two design choices measured against their alternatives on the same cube: the
+                    // eigen step on the host (faer) and T in constant memory (the published v3).
+                    if route == Route::Kernels {
+                        let variants = [
+                            (
+                                "host eigen (faer)",
+                                CudaBackend::new(route)?.with_host_eigen(),
+                            ),
+                            (
+                                "T in constant memory",
+                                CudaBackend::new(route)?.with_constant_projection(),
+                            ),
+                        ];
+                        for (what, vb) in variants {
+                            let mut eig = Vec::new();
+                            let (m, lo) = time_runs(args.warmup, args.runs, || {
+                                eig.push(backend_mnf(&vb, &cube, k, &mut out)?);
+                                Ok(())
+                            })?;
+                            rows.push(Row {
+                                scale,
+                                lines: cube.lines(),
+                                what: format!("{label}: backend, pinned input, {what}"),
+                                median_ms: m,
+                                min_ms: lo,
+                                runs: args.runs,
+                                timeline: vb.last_timeline(),
+                                eigen_ms: Some(median(eig).0),
+                            });
+                        }
+                    }
+                    let mut phases: Vec<[f64; 4]> = Vec::new();
                     let (m, lo) = time_runs(args.warmup, args.runs, || {
-                        eig.push(backend_mnf(&be, &cube, k, &mut out)?);
+                        phases.push(backend_mnf_phases(&be, &cube, k, &mut out)?);
                         Ok(())
                     })?;
-                    let eigen_ms = median(eig).0;
+                    let phase = |i: usize| median(phases.iter().map(|p| p[i]).collect()).0;
+                    let eigen_ms = phase(2);
+                    eprintln!(
+                        "bench gpu: {scale}x {label} wall phases (medians, ms): prepare {:.2}, statistics {:.2}, eigen {:.2}, projection {:.2}",
+                        phase(0),
+                        phase(1),
+                        phase(2),
+                        phase(3)
+                    );
                     rows.push(Row {
                         scale,
                         lines: cube.lines(),

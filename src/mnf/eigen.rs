@@ -38,6 +38,15 @@ impl NoiseWhitening {
     }
 }
 
+/// The whitened eigenproblem solved elsewhere than in faer on this thread (the CUDA backend: cuBLAS
+/// triangular solves and cuSOLVER `syevd` on the device). Given the Cholesky factor L of C_N (n × n,
+/// lower, column-major) and C_D (n × n, symmetric), it returns the eigenvalues of A = L⁻¹ C_D L⁻ᵀ in any
+/// order and W = L⁻ᵀ V (the eigenvectors V of A as columns; n × n column-major) in the same order.
+pub trait GeneralizedEigenSolver: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn solve(&self, l: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), String>;
+}
+
 /// Eigenvalues (descending) and the transform W (n × n, row-major; column c = component c).
 #[derive(Debug, Clone)]
 pub struct EigenPairs {
@@ -49,24 +58,66 @@ pub struct EigenPairs {
 /// Columns are normalised so that Wᵀ C_N W = I and signed so that each column's largest-magnitude
 /// loading is positive (a deterministic convention: cached and repeated results are identical).
 pub fn solve(whitening: &NoiseWhitening, cd: &[f64]) -> Result<EigenPairs, MnfError> {
+    solve_with(whitening, cd, None)
+}
+
+/// [`solve`], with the symmetric eigendecomposition done by `device` when given (falling back to faer,
+/// with a warning, if it fails: the answer is the same within rounding either way).
+pub fn solve_with(
+    whitening: &NoiseWhitening,
+    cd: &[f64],
+    device: Option<&dyn GeneralizedEigenSolver>,
+) -> Result<EigenPairs, MnfError> {
     let n = whitening.n;
     let l = whitening.l.as_ref();
-    // Y = L⁻¹ C_D, then A = L⁻¹ Yᵀ = L⁻¹ C_D L⁻ᵀ (C_D is symmetric).
-    let mut y = Mat::<f64>::from_fn(n, n, |i, j| cd[i * n + j]);
-    l.solve_lower_triangular_in_place(y.as_mut());
-    let mut a = y.transpose().to_owned();
-    l.solve_lower_triangular_in_place(a.as_mut());
-    // Symmetrise away rounding so the symmetric solver sees an exactly symmetric matrix.
-    let a = Mat::<f64>::from_fn(n, n, |i, j| 0.5 * (a[(i, j)] + a[(j, i)]));
-    if (0..n).any(|j| (0..n).any(|i| !a[(i, j)].is_finite())) {
-        return Err(MnfError::Degenerate("the whitened data covariance is not finite".into()));
-    }
-    let evd = a
-        .self_adjoint_eigen(Side::Lower)
-        .map_err(|e| MnfError::Degenerate(format!("the symmetric eigendecomposition did not converge: {e:?}")))?;
-    let mut w = evd.U().to_owned();
-    l.transpose().solve_upper_triangular_in_place(w.as_mut());
-    let values: Vec<f64> = (0..n).map(|i| evd.S()[i]).collect();
+    let on_device = device.and_then(|d| {
+        let l_cols: Vec<f64> = (0..n)
+            .flat_map(|j| (0..n).map(move |i| l[(i, j)]))
+            .collect();
+        match d.solve(&l_cols, cd, n) {
+            Ok((values, w)) if values.len() == n && w.len() == n * n => {
+                if values.iter().chain(&w).all(|v| v.is_finite()) {
+                    Some((values, Mat::<f64>::from_fn(n, n, |i, j| w[j * n + i])))
+                } else {
+                    tracing::warn!("{}: non-finite result; solving on the host", d.name());
+                    None
+                }
+            }
+            Ok(_) => {
+                tracing::warn!("{}: wrong result shape; solving on the host", d.name());
+                None
+            }
+            Err(e) => {
+                tracing::warn!("{}: {e}; solving on the host", d.name());
+                None
+            }
+        }
+    });
+    let (values, w) = match on_device {
+        Some(vw) => vw,
+        None => {
+            // Y = L⁻¹ C_D, then A = L⁻¹ Yᵀ = L⁻¹ C_D L⁻ᵀ (C_D is symmetric).
+            let mut y = Mat::<f64>::from_fn(n, n, |i, j| cd[i * n + j]);
+            l.solve_lower_triangular_in_place(y.as_mut());
+            let mut a = y.transpose().to_owned();
+            l.solve_lower_triangular_in_place(a.as_mut());
+            // Symmetrise away rounding so the symmetric solver sees an exactly symmetric matrix.
+            let a = Mat::<f64>::from_fn(n, n, |i, j| 0.5 * (a[(i, j)] + a[(j, i)]));
+            if (0..n).any(|j| (0..n).any(|i| !a[(i, j)].is_finite())) {
+                return Err(MnfError::Degenerate(
+                    "the whitened data covariance is not finite".into(),
+                ));
+            }
+            let evd = a.self_adjoint_eigen(Side::Lower).map_err(|e| {
+                MnfError::Degenerate(format!(
+                    "the symmetric eigendecomposition did not converge: {e:?}"
+                ))
+            })?;
+            let mut w = evd.U().to_owned();
+            l.transpose().solve_upper_triangular_in_place(w.as_mut());
+            ((0..n).map(|i| evd.S()[i]).collect::<Vec<f64>>(), w)
+        }
+    };
 
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(|&i, &j| values[j].total_cmp(&values[i]));

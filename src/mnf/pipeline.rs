@@ -110,7 +110,7 @@ fn analyse_prepared(
         return Err(MnfError::Degenerate("every band is constant or noise-free".into()));
     }
     let cd = bands::submatrix(&stats.data.covariance().expect("checked n >= 2"), cube.bands(), &sel.used);
-    let pairs = eigen::solve(&whitening, &cd)?;
+    let pairs = eigen::solve_with(&whitening, &cd, prepared.eigen_solver())?;
     let eigen_ms = t1.elapsed().as_secs_f64() * 1e3 + noise_ms;
     timings.insert("statistics".into(), stats_ms - noise_ms.min(stats_ms));
     timings.insert("eigen".into(), eigen_ms);

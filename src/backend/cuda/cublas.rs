@@ -52,7 +52,7 @@ impl Blas {
         }
     }
 
-    fn bind(&self, stream: &CudaStream) -> Result<(), BackendError> {
+    pub(crate) fn bind(&self, stream: &CudaStream) -> Result<(), BackendError> {
         // SAFETY: valid handle and stream.
         check("cublasSetStream", unsafe {
             blas::cublasSetStream_v2(self.handle, stream.cu_stream() as _)
@@ -122,6 +122,50 @@ impl Blas {
                 &beta,
                 z as *mut f32,
                 k as i32,
+            )
+        })
+    }
+}
+
+impl Blas {
+    /// B (n × n, column-major, in place) = op(L)⁻¹ B (`left`) or B op(L)⁻¹, L lower triangular (n × n,
+    /// column-major), op(L) = Lᵀ when `transpose`.
+    pub(crate) fn dtrsm_lower(
+        &self,
+        stream: &CudaStream,
+        left: bool,
+        transpose: bool,
+        n: usize,
+        l: u64,
+        b: u64,
+    ) -> Result<(), BackendError> {
+        self.bind(stream)?;
+        let alpha = 1.0f64;
+        let side = if left {
+            blas::cublasSideMode_t::CUBLAS_SIDE_LEFT
+        } else {
+            blas::cublasSideMode_t::CUBLAS_SIDE_RIGHT
+        };
+        let op = if transpose {
+            blas::cublasOperation_t::CUBLAS_OP_T
+        } else {
+            blas::cublasOperation_t::CUBLAS_OP_N
+        };
+        // SAFETY: l and b hold n × n doubles on the stream's device.
+        check("cublasDtrsm", unsafe {
+            blas::cublasDtrsm_v2(
+                self.handle,
+                side,
+                blas::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER,
+                op,
+                blas::cublasDiagType_t::CUBLAS_DIAG_NON_UNIT,
+                n as i32,
+                n as i32,
+                &alpha,
+                l as *const f64,
+                n as i32,
+                b as *mut f64,
+                n as i32,
             )
         })
     }

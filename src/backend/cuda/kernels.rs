@@ -87,10 +87,15 @@ pub(crate) struct Kernels {
     col_sums: CudaFunction,
     cov_lower: CudaFunction,
     cov_lower_dmma: CudaFunction,
+    /// The covariance on sm_90's mma.m16n8k4 (compute capability 9.0 and later; see covariance.cu).
+    pub(crate) cov_lower_m16: Option<CudaFunction>,
     reduce_parts: CudaFunction,
     widen_f64: CudaFunction,
-    /// project_px{KP}, by KP.
+    /// project_px{KP} (T in constant memory), by KP.
     project_px: Vec<(usize, CudaFunction)>,
+    /// project_pxs{KP} (T staged in shared memory), by KP; empty where the opt-in to large dynamic
+    /// shared memory failed.
+    pub(crate) project_pxs: Vec<(usize, CudaFunction)>,
     project_global: CudaFunction,
     pass_through: CudaFunction,
     convert_centred_used: CudaFunction,
@@ -144,12 +149,37 @@ impl Kernels {
             cov_lower: f("cov_lower")?,
             cov_lower_dmma: f("cov_lower_dmma")?,
             use_dmma: major >= 8,
+            cov_lower_m16: if major >= 9 {
+                Some(f("cov_lower_m16")?)
+            } else {
+                None
+            },
             reduce_parts: f("reduce_parts")?,
             widen_f64: f("widen_f64")?,
             project_px: PX_KP
                 .iter()
                 .map(|&kp| Ok((kp, f(&format!("project_px{kp}"))?)))
                 .collect::<Result<_, BackendError>>()?,
+            project_pxs: {
+                let mut v = Vec::new();
+                for &kp in PX_KP.iter() {
+                    let func = f(&format!("project_pxs{kp}"))?;
+                    // T takes up to MAX_CONST_T floats of dynamic shared memory, past the default 48 KB.
+                    let opt_in = func.set_attribute(
+                        cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        (MAX_CONST_T * 4) as i32,
+                    );
+                    match opt_in {
+                        Ok(()) => v.push((kp, func)),
+                        Err(e) => {
+                            tracing::info!("projection with T in shared memory unavailable ({e}); using constant memory");
+                            v.clear();
+                            break;
+                        }
+                    }
+                }
+                v
+            },
             project_global: f("project_global")?,
             pass_through: f("pass_through")?,
             convert_centred_used: f("convert_centred_used")?,
@@ -327,22 +357,30 @@ impl Kernels {
         if npix == 0 {
             return Ok(());
         }
-        let per_split = (npix as u64).div_ceil(parts.splits as u64).div_ceil(16) * 16;
-        let per_split = per_split.max(16) as i64;
+        // The m16 kernel stages 32 pixels per step and runs 128 threads; the others 16 and 256.
+        let (step, threads) = if self.cov_lower_m16.is_some() {
+            (32, 128)
+        } else {
+            (16, THREADS)
+        };
+        let per_split = (npix as u64).div_ceil(parts.splits as u64).div_ceil(step) * step;
+        let per_split = per_split.max(step) as i64;
         let bands = parts.bands as i32;
         let (pairs, tiles) = (parts.pairs as i32, parts.tiles as i32);
         let cfg = LaunchConfig {
             grid_dim: (parts.pairs as u32, parts.splits as u32, 1),
-            block_dim: (THREADS, 1, 1),
+            block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
         };
         let (pc, ps) = (parts.cross.ptr(), parts.sum.ptr());
-        let f = if self.use_dmma {
+        let f = if let Some(m16) = &self.cov_lower_m16 {
+            m16
+        } else if self.use_dmma {
             &self.cov_lower_dmma
         } else {
             &self.cov_lower
         };
-        // SAFETY: matches cov_lower / cov_lower_dmma in covariance.cu; parts holds splits × pairs tiles.
+        // SAFETY: matches cov_lower / cov_lower_dmma / cov_lower_m16 in covariance.cu; parts holds splits × pairs tiles.
         unsafe {
             s.launch_builder(f)
                 .arg(&d)
@@ -457,11 +495,13 @@ impl Kernels {
         .map_err(cuda("launch project_global"))
     }
 
-    /// The projection with T (u × kpad, zero-padded) in constant memory, `kp` components per pass.
+    /// The projection with T (u × kpad, zero-padded) `kp` components per pass: from shared memory when
+    /// `t_pad` (the same T in device memory) is given, else from constant memory (already filled).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn project_px(
         &self,
         s: &CudaStream,
+        t_pad: Option<u64>,
         kp: usize,
         raw: u64,
         valid: u64,
@@ -478,19 +518,33 @@ impl Kernels {
         if npix == 0 {
             return Ok(());
         }
-        let f = &self
-            .project_px
+        let list = if t_pad.is_some() {
+            &self.project_pxs
+        } else {
+            &self.project_px
+        };
+        let f = &list
             .iter()
             .find(|(p, _)| *p == kp)
-            .ok_or_else(|| BackendError::Invalid(format!("no projection kernel for {kp} components per pass")))?
+            .ok_or_else(|| {
+                BackendError::Invalid(format!("no projection kernel for {kp} components per pass"))
+            })?
             .1;
-        let blocks = (npix as u64).div_ceil(THREADS as u64).clamp(1, self.sms as u64 * 8) as u32;
+        let blocks = (npix as u64)
+            .div_ceil(THREADS as u64)
+            .clamp(1, self.sms as u64 * 8) as u32;
+        let t_ptr = t_pad.unwrap_or(0);
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
             block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: if t_pad.is_some() {
+                (n_used as u32) * (kpad as u32) * 4
+            } else {
+                0
+            },
         };
-        // SAFETY: matches project_px{KP} in transform.cu.
+        // SAFETY: matches project_px{KP} / project_pxs{KP} in transform.cu (u × kpad floats of T at
+        // t_pad, that many bytes of dynamic shared memory).
         unsafe {
             s.launch_builder(f)
                 .arg(&raw)
@@ -505,6 +559,7 @@ impl Kernels {
                 .arg(&kpad)
                 .arg(&k)
                 .arg(&out)
+                .arg(&t_ptr)
                 .launch(cfg)
         }
         .map(|_| ())

@@ -14,6 +14,7 @@ mod cublas;
 mod device;
 mod kernels;
 mod prepared;
+mod solver;
 
 use std::sync::{Arc, Mutex};
 
@@ -38,6 +39,8 @@ pub enum Route {
 /// Environment variable: the device memory (bytes) the backend may use for a cube before it streams
 /// the cube in chunks instead of keeping it on the device. Tests set a small value to force streaming.
 pub const MEMORY_BUDGET_ENV: &str = "HYPERMNF_GPU_MEMORY_BUDGET";
+/// `host` keeps the eigen step in faer on the host (the default solves it with cuSOLVER on the device).
+pub const EIGEN_ENV: &str = "HYPERMNF_EIGEN";
 
 /// Idle device buffers kept for the next pass or cube (a resident cube of the benchmark's 16× size
 /// is 4.8 GB).
@@ -53,6 +56,10 @@ pub struct CudaBackend {
     budget: Option<usize>,
     registry: Arc<Mutex<Vec<(usize, usize)>>>,
     blas: Option<Mutex<cublas::Blas>>,
+    /// cuSOLVER for the eigen step (None: libcusolver missing, or HYPERMNF_EIGEN=host).
+    eigen: Option<solver::DeviceEigen>,
+    /// Project with T in constant memory (the published v3) instead of shared memory.
+    constant_projection: bool,
     /// The constant-memory T is one per module: projections that use it take turns.
     const_lock: Mutex<()>,
     last_timeline: Mutex<Option<Timeline>>,
@@ -69,18 +76,36 @@ impl CudaBackend {
         let kernels = kernels::Kernels::load(&ctx)?;
         let blas = match route {
             Route::Cublas => {
-                ctx.bind_to_thread().map_err(device::cuda("cuCtxSetCurrent"))?;
+                ctx.bind_to_thread()
+                    .map_err(device::cuda("cuCtxSetCurrent"))?;
                 Some(Mutex::new(cublas::Blas::new()?))
             }
             Route::Kernels => None,
         };
         let budget = match std::env::var(MEMORY_BUDGET_ENV) {
             Ok(v) => Some(v.trim().parse::<usize>().map_err(|_| {
-                BackendError::Invalid(format!("{MEMORY_BUDGET_ENV} must be a number of bytes, not {v:?}"))
+                BackendError::Invalid(format!(
+                    "{MEMORY_BUDGET_ENV} must be a number of bytes, not {v:?}"
+                ))
             })?),
             Err(_) => None,
         };
-        tracing::debug!(device = %device_name, ptx = ?kernels.origin, "CUDA backend ready");
+        let eigen = match std::env::var(EIGEN_ENV).as_deref().map(str::trim) {
+            Ok("host") => None,
+            Ok("device") | Ok("") | Err(_) => match solver::DeviceEigen::new(&ctx) {
+                Ok(e) => Some(e),
+                Err(e) => {
+                    tracing::info!("eigen step on the host: {e}");
+                    None
+                }
+            },
+            Ok(other) => {
+                return Err(BackendError::Invalid(format!(
+                    "{EIGEN_ENV} must be `device` or `host`, not {other:?}"
+                )))
+            }
+        };
+        tracing::debug!(device = %device_name, ptx = ?kernels.origin, eigen_on_device = eigen.is_some(), "CUDA backend ready");
         Ok(CudaBackend {
             route,
             ctx,
@@ -89,6 +114,8 @@ impl CudaBackend {
             budget,
             registry: Arc::new(Mutex::new(Vec::new())),
             blas,
+            eigen,
+            constant_projection: false,
             const_lock: Mutex::new(()),
             last_timeline: Mutex::new(None),
             dev_pool: device::Pool::new(DEVICE_POOL_BYTES),
@@ -109,13 +136,56 @@ impl CudaBackend {
     /// Uses the float64-FMA covariance kernel instead of the tensor-core one (tests compare both).
     pub fn with_fma_covariance(mut self) -> Self {
         self.kernels.use_dmma = false;
+        self.kernels.cov_lower_m16 = None;
         self
+    }
+
+    /// Uses the sm_80 tensor-core covariance kernel (mma.m8n8k4) even where the faster sm_90 one
+    /// exists (tests compare both).
+    pub fn with_m8_covariance(mut self) -> Self {
+        self.kernels.cov_lower_m16 = None;
+        self
+    }
+
+    /// Solves the eigen step on the host even where cuSOLVER is available (tests and the benchmark
+    /// compare both).
+    pub fn with_host_eigen(mut self) -> Self {
+        self.eigen = None;
+        self
+    }
+
+    /// Projects with T in constant memory (the published v3 kernel) instead of shared memory (tests and
+    /// the benchmark compare both).
+    pub fn with_constant_projection(mut self) -> Self {
+        self.constant_projection = true;
+        self
+    }
+
+    /// Whether the eigen step runs on the device (cuSOLVER).
+    pub fn eigen_on_device(&self) -> bool {
+        self.eigen.is_some()
+    }
+
+    /// Which covariance kernel the custom route runs.
+    pub fn covariance_kernel(&self) -> &'static str {
+        if self.kernels.cov_lower_m16.is_some() {
+            "cov_lower_m16"
+        } else if self.kernels.use_dmma {
+            "cov_lower_dmma"
+        } else {
+            "cov_lower"
+        }
     }
 
     /// Device memory available for a cube: the free memory less a margin, capped by the budget.
     fn memory_budget(&self) -> Result<usize, BackendError> {
-        self.ctx.bind_to_thread().map_err(device::cuda("cuCtxSetCurrent"))?;
-        let (free, _total) = self.ctx.mem_get_info().map_err(device::cuda("cuMemGetInfo"))?;
+        self.ctx
+            .bind_to_thread()
+            .map_err(device::cuda("cuCtxSetCurrent"))?;
+        let (free, _total) = self
+            .ctx
+            .mem_get_info()
+            .map_err(device::cuda("cuMemGetInfo"))?;
         // Idle pooled buffers count as free: the pool hands them out again.
         let free = free + self.dev_pool.idle_bytes();
         let usable = free.saturating_sub(free / 10 + (256 << 20));
@@ -135,26 +205,44 @@ impl CudaBackend {
 
     /// Device times of the last statistics and projection passes (for the benchmark).
     pub fn last_timeline(&self) -> Option<Timeline> {
-        self.last_timeline.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.last_timeline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Median and minimum milliseconds of copying `bytes` host → device from page-locked memory, alone
     /// (the PCIe floor of an end-to-end run). The bytes are first copied into a pinned buffer.
-    pub fn time_upload(&self, bytes: &[u8], warmup: usize, runs: usize) -> Result<(f64, f64), BackendError> {
+    pub fn time_upload(
+        &self,
+        bytes: &[u8],
+        warmup: usize,
+        runs: usize,
+    ) -> Result<(f64, f64), BackendError> {
         let mut src = device::PinnedBuf::alloc(&self.ctx, bytes.len())?;
         src.as_mut_slice()[..bytes.len()].copy_from_slice(bytes);
         let dst = device::DevBuf::alloc(&self.ctx, bytes.len())?;
-        let stream = self.ctx.new_stream().map_err(device::cuda("cuStreamCreate"))?;
-        let (a, b) = (device::event(&self.ctx, true)?, device::event(&self.ctx, true)?);
+        let stream = self
+            .ctx
+            .new_stream()
+            .map_err(device::cuda("cuStreamCreate"))?;
+        let (a, b) = (
+            device::event(&self.ctx, true)?,
+            device::event(&self.ctx, true)?,
+        );
         let mut times = Vec::with_capacity(runs);
         for i in 0..warmup + runs {
             a.record(&stream).map_err(device::cuda("cuEventRecord"))?;
             // SAFETY: `src` lives through the loop and each copy is synchronized before the next.
             unsafe { device::htod_async(dst.ptr(), &src.as_slice()[..bytes.len()], &stream)? };
             b.record(&stream).map_err(device::cuda("cuEventRecord"))?;
-            b.synchronize().map_err(device::cuda("cuEventSynchronize"))?;
+            b.synchronize()
+                .map_err(device::cuda("cuEventSynchronize"))?;
             if i >= warmup {
-                times.push(a.elapsed_ms(&b).map_err(device::cuda("cuEventElapsedTime"))? as f64);
+                times.push(
+                    a.elapsed_ms(&b)
+                        .map_err(device::cuda("cuEventElapsedTime"))? as f64,
+                );
             }
         }
         times.sort_by(|x, y| x.total_cmp(y));
@@ -188,7 +276,11 @@ impl Backend for CudaBackend {
         let (free, total) = self.ctx.mem_get_info().ok()?;
         Some(((total - free) as u64, total as u64))
     }
-    fn prepare<'c>(&'c self, cube: &'c Cube, _monitor: &Monitor) -> Result<Box<dyn PreparedCube + 'c>, BackendError> {
+    fn prepare<'c>(
+        &'c self,
+        cube: &'c Cube,
+        _monitor: &Monitor,
+    ) -> Result<Box<dyn PreparedCube + 'c>, BackendError> {
         Ok(Box::new(CudaCube::new(self, cube)?))
     }
 }
@@ -221,7 +313,8 @@ mod tests {
         if unsafe { cudarc::driver::sys::is_culib_present() } {
             return;
         }
-        let b = crate::backend::select(crate::mnf::BackendChoice::Auto).expect("auto must fall back");
+        let b =
+            crate::backend::select(crate::mnf::BackendChoice::Auto).expect("auto must fall back");
         assert_eq!(b.name(), "cpu");
         let e = crate::backend::select(crate::mnf::BackendChoice::Cuda)
             .err()

@@ -29,7 +29,8 @@ use crate::cube::Cube;
 use crate::mnf::stats::{is_masked, Denoise, Moments, Projection, Statistics, StatsSpec};
 use crate::mnf::{Monitor, NoiseEstimator, Stage};
 
-/// Target size of one chunk's float32 work matrix (chunk pixels × bands × 4 bytes).
+/// Target size of one chunk's float32 work matrix (chunk pixels × bands × 4 bytes). Measured on the H100
+/// (2026-11-22): 32 MB chunks were slower than 64 MB at every size (more per-chunk host work).
 const CHUNK_WORK_BYTES: usize = 64 << 20;
 /// Host pixels sampled to choose the shifts.
 const SHIFT_SAMPLES: usize = 1024;
@@ -971,10 +972,29 @@ impl PreparedCube for CudaCube<'_> {
             stride: k,
             denoise: false,
         };
-        self.output_pass(&pass, p.ignore_value, &p.mask_bands, out, monitor, Stage::Projection)
+        self.output_pass(
+            &pass,
+            p.ignore_value,
+            &p.mask_bands,
+            out,
+            monitor,
+            Stage::Projection,
+        )
     }
 
-    fn denoise(&mut self, d: &Denoise, out: &mut [f32], monitor: &Monitor) -> Result<(), BackendError> {
+    fn eigen_solver(&self) -> Option<&dyn crate::mnf::eigen::GeneralizedEigenSolver> {
+        self.be
+            .eigen
+            .as_ref()
+            .map(|e| e as &dyn crate::mnf::eigen::GeneralizedEigenSolver)
+    }
+
+    fn denoise(
+        &mut self,
+        d: &Denoise,
+        out: &mut [f32],
+        monitor: &Monitor,
+    ) -> Result<(), BackendError> {
         let u = d.bands_used.len();
         if u == 0 || d.means.len() != u || d.matrix.len() != u * u {
             return Err(BackendError::Invalid(format!(
@@ -1063,8 +1083,17 @@ impl CudaCube<'_> {
             Vec::new()
         };
         let t_dev = self.dev_from(pass.matrix)?;
+        // T in shared memory (copied per block from device memory) where the kernels exist, else in
+        // constant memory (see transform.cu).
+        let smem_t = use_const && !kern.project_pxs.is_empty() && !self.be.constant_projection;
+        let t_pad_dev = if smem_t {
+            Some(self.dev_from(&t_padded)?)
+        } else {
+            None
+        };
+        let t_pad_ptr = t_pad_dev.as_ref().map(|d| d.ptr());
         // The constant-memory T is shared by every user of the module: hold the lock for the pass.
-        let _const_guard = if use_const {
+        let _const_guard = if use_const && !smem_t {
             let g = self.be.const_lock.lock().unwrap_or_else(|e| e.into_inner());
             let sym = self
                 .be
@@ -1093,7 +1122,8 @@ impl CudaCube<'_> {
             None
         };
         // Output chunks: a resident cube is read in larger pieces (about 8 MB of output each), which
-        // keeps the per-chunk host work (waiting, copying out of pinned memory) few and large.
+        // keeps the per-chunk host work (waiting, copying out of pinned memory) few and large. (2 MB
+        // pieces, tried on the H100, doubled the projection's time.)
         let out_lines = if self.resident.is_some() {
             ((8usize << 20) / (samples * stride * 4).max(1))
                 .max(self.lay.chunk_lines)
@@ -1240,6 +1270,7 @@ impl CudaCube<'_> {
             } else if use_const {
                 kern.project_px(
                     &self.compute,
+                    t_pad_ptr,
                     kp,
                     raw,
                     valid,
