@@ -18,7 +18,7 @@
 //! that the caller may drop what they point to.
 //!
 //! # Device-resident items
-//! [`DeviceLru`] keeps the most recent cubes and eigen systems resident in GPU memory
+//! [`DeviceLevel`] (over a [`DeviceLru`] of [`ResidentCube`]s) is what the service uses; [`DeviceLru`] keeps the most recent cubes and eigen systems resident in GPU memory
 //! (`--gpu-cache-bytes`): each item is stored with its size in bytes, a hit refreshes it, and
 //! putting an item evicts the least recently used ones until the total fits the budget; items larger
 //! than the whole budget are refused (returned to the caller). It is generic over the item type, so
@@ -44,9 +44,15 @@
 //! }
 //! ```
 
+mod device_level;
 mod device_lru;
+pub mod eigen_file;
+pub mod keys;
+mod resident;
 
+pub use device_level::{resident_need, DeviceLevel};
 pub use device_lru::{DeviceLru, DeviceLruStats};
+pub use resident::{ResidentCube, SystemRecord};
 
 use std::collections::HashMap;
 
@@ -226,11 +232,11 @@ impl LevelIndex {
         Ok(dropped)
     }
 
-    fn remove(&mut self, digest: &Digest) -> Result<Option<Handle>, CacheError> {
+    fn remove(&mut self, digest: &Digest, only: Option<Handle>) -> Result<Option<Handle>, CacheError> {
         let key = digest_key(digest);
-        // Only remove the entry if it really is this digest's.
+        // Only remove the entry if it really is this digest's (and, when asked, this handle's).
         match self.table.find(key)? {
-            Some(h) if self.digests.get(&h) == Some(digest) => {
+            Some(h) if self.digests.get(&h) == Some(digest) && only.is_none_or(|o| o == h) => {
                 self.table.erase(key)?;
                 self.digests.remove(&h);
                 self.stats.entries = self.digests.len() as u64;
@@ -331,7 +337,13 @@ impl JobCache {
 
     /// Forgets `digest`; returns its handle if it was cached.
     pub fn remove(&mut self, level: Level, digest: &Digest) -> Result<Option<Handle>, CacheError> {
-        self.level(level).remove(digest)
+        self.level(level).remove(digest, None)
+    }
+
+    /// Forgets `digest` only while it still maps to `handle` (a deleted job's entry, say, which a
+    /// newer job of the same digest may have replaced meanwhile). True when removed.
+    pub fn remove_if(&mut self, level: Level, digest: &Digest, handle: Handle) -> Result<bool, CacheError> {
+        Ok(self.level(level).remove(digest, Some(handle))?.is_some())
     }
 
     /// Empties both levels and fills them from `(level, digest, handle)` rows (the job table at
@@ -477,6 +489,11 @@ mod tests {
         assert_eq!(c.lookup(Level::Statistics, &digest(7, 1)).unwrap(), None);
         assert_eq!(c.remove(Level::Statistics, &digest(7, 1)).unwrap(), None);
         assert_eq!(c.stats().statistics.entries, 14);
+        // remove_if leaves an entry that maps to another handle.
+        assert!(!c.remove_if(Level::Result, &digest(4, 1), 99).unwrap());
+        assert_eq!(c.lookup(Level::Result, &digest(4, 1)).unwrap(), Some(4));
+        assert!(c.remove_if(Level::Result, &digest(4, 1), 4).unwrap());
+        assert_eq!(c.lookup(Level::Result, &digest(4, 1)).unwrap(), None);
     }
 
     /// Asking for the GPU works everywhere: without a device the cache says why and uses the twin.
