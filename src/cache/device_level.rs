@@ -57,7 +57,14 @@ impl DeviceLevel {
             // Streamed (or not on a device): keeping it would save no upload.
             return false;
         }
-        let outcome = self.lru().put(key, item, bytes);
+        let (replaced, outcome) = {
+            let mut lru = self.lru();
+            // Two jobs may have prepared the same cube at once: the later one replaces the earlier,
+            // whose memory must be released like an evicted cube's.
+            let replaced = lru.remove(&key);
+            (replaced, lru.put(key, item, bytes))
+        };
+        release(replaced.into_iter().collect());
         match outcome {
             Ok(evicted) => {
                 release(evicted.into_iter().map(|(_, c)| c).collect());
@@ -277,6 +284,11 @@ mod tests {
         assert_eq!(dev.used.load(Ordering::SeqCst), 8 << 10, "still held by the job");
         level.done_with(&[1; 32], in_use);
         assert_eq!(dev.used.load(Ordering::SeqCst), 0);
+        // The same key kept again (two jobs prepared the same cube): the older copy's memory goes.
+        assert!(level.keep([3; 32], resident(&dev, 8, 3.0)));
+        assert!(level.keep([3; 32], resident(&dev, 8, 3.0)));
+        assert_eq!((level.stats().entries, dev.used.load(Ordering::SeqCst)), (1, 8 << 10));
+        assert_eq!(level.clear(), 1);
         // A job done with a cube that is still cached leaves it there.
         assert!(level.keep([2; 32], resident(&dev, 8, 2.0)));
         let c = level.get(&[2; 32]).unwrap();
