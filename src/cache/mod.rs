@@ -18,12 +18,18 @@
 //! that the caller may drop what they point to.
 //!
 //! # Device-resident items
-//! [`DeviceLevel`] (over a [`DeviceLru`] of [`ResidentCube`]s) is what the service uses; [`DeviceLru`] keeps the most recent cubes and eigen systems resident in GPU memory
-//! (`--gpu-cache-bytes`): each item is stored with its size in bytes, a hit refreshes it, and
-//! putting an item evicts the least recently used ones until the total fits the budget; items larger
-//! than the whole budget are refused (returned to the caller). It is generic over the item type, so
-//! the service stores its own device buffers (`Arc<T>`: an item stays alive while a request still
+//! [`DeviceLevel`] keeps the most recent prepared cubes ([`ResidentCube`]: a backend's prepared cube
+//! that owns its cube and backend, with the eigen systems recently used with it) resident in GPU
+//! memory under a byte budget (`--gpu-cache-bytes`), over a [`DeviceLru`]: each item is stored with
+//! its size in bytes, a hit refreshes it, and putting an item evicts the least recently used ones
+//! until the total fits the budget; items larger than the whole budget are refused. Eviction frees
+//! the device memory, and a job that needs memory evicts first ([`DeviceLevel::make_room`]).
+//! [`DeviceLru`] is generic over the item type (`Arc<T>`: an item stays alive while a request still
 //! uses it after eviction).
+//!
+//! # Keys and stored systems
+//! [`keys`] computes the SHA-256 keys of the three levels (what each depends on, and nothing else);
+//! [`eigen_file`] is the versioned, checksummed, bit-exact stored form of an eigen system.
 //!
 //! # Start-up and metrics
 //! [`JobCache::rebuild`] fills the indexes from the job rows, `(level, digest, handle)`, at start.
@@ -31,8 +37,9 @@
 //! bytes for the device level), serialisable for `/metrics`.
 //!
 //! # Use from the service
-//! `JobCache` and `DeviceLru` take `&mut self`; the service wraps each in a `Mutex` (lookups are
-//! single-key and short: one kernel launch on the GPU index, a few hundred nanoseconds on the CPU).
+//! `JobCache` and `DeviceLru` take `&mut self`; the service (`crate::jobs::cache::ServiceCache`)
+//! wraps each in a `Mutex` (lookups are single-key and short: one kernel launch on the GPU index, a
+//! few hundred nanoseconds on the CPU).
 //! ```no_run
 //! use hypermnf::cache::{CacheConfig, JobCache, Level};
 //! let mut cache = JobCache::new(&CacheConfig::default()).unwrap();
