@@ -95,7 +95,7 @@ impl Plan {
 
     /// Runs the passes (see the module doc).
     pub fn execute(
-        self,
+        mut self,
         cache: &ServiceCache,
         job: &Job,
         params: &MnfParams,
@@ -107,9 +107,12 @@ impl Plan {
         let outcome = match self.attempt(device, job, params, backend, monitor) {
             Err(MnfError::Backend(BackendError::Cuda(msg))) if cache_held_memory && !monitor.is_canceled() => {
                 tracing::warn!(job = %job.id, "CUDA error while the device cache held memory ({msg}); retrying with it emptied");
+                // This job's own hold on a resident cube goes too, or clearing could not free it.
+                drop(self.resident.take());
                 if let Some(d) = device {
                     d.clear();
                 }
+                backend.release_idle_memory();
                 self.attempt(None, job, params, backend, monitor)
             }
             other => other,
@@ -190,5 +193,179 @@ fn run_passes(
             let out = pipeline::apply_on(cube, params, &system, backend, prepared, monitor, timings)?;
             Ok((out, Some(system)))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The device level's rules in a worker, on a pretend device that computes on the CPU.
+
+    use super::*;
+    use crate::backend::cpu::CpuBackend;
+    use crate::jobs::cache::CacheSettings;
+    use crate::jobs::model::{InputSummary, JobStatus};
+    use crate::jobs::store::JobStore;
+    use crate::mnf::stats::{Denoise, Moments, Projection, Statistics, StatsSpec};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Claims plenty of free memory (as another process's allocations can make the numbers lie), but
+    /// fails to prepare a cube while another of its cubes is alive: only emptying the cache helps.
+    struct TightDevice {
+        cpu: CpuBackend,
+        alive: Arc<AtomicUsize>,
+        prepared: AtomicUsize,
+    }
+
+    struct TightCube<'c> {
+        inner: Box<dyn PreparedCube + Send + 'c>,
+        bytes: u64,
+        alive: Arc<AtomicUsize>,
+    }
+
+    impl Drop for TightCube<'_> {
+        fn drop(&mut self) {
+            self.alive.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    impl PreparedCube for TightCube<'_> {
+        fn statistics(&mut self, spec: &StatsSpec, on_noise: &mut dyn FnMut(&Moments), m: &Monitor) -> Result<Statistics, BackendError> {
+            self.inner.statistics(spec, on_noise, m)
+        }
+        fn project(&mut self, p: &Projection, out: &mut [f32], m: &Monitor) -> Result<(), BackendError> {
+            self.inner.project(p, out, m)
+        }
+        fn denoise(&mut self, d: &Denoise, out: &mut [f32], m: &Monitor) -> Result<(), BackendError> {
+            self.inner.denoise(d, out, m)
+        }
+        fn resident_bytes(&self) -> u64 {
+            self.bytes
+        }
+    }
+
+    impl Backend for TightDevice {
+        fn name(&self) -> &'static str {
+            "tight"
+        }
+        fn device(&self) -> String {
+            "a device with room for one cube".into()
+        }
+        fn memory_in_use(&self) -> Option<(u64, u64)> {
+            Some((0, 1 << 40))
+        }
+        fn prepare<'c>(&'c self, cube: &'c Cube, monitor: &Monitor) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError> {
+            if self.alive.load(Ordering::SeqCst) > 0 {
+                return Err(BackendError::Cuda("cannot allocate: out of memory (test device)".into()));
+            }
+            self.alive.fetch_add(1, Ordering::SeqCst);
+            self.prepared.fetch_add(1, Ordering::SeqCst);
+            let inner = self.cpu.prepare(cube, monitor)?;
+            Ok(Box::new(TightCube { inner, bytes: cube.raw().len() as u64, alive: self.alive.clone() }))
+        }
+    }
+
+    struct Fixture {
+        cache: ServiceCache,
+        storage: Storage,
+        rt: tokio::runtime::Runtime,
+        _dir: tempfile::TempDir,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let store = rt.block_on(JobStore::open(&format!("sqlite://{}", dir.path().join("t.db").display()))).unwrap();
+        let storage = Storage::local(dir.path().join("objects")).unwrap();
+        let settings = CacheSettings { gpu_cache_bytes: 1 << 30, index_cells: 1 << 10, index_on_gpu: false };
+        let cache = ServiceCache::new(&settings, store, storage.clone()).unwrap();
+        Fixture { cache, storage, rt, _dir: dir }
+    }
+
+    /// Stores `cube` as the .npy upload of job `id`.
+    fn upload(f: &Fixture, id: &str, cube: &Cube) -> Job {
+        let path = f.storage.local_path(&format!("uploads/{id}/cube.npy")).unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        crate::cube::npy::write_cube(&path, cube).unwrap();
+        Job {
+            id: id.into(),
+            owner: "alice".into(),
+            status: JobStatus::Running,
+            stage: None,
+            progress: 0.0,
+            params: "{}".into(),
+            digest: format!("digest-{id}"),
+            content_digest: Some(hex::encode(cube.content_digest())),
+            upload_sha256: None,
+            input: InputSummary { lines: cube.lines(), samples: cube.samples(), bands: cube.bands(), data_type: "i16".into(), interleave: "bip".into() },
+            input_kind: InputKind::Npy,
+            input_location: format!("uploads/{id}"),
+            error_code: None,
+            error_message: None,
+            results: Default::default(),
+            attempts: 1,
+            created_at: 0,
+            started_at: None,
+            finished_at: None,
+        }
+    }
+
+    fn run(f: &Fixture, job: &Job, params: &str, backend: &Arc<dyn Backend>) -> Computed {
+        let params: MnfParams = serde_json::from_str(params).unwrap();
+        let plan = Plan::open(&f.cache, job, &params, backend, &f.storage, f.rt.handle()).unwrap();
+        plan.execute(&f.cache, job, &params, backend, &Monitor::silent()).unwrap()
+    }
+
+    fn cube(seed: u64) -> Cube {
+        let mut spec = crate::cube::synthetic::SyntheticSpec::small(30, 24, 12);
+        spec.seed = seed;
+        crate::cube::synthetic::generate(&spec)
+    }
+
+    fn assert_matches_cold(computed: &Computed, params: &str) {
+        let params: MnfParams = serde_json::from_str(params).unwrap();
+        let cold = crate::mnf::run(&computed.cube, &params, &CpuBackend::new(), &Monitor::silent()).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&computed.output.components), bits(&cold.components));
+    }
+
+    #[test]
+    fn a_resident_cube_serves_the_next_projection_and_never_makes_a_job_fail() {
+        let f = fixture();
+        let dev = Arc::new(TightDevice { cpu: CpuBackend::new(), alive: Arc::new(AtomicUsize::new(0)), prepared: AtomicUsize::new(0) });
+        let backend: Arc<dyn Backend> = dev.clone();
+        let (a, b) = (cube(1), cube(2));
+
+        // The first job computes everything and leaves its cube on the device.
+        let first = run(&f, &upload(&f, "a1", &a), r#"{"components": 4}"#, &backend);
+        assert!(first.fresh.is_some() && first.output.metadata.statistics.is_none());
+        assert_matches_cold(&first, r#"{"components": 4}"#);
+        let level = f.cache.device_for(backend.as_ref()).expect("the device level is on for a device");
+        assert_eq!((level.stats().entries, dev.alive.load(Ordering::SeqCst)), (1, 1));
+
+        // Same cube, other k: from the resident cube and the eigen system kept with it.
+        let again = run(&f, &upload(&f, "a2", &a), r#"{"components": 2, "inverse": true}"#, &backend);
+        let reuse = again.output.metadata.statistics.clone().expect("statistics reused");
+        assert_eq!((reuse.source, reuse.from_job.as_deref()), (ReuseSource::Device, Some("a1")));
+        assert!(again.fresh.is_none());
+        assert_matches_cold(&again, r#"{"components": 2, "inverse": true}"#);
+        assert_eq!(dev.prepared.load(Ordering::SeqCst), 1, "the resident cube was prepared again");
+        assert_eq!(level.stats().hits, 1);
+
+        // Another cube: the device (which claims to be empty) cannot hold it beside the cached one;
+        // the job retries with the cache emptied and succeeds.
+        let other = run(&f, &upload(&f, "b1", &b), r#"{"components": 3}"#, &backend);
+        assert_matches_cold(&other, r#"{"components": 3}"#);
+        assert!(level.is_empty(), "the retry emptied the device level");
+        assert_eq!(dev.alive.load(Ordering::SeqCst), 0, "no prepared cube is left behind");
+    }
+
+    #[test]
+    fn the_cpu_backend_keeps_nothing_on_a_device() {
+        let f = fixture();
+        let backend: Arc<dyn Backend> = Arc::new(CpuBackend::new());
+        let a = cube(3);
+        run(&f, &upload(&f, "c1", &a), r#"{"components": 3}"#, &backend);
+        assert!(f.cache.device_for(backend.as_ref()).is_none());
+        assert_eq!(f.cache.report().device.map(|d| d.entries), Some(0));
     }
 }
