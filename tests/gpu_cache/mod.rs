@@ -121,6 +121,8 @@ fn a_reprojection_from_the_resident_cube_equals_a_cold_run() {
 }
 
 /// Evicting a resident cube (by the budget, or to make room for a job) frees its device memory.
+/// `memory_in_use` is the whole device's: run this test alone (`--test-threads=1`, or by name), or
+/// other tests' allocations can move the numbers it compares.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn evicting_a_resident_cube_frees_its_device_memory() {
