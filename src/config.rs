@@ -42,7 +42,16 @@ pub struct ServeArgs {
     /// Longest a request may take (uploads included) before it is answered 408.
     #[arg(long, env = "HYPERMNF_REQUEST_TIMEOUT", default_value = "30m", value_parser = parse_duration)]
     pub request_timeout: Duration,
+    /// GPU memory in bytes the job cache may keep recent cubes (and their eigen systems) in between
+    /// jobs, so that a re-projection of the same cube is neither read nor uploaded again; 0 turns
+    /// this off. Used with the CUDA backends only. A job that needs the memory evicts them first. The
+    /// host keeps each such cube too (the same bytes again, in RAM).
+    #[arg(long, env = "HYPERMNF_GPU_CACHE_BYTES", default_value_t = DEFAULT_GPU_CACHE_BYTES)]
+    pub gpu_cache_bytes: u64,
 }
+
+/// 4 GiB: a dozen cubes of the published design's size (299 MB each as int16) on an 80 GB device.
+pub const DEFAULT_GPU_CACHE_BYTES: u64 = 4 << 30;
 
 impl ServeArgs {
     /// The defaults, as `hypermnf serve` with no options and no environment would use them, with the
@@ -60,6 +69,7 @@ impl ServeArgs {
             insecure: false,
             retention: Duration::from_secs(7 * 86400),
             request_timeout: Duration::from_secs(1800),
+            gpu_cache_bytes: DEFAULT_GPU_CACHE_BYTES,
         }
     }
 

@@ -4,6 +4,7 @@
 //! replayed with HYPERMNF_TEST_SEED.
 
 /// The GPU hash table of the job cache against its CPU twin (issue 5).
+mod gpu_cache;
 mod gpu_hashtable;
 
 use std::path::{Path, PathBuf};

@@ -483,6 +483,12 @@ async fn enqueue_at(
 ) -> ApiResult<Response> {
     let canonical = params::canonical(&params);
     let digest = job_digest(&cube_digest, &canonical);
+    // The result level first (a succeeded job, checked against its row), then SQLite, which also
+    // knows the queued and running jobs the cache does not hold.
+    if let Some(job) = ctx.runner.cache.find_result(&caller.owner, &digest).await? {
+        ApiMetrics::add(&ctx.metrics.cache_hits, 1);
+        return Ok(job_response(StatusCode::OK, &job, true));
+    }
     if let Some(job) = ctx.runner.store.find_live_by_digest(&caller.owner, &digest).await? {
         ApiMetrics::add(&ctx.metrics.cache_hits, 1);
         return Ok(job_response(StatusCode::OK, &job, true));
@@ -506,6 +512,7 @@ async fn enqueue_at(
         owner: caller.owner.clone(),
         params: canonical,
         digest,
+        content_digest: Some(hex::encode(cube_digest)),
         upload_sha256,
         input,
         input_kind: kind,
@@ -572,8 +579,10 @@ pub async fn delete(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): 
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// Removes a job's stored upload and results (its row is already gone or going).
+/// Removes a job's stored upload and results (its row is already gone or going), and its job cache
+/// entries.
 pub async fn purge_files(ctx: &ApiContext, job: &Job) {
+    ctx.runner.cache.forget_job(&job.id);
     let mut prefixes = vec![format!("results/{}", job.id)];
     if job.input_kind != InputKind::Href {
         prefixes.push(job.input_location.clone());

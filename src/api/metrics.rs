@@ -56,6 +56,7 @@ pub async fn render(api: &ApiMetrics, runner: &Runner) -> Result<String, crate::
     ] {
         let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", get(c));
     }
+    render_job_cache(&mut s, &runner.cache.report());
     let backend = runner.backends.default_backend();
     let _ = writeln!(
         s,
@@ -70,4 +71,64 @@ pub async fn render(api: &ApiMetrics, runner: &Runner) -> Result<String, crate::
         );
     }
     Ok(s)
+}
+
+/// The job cache's levels: `result` and `statistics` (the digest indexes) and `device` (cubes kept in
+/// GPU memory; reported only when `--gpu-cache-bytes` is not 0).
+fn render_job_cache(s: &mut String, cache: &crate::jobs::cache::CacheReport) {
+    let (r, st) = (cache.levels.result, cache.levels.statistics);
+    let d = cache.device;
+    let mut family = |name: &str, kind: &str, help: &str, values: [Option<u64>; 3]| {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (level, v) in ["result", "statistics", "device"].iter().zip(values) {
+            if let Some(v) = v {
+                let _ = writeln!(s, "{name}{{level=\"{level}\"}} {v}");
+            }
+        }
+    };
+    family(
+        "hypermnf_job_cache_hits_total",
+        "counter",
+        "Job cache lookups that found an entry, by level.",
+        [Some(r.hits), Some(st.hits), d.map(|d| d.hits)],
+    );
+    family(
+        "hypermnf_job_cache_misses_total",
+        "counter",
+        "Job cache lookups that found nothing usable (64-bit key collisions included), by level.",
+        [Some(r.misses), Some(st.misses), d.map(|d| d.misses)],
+    );
+    family(
+        "hypermnf_job_cache_evictions_total",
+        "counter",
+        "Entries the job cache evicted to make room, by level.",
+        [Some(r.evictions), Some(st.evictions), d.map(|d| d.evictions)],
+    );
+    family(
+        "hypermnf_job_cache_collisions_total",
+        "counter",
+        "Lookups and inserts whose 64-bit index key belonged to another digest, by level.",
+        [Some(r.collisions), Some(st.collisions), None],
+    );
+    family(
+        "hypermnf_job_cache_entries",
+        "gauge",
+        "Entries in the job cache, by level.",
+        [Some(r.entries), Some(st.entries), d.map(|d| d.entries)],
+    );
+    if let Some(d) = d {
+        let _ = writeln!(
+            s,
+            "# HELP hypermnf_job_cache_device_bytes GPU memory held by cubes the job cache keeps resident.\n# TYPE hypermnf_job_cache_device_bytes gauge\nhypermnf_job_cache_device_bytes {}\n# HELP hypermnf_job_cache_device_budget_bytes The device level's budget (--gpu-cache-bytes).\n# TYPE hypermnf_job_cache_device_budget_bytes gauge\nhypermnf_job_cache_device_budget_bytes {}\n# HELP hypermnf_job_cache_device_refused_total Cubes too large for the whole budget, not kept.\n# TYPE hypermnf_job_cache_device_refused_total counter\nhypermnf_job_cache_device_refused_total {}",
+            d.bytes, d.budget_bytes, d.refused
+        );
+    }
+    let location = match &cache.index {
+        crate::cache::IndexBackend::Gpu(_) => "gpu",
+        crate::cache::IndexBackend::Cpu(_) => "cpu",
+    };
+    let _ = writeln!(
+        s,
+        "# HELP hypermnf_job_cache_index_info Where the job cache's digest indexes live.\n# TYPE hypermnf_job_cache_index_info gauge\nhypermnf_job_cache_index_info{{location=\"{location}\"}} 1"
+    );
 }

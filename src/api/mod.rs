@@ -127,9 +127,10 @@ pub async fn context(args: ServeArgs) -> anyhow::Result<ApiContext> {
     if requeued > 0 {
         tracing::info!(requeued, "jobs left running by an earlier process are queued again");
     }
+    let cache = crate::jobs::cache::open(&args, &backends, &store, &storage).await?;
     Ok(ApiContext {
         config: Arc::new(args),
-        runner: Arc::new(Runner::new(store, storage, backends)),
+        runner: Arc::new(Runner::new(store, storage, backends, cache)),
         keys,
         metrics: Arc::new(metrics::ApiMetrics::default()),
         input_roots: Arc::new(roots),

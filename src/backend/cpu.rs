@@ -40,7 +40,7 @@ impl Backend for CpuBackend {
     fn device(&self) -> String {
         format!("CPU ({} threads)", rayon::current_num_threads())
     }
-    fn prepare<'c>(&'c self, cube: &'c Cube, _monitor: &Monitor) -> Result<Box<dyn PreparedCube + 'c>, BackendError> {
+    fn prepare<'c>(&'c self, cube: &'c Cube, _monitor: &Monitor) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError> {
         Ok(Box::new(CpuCube { cube }))
     }
 }

@@ -48,12 +48,13 @@ pub trait Backend: Send + Sync {
     fn memory_in_use(&self) -> Option<(u64, u64)> {
         None
     }
-    /// Gets ready to run passes over `cube` (the CUDA backend uploads it here when it fits).
-    fn prepare<'c>(
-        &'c self,
-        cube: &'c Cube,
-        monitor: &Monitor,
-    ) -> Result<Box<dyn PreparedCube + 'c>, BackendError>;
+    /// Gets ready to run passes over `cube` (the CUDA backend uploads it here when it fits). `Send`, so
+    /// that the job cache can keep a prepared cube between jobs run on different threads.
+    fn prepare<'c>(&'c self, cube: &'c Cube, monitor: &Monitor) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError>;
+    /// Returns device memory the backend keeps idle for reuse (its buffer pool) to the device: the job
+    /// cache calls it after evicting device-resident cubes, so that eviction really frees memory.
+    /// Nothing to do where there is no device memory.
+    fn release_idle_memory(&self) {}
 }
 
 /// One cube made ready by a backend; the passes run in the order statistics → project → denoise.
@@ -77,14 +78,16 @@ pub trait PreparedCube {
     ) -> Result<(), BackendError>;
 
     /// The inverse MNF into `out` (lines × samples × bands, BIP).
-    fn denoise(
-        &mut self,
-        denoise: &Denoise,
-        out: &mut [f32],
-        monitor: &Monitor,
-    ) -> Result<(), BackendError>;
-    /// Where the symmetric eigendecomposition of the MNF runs when not in faer on the host (the CUDA
-    /// backend's cuSOLVER); `None`: on the host.
+    fn denoise(&mut self, denoise: &Denoise, out: &mut [f32], monitor: &Monitor) -> Result<(), BackendError>;
+
+    /// Device bytes this prepared cube holds between passes: the whole cube when it is resident on the
+    /// device, 0 when nothing stays there (the CPU, or a cube streamed in chunks). The job cache keeps
+    /// only resident cubes, and counts these bytes against its budget.
+    fn resident_bytes(&self) -> u64 {
+        0
+    }
+    /// Where the whitened eigenproblem of the MNF is solved when not in faer on the host (the CUDA
+    /// backend: cuBLAS and cuSOLVER on the device); `None`: on the host.
     fn eigen_solver(&self) -> Option<&dyn crate::mnf::eigen::GeneralizedEigenSolver> {
         None
     }

@@ -111,6 +111,21 @@ impl<T> DeviceLru<T> {
         Ok(evicted)
     }
 
+    /// Evicts the least recently used item (counted as an eviction), if there is one: the device
+    /// level calls it when a job needs device memory the cache holds.
+    pub fn evict_oldest(&mut self) -> Option<(Digest, Arc<T>)> {
+        let (_, victim) = self.order.pop_first()?;
+        let slot = self.items.remove(&victim).expect("order and items agree");
+        self.used -= slot.bytes;
+        self.stats.evictions += 1;
+        Some((victim, slot.item))
+    }
+
+    /// The item of `digest` without refreshing it or counting a hit or a miss.
+    pub fn peek(&self, digest: &Digest) -> Option<&Arc<T>> {
+        self.items.get(digest).map(|s| &s.item)
+    }
+
     /// Removes the item of `digest`, if any.
     pub fn remove(&mut self, digest: &Digest) -> Option<Arc<T>> {
         let slot = self.items.remove(digest)?;

@@ -18,12 +18,18 @@
 //! that the caller may drop what they point to.
 //!
 //! # Device-resident items
-//! [`DeviceLru`] keeps the most recent cubes and eigen systems resident in GPU memory
-//! (`--gpu-cache-bytes`): each item is stored with its size in bytes, a hit refreshes it, and
-//! putting an item evicts the least recently used ones until the total fits the budget; items larger
-//! than the whole budget are refused (returned to the caller). It is generic over the item type, so
-//! the service stores its own device buffers (`Arc<T>`: an item stays alive while a request still
+//! [`DeviceLevel`] keeps the most recent prepared cubes ([`ResidentCube`]: a backend's prepared cube
+//! that owns its cube and backend, with the eigen systems recently used with it) resident in GPU
+//! memory under a byte budget (`--gpu-cache-bytes`), over a [`DeviceLru`]: each item is stored with
+//! its size in bytes, a hit refreshes it, and putting an item evicts the least recently used ones
+//! until the total fits the budget; items larger than the whole budget are refused. Eviction frees
+//! the device memory, and a job that needs memory evicts first ([`DeviceLevel::make_room`]).
+//! [`DeviceLru`] is generic over the item type (`Arc<T>`: an item stays alive while a request still
 //! uses it after eviction).
+//!
+//! # Keys and stored systems
+//! [`keys`] computes the SHA-256 keys of the three levels (what each depends on, and nothing else);
+//! [`eigen_file`] is the versioned, checksummed, bit-exact stored form of an eigen system.
 //!
 //! # Start-up and metrics
 //! [`JobCache::rebuild`] fills the indexes from the job rows, `(level, digest, handle)`, at start.
@@ -31,8 +37,9 @@
 //! bytes for the device level), serialisable for `/metrics`.
 //!
 //! # Use from the service
-//! `JobCache` and `DeviceLru` take `&mut self`; the service wraps each in a `Mutex` (lookups are
-//! single-key and short: one kernel launch on the GPU index, a few hundred nanoseconds on the CPU).
+//! `JobCache` and `DeviceLru` take `&mut self`; the service (`crate::jobs::cache::ServiceCache`)
+//! wraps each in a `Mutex` (lookups are single-key and short: one kernel launch on the GPU index, a
+//! few hundred nanoseconds on the CPU).
 //! ```no_run
 //! use hypermnf::cache::{CacheConfig, JobCache, Level};
 //! let mut cache = JobCache::new(&CacheConfig::default()).unwrap();
@@ -44,9 +51,15 @@
 //! }
 //! ```
 
+mod device_level;
 mod device_lru;
+pub mod eigen_file;
+pub mod keys;
+mod resident;
 
+pub use device_level::{resident_need, DeviceLevel};
 pub use device_lru::{DeviceLru, DeviceLruStats};
+pub use resident::{ResidentCube, SystemRecord};
 
 use std::collections::HashMap;
 
@@ -226,11 +239,11 @@ impl LevelIndex {
         Ok(dropped)
     }
 
-    fn remove(&mut self, digest: &Digest) -> Result<Option<Handle>, CacheError> {
+    fn remove(&mut self, digest: &Digest, only: Option<Handle>) -> Result<Option<Handle>, CacheError> {
         let key = digest_key(digest);
-        // Only remove the entry if it really is this digest's.
+        // Only remove the entry if it really is this digest's (and, when asked, this handle's).
         match self.table.find(key)? {
-            Some(h) if self.digests.get(&h) == Some(digest) => {
+            Some(h) if self.digests.get(&h) == Some(digest) && only.is_none_or(|o| o == h) => {
                 self.table.erase(key)?;
                 self.digests.remove(&h);
                 self.stats.entries = self.digests.len() as u64;
@@ -331,7 +344,13 @@ impl JobCache {
 
     /// Forgets `digest`; returns its handle if it was cached.
     pub fn remove(&mut self, level: Level, digest: &Digest) -> Result<Option<Handle>, CacheError> {
-        self.level(level).remove(digest)
+        self.level(level).remove(digest, None)
+    }
+
+    /// Forgets `digest` only while it still maps to `handle` (a deleted job's entry, say, which a
+    /// newer job of the same digest may have replaced meanwhile). True when removed.
+    pub fn remove_if(&mut self, level: Level, digest: &Digest, handle: Handle) -> Result<bool, CacheError> {
+        Ok(self.level(level).remove(digest, Some(handle))?.is_some())
     }
 
     /// Empties both levels and fills them from `(level, digest, handle)` rows (the job table at
@@ -477,6 +496,11 @@ mod tests {
         assert_eq!(c.lookup(Level::Statistics, &digest(7, 1)).unwrap(), None);
         assert_eq!(c.remove(Level::Statistics, &digest(7, 1)).unwrap(), None);
         assert_eq!(c.stats().statistics.entries, 14);
+        // remove_if leaves an entry that maps to another handle.
+        assert!(!c.remove_if(Level::Result, &digest(4, 1), 99).unwrap());
+        assert_eq!(c.lookup(Level::Result, &digest(4, 1)).unwrap(), Some(4));
+        assert!(c.remove_if(Level::Result, &digest(4, 1), 4).unwrap());
+        assert_eq!(c.lookup(Level::Result, &digest(4, 1)).unwrap(), None);
     }
 
     /// Asking for the GPU works everywhere: without a device the cache says why and uses the twin.

@@ -1,9 +1,13 @@
-//! Durable jobs: the row model and its state machine (`model`), the SQLite store (`store`) and the
-//! workers that claim queued jobs and run them (`worker`).
+//! Durable jobs: the row model and its state machine (`model`), the SQLite store (`store`), the
+//! workers that claim queued jobs and run them (`worker`), and the job cache they share with the API
+//! (`cache`, used by the workers through `cached_run`).
 //!
 //! The database is the only durable state: a job accepted with 202 is a row whose input is already on
 //! disk, so a process that dies loses nothing; the next start puts its running jobs back in the queue.
 
+pub mod cache;
+pub mod cached_run;
+pub mod input;
 pub mod model;
 pub mod store;
 pub mod worker;

@@ -89,6 +89,8 @@ pub struct Job {
     /// Canonical JSON of the `MnfParams`.
     pub params: String,
     pub digest: String,
+    /// Hex `Cube::content_digest` of the input (None for jobs created before the job cache).
+    pub content_digest: Option<String>,
     pub upload_sha256: Option<String>,
     pub input: InputSummary,
     pub input_kind: InputKind,

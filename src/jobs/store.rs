@@ -1,4 +1,9 @@
-//! The job table in SQLite (sqlx), with the migrations in `migrations/sqlite/` applied at open.
+//! The job table in SQLite (sqlx), with the migrations in `migrations/sqlite/` applied at open. The
+//! job cache's rows (row ids, stored eigen systems) are in `cache_rows`.
+
+mod cache_rows;
+
+pub use cache_rows::{EigenRow, NewEigenRow};
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
@@ -28,6 +33,8 @@ pub struct NewJob {
     pub owner: String,
     pub params: String,
     pub digest: String,
+    /// Hex `Cube::content_digest` of the input.
+    pub content_digest: Option<String>,
     pub upload_sha256: Option<String>,
     pub input: InputSummary,
     pub input_kind: InputKind,
@@ -74,14 +81,15 @@ impl JobStore {
     pub async fn insert(&self, new: NewJob) -> Result<Inserted, StoreError> {
         let input = serde_json::to_string(&new.input).expect("input summary serialises");
         let res = sqlx::query(
-            "INSERT INTO jobs (id, owner, status, progress, params, digest, upload_sha256, input, input_kind,
-                               input_location, created_at)
-             VALUES (?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO jobs (id, owner, status, progress, params, digest, content_digest, upload_sha256, input,
+                               input_kind, input_location, created_at)
+             VALUES (?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&new.id)
         .bind(&new.owner)
         .bind(&new.params)
         .bind(&new.digest)
+        .bind(&new.content_digest)
         .bind(&new.upload_sha256)
         .bind(&input)
         .bind(new.input_kind.as_str())
@@ -280,6 +288,7 @@ fn decode(r: &SqliteRow) -> Result<Job, StoreError> {
         progress: r.try_get("progress")?,
         params: r.try_get("params")?,
         digest: r.try_get("digest")?,
+        content_digest: r.try_get("content_digest")?,
         upload_sha256: r.try_get("upload_sha256")?,
         input: serde_json::from_str(&input).map_err(|_| corrupt("input"))?,
         input_kind: InputKind::parse(&kind).ok_or_else(|| corrupt("input_kind"))?,

@@ -1,6 +1,7 @@
 //! Workers: N tokio tasks that claim queued jobs and run them. The MNF work itself runs on the blocking
-//! pool (`spawn_blocking`); progress goes to the database at most every 250 ms; cancellation reaches the
-//! backend through the monitor's flag and stops it at its next chunk.
+//! pool (`spawn_blocking`), through the job cache (`cached_run`); progress goes to the database at most
+//! every 250 ms; cancellation reaches the backend through the monitor's flag and stops it at its next
+//! chunk.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -10,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use super::cache::ServiceCache;
+use super::cached_run::{Computed, Plan};
 use super::model::{product, InputKind, Job, JobStatus};
 use super::store::JobStore;
 use crate::backend::Backend;
@@ -94,6 +97,7 @@ pub struct Runner {
     pub storage: Storage,
     pub backends: Backends,
     pub metrics: JobMetrics,
+    pub cache: ServiceCache,
     wake: Notify,
     running: Mutex<HashMap<String, Arc<AtomicBool>>>,
 }
@@ -112,12 +116,13 @@ impl Workers {
 }
 
 impl Runner {
-    pub fn new(store: JobStore, storage: Storage, backends: Backends) -> Runner {
+    pub fn new(store: JobStore, storage: Storage, backends: Backends, cache: ServiceCache) -> Runner {
         Runner {
             store,
             storage,
             backends,
             metrics: JobMetrics::default(),
+            cache,
             wake: Notify::new(),
             running: Mutex::new(HashMap::new()),
         }
@@ -201,7 +206,8 @@ impl Runner {
             let job = job.clone();
             let cancel = cancel.clone();
             let progress = progress.clone();
-            tokio::task::spawn_blocking(move || me.compute(&job, cancel, progress)).await
+            let rt = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || me.compute(&job, cancel, progress, &rt)).await
         };
         ticker.abort();
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
@@ -212,19 +218,28 @@ impl Runner {
         };
         let scratch = format!("job-{id}");
         match result {
-            Ok(files) => match self.store_results(&id, &files).await {
-                Ok(results) => match self.store.succeed(&id, &results).await {
-                    Ok(true) => {
-                        self.metrics.succeeded.fetch_add(1, Ordering::Relaxed);
-                        tracing::info!(job = %id, "job succeeded");
+            Ok(done) => match self.store_results(&id, &done.files).await {
+                Ok(results) => {
+                    // The eigen system this job computed goes beside its results before the job is
+                    // marked succeeded: if the job is canceled or deleted meanwhile, both go together.
+                    let system = match &done.fresh {
+                        Some((key, record)) => self.cache.write_system(&id, *key, record, done.backend).await,
+                        None => None,
+                    };
+                    match self.store.succeed(&id, &results).await {
+                        Ok(true) => {
+                            self.metrics.succeeded.fetch_add(1, Ordering::Relaxed);
+                            self.cache.job_succeeded(&job, system).await;
+                            tracing::info!(job = %id, "job succeeded");
+                        }
+                        Ok(false) => {
+                            // Canceled or deleted while it ran: its results are not wanted.
+                            let _ = self.storage.delete_prefix(&format!("results/{id}")).await;
+                            self.metrics.canceled.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => tracing::error!(job = %id, "cannot record the result: {e}"),
                     }
-                    Ok(false) => {
-                        // Canceled or deleted while it ran: its results are not wanted.
-                        let _ = self.storage.delete_prefix(&format!("results/{id}")).await;
-                        self.metrics.canceled.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => tracing::error!(job = %id, "cannot record the result: {e}"),
-                },
+                }
                 Err(e) => self.finish_failed(&id, "storage_error", &e.to_string()).await,
             },
             Err(f) if f.code == "canceled" => {
@@ -265,19 +280,24 @@ impl Runner {
         Ok(out)
     }
 
-    /// The blocking part: read the cube, run the MNF, write the result files into scratch.
+    /// The blocking part: find the cube and eigen system (job cache) or read the cube, run the MNF
+    /// (only the projection when the statistics are known), write the result files into scratch.
     fn compute(
         self: &Arc<Self>,
         job: &Job,
         cancel: Arc<AtomicBool>,
         progress: Arc<Mutex<(Stage, f64)>>,
-    ) -> Result<Vec<(String, std::path::PathBuf)>, JobFailure> {
-        let started = Instant::now();
-        let cube = load_cube(job.input_kind, &job.input_location, &self.storage).map_err(JobFailure::cube)?;
-        self.metrics.record_stage(Stage::Read, started.elapsed());
+        rt: &tokio::runtime::Handle,
+    ) -> Result<JobDone, JobFailure> {
         let params: MnfParams = serde_json::from_str(&job.params)
             .map_err(|e| JobFailure { code: "invalid_params".into(), message: e.to_string() })?;
         let backend = self.backends.get(params.backend).map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?;
+        let started = Instant::now();
+        let plan = Plan::open(&self.cache, job, &params, &backend, &self.storage, rt).map_err(JobFailure::cube)?;
+        self.metrics.record_stage(Stage::Read, started.elapsed());
+        if plan.reuses_statistics() {
+            tracing::info!(job = %job.id, "statistics found in the job cache: running the projection only");
+        }
 
         let clock = Arc::new(Mutex::new((Stage::Read, Instant::now())));
         let monitor = {
@@ -294,7 +314,8 @@ impl Runner {
             })
             .with_cancel_flag(cancel.clone())
         };
-        let output = crate::mnf::run(&cube, &params, backend.as_ref(), &monitor)
+        let Computed { cube, output, fresh } = plan
+            .execute(&self.cache, job, &params, &backend, &monitor)
             .map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?;
         {
             let c = clock.lock().unwrap_or_else(|p| p.into_inner());
@@ -334,8 +355,17 @@ impl Runner {
             files.push((product::DENOISED_IMG.to_string(), d));
         }
         self.metrics.record_stage(Stage::Write, write_started.elapsed());
-        Ok(files)
+        Ok(JobDone { files, fresh, backend: backend.name() })
     }
+}
+
+/// What a successful computation leaves for `run_job` to store.
+struct JobDone {
+    /// (product name, scratch path)
+    files: Vec<(String, std::path::PathBuf)>,
+    /// The eigen system the job computed (None when it reused one), with its statistics key.
+    fresh: Option<(crate::cache::Digest, Arc<crate::cache::SystemRecord>)>,
+    backend: &'static str,
 }
 
 /// Overall progress from a stage and the fraction of it done.

@@ -11,7 +11,7 @@ pub mod stats;
 
 pub use params::{BackendChoice, MnfParams, NoiseEstimator, Window};
 pub use pipeline::{run, MnfOutput};
-pub use result::Metadata;
+pub use result::{Metadata, ReuseSource, StatisticsReuse};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

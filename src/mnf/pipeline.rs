@@ -2,7 +2,9 @@
 //! the host (float64) → projection pass (and the inverse, if asked) on the same backend.
 //!
 //! `analyse` stops after the eigen system (what the statistics-level cache keeps); `apply` projects with
-//! an eigen system; `run` is both.
+//! an eigen system; `run` is both. `analyse_on` and `apply_on` do the same on a cube a backend has
+//! already prepared (the job cache keeps prepared cubes on the device between jobs); `analyse_on`
+//! followed by `apply_on` on one prepared cube is exactly `run`.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -52,6 +54,31 @@ pub fn apply(
 ) -> Result<MnfOutput, MnfError> {
     let mut prepared = backend.prepare(cube, monitor)?;
     apply_prepared(cube, params, system, backend, prepared.as_mut(), monitor, BTreeMap::new())
+}
+
+/// `analyse` on a prepared cube; adds the statistics and eigen times (ms) to `timings`.
+pub fn analyse_on(
+    cube: &Cube,
+    params: &MnfParams,
+    prepared: &mut dyn PreparedCube,
+    monitor: &Monitor,
+    timings: &mut BTreeMap<String, f64>,
+) -> Result<EigenSystem, MnfError> {
+    analyse_prepared(cube, params, prepared, monitor, timings)
+}
+
+/// `apply` on a prepared cube; `timings` (from `analyse_on`, or empty) go into the metadata with the
+/// projection and inverse times.
+pub fn apply_on(
+    cube: &Cube,
+    params: &MnfParams,
+    system: &EigenSystem,
+    backend: &dyn Backend,
+    prepared: &mut dyn PreparedCube,
+    monitor: &Monitor,
+    timings: BTreeMap<String, f64>,
+) -> Result<MnfOutput, MnfError> {
+    apply_prepared(cube, params, system, backend, prepared, monitor, timings)
 }
 
 fn ignore_value(cube: &Cube, params: &MnfParams) -> Option<f64> {
@@ -272,6 +299,7 @@ fn apply_prepared(
         transform: (0..u).map(|r| system.transform[r * u..r * u + k].to_vec()).collect(),
         inverse: params.inverse,
         timings_ms: timings,
+        statistics: None,
     };
     Ok(MnfOutput { components, k, denoised, metadata })
 }

@@ -69,6 +69,30 @@ pub struct Metadata {
     pub inverse: bool,
     /// Wall-clock milliseconds per stage (read, statistics, eigen, projection, inverse, write).
     pub timings_ms: BTreeMap<String, f64>,
+    /// Set by the service when the eigen system was not computed by this job but taken from the job
+    /// cache (only the projection ran); absent otherwise, and always absent from `hypermnf run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statistics: Option<StatisticsReuse>,
+}
+
+/// Where a reused eigen system came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatisticsReuse {
+    /// Always true: the statistics passes and the eigen decomposition were skipped.
+    pub reused: bool,
+    /// The job that computed them, when it belongs to the same owner (null otherwise: another
+    /// owner's job id is not disclosed).
+    pub from_job: Option<String>,
+    /// `device`: the cube and its eigen system were still in GPU memory (nothing was read or
+    /// uploaded); `storage`: the eigen system was read from the data dir.
+    pub source: ReuseSource,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReuseSource {
+    Device,
+    Storage,
 }
 
 /// The full eigen system of one cube and noise model: enough to project with any k, or to invert.

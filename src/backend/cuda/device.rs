@@ -288,6 +288,12 @@ impl<T: Sized_> Pool<T> {
             .sum()
     }
 
+    /// Drops every idle buffer (device memory goes back to the driver).
+    pub(crate) fn clear(&self) {
+        let idle = std::mem::take(&mut *self.free.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(idle);
+    }
+
     fn put(&self, item: T) {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         free.push(item);

@@ -276,11 +276,11 @@ impl Backend for CudaBackend {
         let (free, total) = self.ctx.mem_get_info().ok()?;
         Some(((total - free) as u64, total as u64))
     }
-    fn prepare<'c>(
-        &'c self,
-        cube: &'c Cube,
-        _monitor: &Monitor,
-    ) -> Result<Box<dyn PreparedCube + 'c>, BackendError> {
+    /// Frees the idle pooled device buffers (the pool refills on the next passes).
+    fn release_idle_memory(&self) {
+        self.dev_pool.clear();
+    }
+    fn prepare<'c>(&'c self, cube: &'c Cube, _monitor: &Monitor) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError> {
         Ok(Box::new(CudaCube::new(self, cube)?))
     }
 }

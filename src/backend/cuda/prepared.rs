@@ -20,7 +20,7 @@ use std::time::Instant;
 use cudarc::driver::{CudaEvent, CudaStream};
 use rayon::prelude::*;
 
-use super::device::{cuda, dtoh_async, event, htod_async, is_registered, DevBuf, PinnedBuf, Pooled};
+use super::device::{cuda, dtoh_async, event, htod_async, is_registered, DevBuf, PinnedBuf, Pooled, Sized_};
 use super::kernels::{CovParts, NoiseArgs, RawType, COV_TILE, MAX_CONST_T, PX_KP};
 use super::{CudaBackend, Route};
 use crate::backend::{BackendError, PreparedCube};
@@ -1019,6 +1019,14 @@ impl PreparedCube for CudaCube<'_> {
             denoise: true,
         };
         self.output_pass(&pass, d.ignore_value, &d.mask_bands, out, monitor, Stage::Inverse)
+    }
+
+    /// The resident cube's buffer and its valid-pixel mask (the per-pass buffers go back to the pool).
+    fn resident_bytes(&self) -> u64 {
+        match &self.resident {
+            Some(r) => (r.raw.size() + self.valid.as_ref().map_or(0, |v| v.size())) as u64,
+            None => 0,
+        }
     }
 }
 

@@ -1,0 +1,303 @@
+//! The job cache as the service uses it: one per process, shared by the API (result level, on job
+//! creation) and the workers (statistics and device levels).
+//!
+//! * Result level: `(job digest, owner)` → the SQLite row id of a succeeded job. A hit is checked
+//!   against the row (same owner, same digest, still succeeded) before it is answered; anything else
+//!   is a miss, and the SQLite lookup that follows on a miss still finds queued and running jobs.
+//! * Statistics level: statistics key → the id of a stored eigen system (`eigen_systems` row, file
+//!   under `results/<job>/`). The file is read and checked (version, checksum) on every hit.
+//! * Device level: see [`crate::cache::DeviceLevel`]; on only for backends with device memory and
+//!   `--gpu-cache-bytes` > 0.
+//!
+//! The indexes are rebuilt from the rows at start; an entry is removed when its job is deleted or
+//! expires ([`ServiceCache::forget_job`]). Index failures (a GPU index that stops working, say) are
+//! logged and read as misses: the cache may lose speed, never a job.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use anyhow::Context;
+
+use crate::backend::Backend;
+use crate::cache::keys::{self, result_key};
+use crate::cache::{eigen_file, CacheConfig, CacheError, CacheStats, DeviceLevel, DeviceLruStats, Digest, Handle, IndexBackend, JobCache, Level, SystemRecord};
+use crate::jobs::model::Job;
+use crate::jobs::store::{JobStore, NewEigenRow, StoreError};
+use crate::jobs::worker::Backends;
+use crate::jobs::JobStatus;
+use crate::storage::Storage;
+
+/// The service's cache for `hypermnf serve`'s options, rebuilt from the database (at start).
+pub async fn open(args: &crate::config::ServeArgs, backends: &Backends, store: &JobStore, storage: &Storage) -> anyhow::Result<ServiceCache> {
+    let settings = CacheSettings::for_service(args.gpu_cache_bytes, backends.default_backend().as_ref());
+    let (store, storage) = (store.clone(), storage.clone());
+    // A GPU index allocates device memory and may compile its kernels: off the async threads.
+    let cache = tokio::task::spawn_blocking(move || ServiceCache::new(&settings, store, storage))
+        .await?
+        .context("cannot create the job cache")?;
+    cache.rebuild().await.context("cannot rebuild the job cache from the database")?;
+    Ok(cache)
+}
+
+/// Name of the stored eigen system beside a job's results.
+const EIGEN_OBJECT: &str = "eigen-system.bin";
+
+/// How the cache is set up (from `hypermnf serve`'s options).
+#[derive(Debug, Clone)]
+pub struct CacheSettings {
+    /// Device-resident level budget in bytes; 0 switches the level off.
+    pub gpu_cache_bytes: u64,
+    /// Index capacity per level, in cells (a power of two).
+    pub index_cells: u64,
+    /// Put the indexes on the GPU (when one is usable; else the CPU twin).
+    pub index_on_gpu: bool,
+}
+
+impl CacheSettings {
+    /// The service's cache: `gpu_cache_bytes` for the device level, indexes of 2^17 cells per level
+    /// (about 114 000 entries each), on the GPU when the default backend has one.
+    pub fn for_service(gpu_cache_bytes: u64, default_backend: &dyn Backend) -> CacheSettings {
+        CacheSettings {
+            gpu_cache_bytes,
+            index_cells: CacheConfig::default().index_cells,
+            index_on_gpu: default_backend.memory_in_use().is_some(),
+        }
+    }
+}
+
+/// Counters of every level, for `/metrics`.
+#[derive(Debug, Clone)]
+pub struct CacheReport {
+    pub levels: CacheStats,
+    pub device: Option<DeviceLruStats>,
+    pub index: IndexBackend,
+}
+
+/// The index entries a job owns, so that deleting the job removes exactly those.
+#[derive(Default)]
+struct Owned {
+    result: Option<(Digest, Handle)>,
+    statistics: Vec<(Digest, Handle)>,
+}
+
+pub struct ServiceCache {
+    index: Mutex<JobCache>,
+    device: Option<DeviceLevel>,
+    owned: Mutex<HashMap<String, Owned>>,
+    store: JobStore,
+    storage: Storage,
+}
+
+/// An eigen system written next to a job's results, waiting for the job to succeed.
+#[derive(Debug, Clone)]
+pub struct StoredSystem {
+    key: Digest,
+    storage_key: String,
+    bytes: i64,
+    backend: String,
+}
+
+impl ServiceCache {
+    pub fn new(settings: &CacheSettings, store: JobStore, storage: Storage) -> Result<ServiceCache, CacheError> {
+        let index = JobCache::new(&CacheConfig { index_cells: settings.index_cells, prefer_gpu: settings.index_on_gpu })?;
+        tracing::info!(index = ?index.index_backend(), gpu_cache_bytes = settings.gpu_cache_bytes, "job cache ready");
+        Ok(ServiceCache {
+            index: Mutex::new(index),
+            device: (settings.gpu_cache_bytes > 0).then(|| DeviceLevel::new(settings.gpu_cache_bytes)),
+            owned: Mutex::new(HashMap::new()),
+            store,
+            storage,
+        })
+    }
+
+    fn index(&self) -> MutexGuard<'_, JobCache> {
+        self.index.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn owned(&self) -> MutexGuard<'_, HashMap<String, Owned>> {
+        self.owned.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Fills both indexes from the database (at start).
+    pub async fn rebuild(&self) -> Result<(), StoreError> {
+        let results = self.store.succeeded_for_cache().await?;
+        let systems = self.store.eigen_for_cache(eigen_file::FORMAT_VERSION as i64).await?;
+        let mut owned: HashMap<String, Owned> = HashMap::new();
+        let mut rows = Vec::with_capacity(results.len() + systems.len());
+        for (rowid, id, owner, digest) in &results {
+            let key = result_key(digest, owner);
+            rows.push((Level::Result, key, *rowid as Handle));
+            owned.entry(id.clone()).or_default().result = Some((key, *rowid as Handle));
+        }
+        for row in &systems {
+            let Some(key) = keys::parse_hex(&row.digest) else {
+                tracing::warn!(id = row.id, "stored eigen system with a malformed key; left out of the cache");
+                continue;
+            };
+            rows.push((Level::Statistics, key, row.id as Handle));
+            owned.entry(row.job_id.clone()).or_default().statistics.push((key, row.id as Handle));
+        }
+        let outcome = self.index().rebuild(rows);
+        match outcome {
+            Ok(dropped) => {
+                *self.owned() = owned;
+                let s = self.index().stats();
+                tracing::info!(
+                    results = s.result.entries,
+                    statistics = s.statistics.entries,
+                    dropped = dropped.len(),
+                    "job cache rebuilt from the database"
+                );
+            }
+            Err(e) => tracing::warn!("cannot rebuild the job cache ({e}); starting with it empty"),
+        }
+        Ok(())
+    }
+
+    // -----------------------------------------------------------------------------------------------
+    // Result level
+
+    /// The caller's succeeded job of `job_digest`, if the result level has it.
+    pub async fn find_result(&self, owner: &str, job_digest: &str) -> Result<Option<Job>, StoreError> {
+        let key = result_key(job_digest, owner);
+        let found = self.index().lookup(Level::Result, &key);
+        let handle = match found {
+            Ok(Some(h)) => h,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                tracing::warn!("result cache lookup failed: {e}");
+                return Ok(None);
+            }
+        };
+        match self.store.get_by_rowid(handle as i64).await? {
+            Some(job) if job.owner == owner && job.digest == job_digest && job.status == JobStatus::Succeeded => Ok(Some(job)),
+            _ => {
+                // Deleted, or its row id now names another job: the entry is stale.
+                let _ = self.index().remove_if(Level::Result, &key, handle);
+                Ok(None)
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------------
+    // Statistics level
+
+    /// The stored eigen system of statistics key `key`, read and checked.
+    pub async fn find_system(&self, key: &Digest) -> Option<Arc<SystemRecord>> {
+        let found = self.index().lookup(Level::Statistics, key);
+        let handle = match found {
+            Ok(h) => h?,
+            Err(e) => {
+                tracing::warn!("statistics cache lookup failed: {e}");
+                return None;
+            }
+        };
+        let stale = || {
+            let _ = self.index().remove_if(Level::Statistics, key, handle);
+        };
+        let row = match self.store.eigen_by_id(handle as i64).await {
+            Ok(Some(row)) if keys::parse_hex(&row.digest).as_ref() == Some(key) => row,
+            Ok(_) => {
+                stale();
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!("cannot read the eigen system row {handle}: {e}");
+                return None;
+            }
+        };
+        let system = match self.storage.get_bytes(&row.storage_key).await {
+            Ok(bytes) => eigen_file::decode(&bytes).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match system {
+            Ok(system) => Some(Arc::new(SystemRecord { system, job_id: row.job_id, owner: row.owner })),
+            Err(why) => {
+                // Unusable for good (missing, damaged, another format): recompute from now on.
+                tracing::warn!(job = %row.job_id, key = %row.storage_key, "stored eigen system unusable ({why}); forgetting it");
+                stale();
+                let _ = self.store.delete_eigen(row.id).await;
+                let _ = self.storage.delete_prefix(&row.storage_key).await;
+                None
+            }
+        }
+    }
+
+    /// Writes the eigen system job `job_id` computed next to its results; recorded by `job_succeeded`.
+    pub async fn write_system(&self, job_id: &str, key: Digest, record: &SystemRecord, backend: &str) -> Option<StoredSystem> {
+        let bytes = eigen_file::encode(&record.system);
+        let storage_key = format!("results/{job_id}/{EIGEN_OBJECT}");
+        let n = bytes.len() as i64;
+        match self.storage.put_bytes(&storage_key, bytes.into()).await {
+            Ok(()) => Some(StoredSystem { key, storage_key, bytes: n, backend: backend.to_string() }),
+            Err(e) => {
+                tracing::warn!(job = %job_id, "cannot store the eigen system: {e}");
+                None
+            }
+        }
+    }
+
+    /// A job succeeded: its result, and the eigen system it computed (if any), enter the cache.
+    pub async fn job_succeeded(&self, job: &Job, system: Option<StoredSystem>) {
+        match self.store.rowid_of(&job.id).await {
+            Ok(Some(rowid)) => {
+                let key = result_key(&job.digest, &job.owner);
+                let inserted = self.index().insert(Level::Result, &key, rowid as Handle);
+                match inserted {
+                    Ok(_) => self.owned().entry(job.id.clone()).or_default().result = Some((key, rowid as Handle)),
+                    Err(e) => tracing::warn!(job = %job.id, "cannot cache the result: {e}"),
+                }
+            }
+            Ok(None) => {} // deleted meanwhile
+            Err(e) => tracing::warn!(job = %job.id, "cannot cache the result: {e}"),
+        }
+        let Some(s) = system else { return };
+        let row = NewEigenRow {
+            digest: hex::encode(s.key),
+            job_id: job.id.clone(),
+            storage_key: s.storage_key.clone(),
+            format_version: eigen_file::FORMAT_VERSION as i64,
+            backend: s.backend.clone(),
+            bytes: s.bytes,
+        };
+        match self.store.insert_eigen(&row).await {
+            Ok(Some(id)) => {
+                let inserted = self.index().insert(Level::Statistics, &s.key, id as Handle);
+                match inserted {
+                    Ok(_) => self.owned().entry(job.id.clone()).or_default().statistics.push((s.key, id as Handle)),
+                    Err(e) => tracing::warn!(job = %job.id, "cannot cache the eigen system: {e}"),
+                }
+            }
+            Ok(None) | Err(_) => {
+                // Another job stored the same system first, or this job is gone: this copy is not needed.
+                let _ = self.storage.delete_prefix(&s.storage_key).await;
+            }
+        }
+    }
+
+    /// A job was deleted (or expired): its entries leave the indexes. Its eigen system rows went with
+    /// its row, and its files with its results.
+    pub fn forget_job(&self, job_id: &str) {
+        let Some(owned) = self.owned().remove(job_id) else { return };
+        let mut index = self.index();
+        if let Some((key, h)) = owned.result {
+            let _ = index.remove_if(Level::Result, &key, h);
+        }
+        for (key, h) in owned.statistics {
+            let _ = index.remove_if(Level::Statistics, &key, h);
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------------
+    // Device level
+
+    /// The device level for jobs on `backend`: none when it is off, or the backend has no device memory.
+    pub fn device_for(&self, backend: &dyn Backend) -> Option<&DeviceLevel> {
+        self.device.as_ref().filter(|_| backend.memory_in_use().is_some())
+    }
+
+    pub fn report(&self) -> CacheReport {
+        let index = self.index();
+        CacheReport { levels: index.stats(), device: self.device.as_ref().map(|d| d.stats()), index: index.index_backend().clone() }
+    }
+}

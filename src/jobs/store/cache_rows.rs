@@ -1,0 +1,180 @@
+//! The rows behind the job cache: jobs by SQLite row id (the result level's handles), and the stored
+//! eigen systems (the statistics level's handles and files).
+
+use sqlx::sqlite::SqliteRow;
+use sqlx::Row;
+
+use super::{decode, JobStore, StoreError};
+use crate::jobs::model::{now_ms, Job};
+
+/// A stored eigen system, with the owner of the job that computed it.
+#[derive(Debug, Clone)]
+pub struct EigenRow {
+    pub id: i64,
+    /// Hex statistics key.
+    pub digest: String,
+    pub job_id: String,
+    pub owner: String,
+    pub storage_key: String,
+    pub format_version: i64,
+    pub backend: String,
+}
+
+/// An eigen system about to be recorded.
+#[derive(Debug, Clone)]
+pub struct NewEigenRow {
+    pub digest: String,
+    pub job_id: String,
+    pub storage_key: String,
+    pub format_version: i64,
+    pub backend: String,
+    pub bytes: i64,
+}
+
+fn eigen_row(r: &SqliteRow) -> Result<EigenRow, StoreError> {
+    Ok(EigenRow {
+        id: r.try_get("id")?,
+        digest: r.try_get("digest")?,
+        job_id: r.try_get("job_id")?,
+        owner: r.try_get("owner")?,
+        storage_key: r.try_get("storage_key")?,
+        format_version: r.try_get("format_version")?,
+        backend: r.try_get("backend")?,
+    })
+}
+
+const EIGEN_COLUMNS: &str = "e.id, e.digest, e.job_id, j.owner, e.storage_key, e.format_version, e.backend";
+
+impl JobStore {
+    /// The row id of job `id` (the result level's handle of a job).
+    pub async fn rowid_of(&self, id: &str) -> Result<Option<i64>, StoreError> {
+        let row = sqlx::query("SELECT rowid FROM jobs WHERE id = ?").bind(id).fetch_optional(&self.pool).await?;
+        Ok(row.map(|r| r.try_get(0)).transpose()?)
+    }
+
+    pub async fn get_by_rowid(&self, rowid: i64) -> Result<Option<Job>, StoreError> {
+        let row = sqlx::query("SELECT * FROM jobs WHERE rowid = ?").bind(rowid).fetch_optional(&self.pool).await?;
+        row.map(|r| decode(&r)).transpose()
+    }
+
+    /// (row id, job id, owner, digest) of every succeeded job, oldest first: what the result level is
+    /// rebuilt from at start (the most recent end up the most recently used).
+    pub async fn succeeded_for_cache(&self) -> Result<Vec<(i64, String, String, String)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT rowid, id, owner, digest FROM jobs WHERE status = 'succeeded' ORDER BY finished_at, id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
+            .collect()
+    }
+
+    /// Records a stored eigen system. `Ok(None)` when one with the same key is already recorded (two
+    /// jobs computed it at the same time); an error when the job no longer exists.
+    pub async fn insert_eigen(&self, new: &NewEigenRow) -> Result<Option<i64>, StoreError> {
+        let row = sqlx::query(
+            "INSERT INTO eigen_systems (digest, job_id, storage_key, format_version, backend, bytes, created_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (digest) DO NOTHING
+             RETURNING id",
+        )
+        .bind(&new.digest)
+        .bind(&new.job_id)
+        .bind(&new.storage_key)
+        .bind(new.format_version)
+        .bind(&new.backend)
+        .bind(new.bytes)
+        .bind(now_ms())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| r.try_get(0)).transpose()?)
+    }
+
+    pub async fn eigen_by_id(&self, id: i64) -> Result<Option<EigenRow>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {EIGEN_COLUMNS} FROM eigen_systems e JOIN jobs j ON j.id = e.job_id WHERE e.id = ?"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| eigen_row(&r)).transpose()
+    }
+
+    /// Every stored eigen system of format `version`, oldest first (the statistics level at start).
+    pub async fn eigen_for_cache(&self, version: i64) -> Result<Vec<EigenRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {EIGEN_COLUMNS} FROM eigen_systems e JOIN jobs j ON j.id = e.job_id
+             WHERE e.format_version = ? ORDER BY e.created_at, e.id"
+        ))
+        .bind(version)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(eigen_row).collect()
+    }
+
+    /// Forgets a stored eigen system whose file turned out unusable (the file is the caller's).
+    pub async fn delete_eigen(&self, id: i64) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM eigen_systems WHERE id = ?").bind(id).execute(&self.pool).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::{InputKind, InputSummary, NewJob};
+
+    async fn store() -> (JobStore, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = JobStore::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
+        (s, dir)
+    }
+
+    fn job(id: &str) -> NewJob {
+        NewJob {
+            id: id.into(),
+            owner: "alice".into(),
+            params: "{}".into(),
+            digest: format!("digest-{id}"),
+            content_digest: Some("ab".repeat(32)),
+            upload_sha256: None,
+            input: InputSummary { lines: 1, samples: 1, bands: 1, data_type: "int16".into(), interleave: "bip".into() },
+            input_kind: InputKind::Npy,
+            input_location: format!("uploads/{id}"),
+        }
+    }
+
+    fn eigen(job_id: &str, digest: &str) -> NewEigenRow {
+        NewEigenRow {
+            digest: digest.into(),
+            job_id: job_id.into(),
+            storage_key: format!("results/{job_id}/eigen-system.bin"),
+            format_version: 1,
+            backend: "cpu".into(),
+            bytes: 10,
+        }
+    }
+
+    #[tokio::test]
+    async fn eigen_rows_live_and_die_with_their_job() {
+        let (s, _dir) = store().await;
+        s.insert(job("j1")).await.unwrap();
+        let rowid = s.rowid_of("j1").await.unwrap().unwrap();
+        let j = s.get_by_rowid(rowid).await.unwrap().unwrap();
+        assert_eq!((j.id.as_str(), j.content_digest.as_deref()), ("j1", Some("ab".repeat(32).as_str())));
+        assert!(s.succeeded_for_cache().await.unwrap().is_empty(), "queued jobs are not results");
+
+        let id = s.insert_eigen(&eigen("j1", "k1")).await.unwrap().unwrap();
+        assert_eq!(s.insert_eigen(&eigen("j1", "k1")).await.unwrap(), None, "one row per key");
+        assert!(s.insert_eigen(&eigen("no-such-job", "k2")).await.is_err());
+        let row = s.eigen_by_id(id).await.unwrap().unwrap();
+        assert_eq!((row.digest.as_str(), row.owner.as_str(), row.job_id.as_str()), ("k1", "alice", "j1"));
+        assert_eq!(s.eigen_for_cache(1).await.unwrap().len(), 1);
+        assert!(s.eigen_for_cache(2).await.unwrap().is_empty());
+
+        assert!(s.delete("j1").await.unwrap());
+        assert!(s.eigen_by_id(id).await.unwrap().is_none(), "deleting the job deletes its eigen systems");
+        assert!(s.get_by_rowid(rowid).await.unwrap().is_none());
+    }
+}

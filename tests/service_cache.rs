@@ -1,0 +1,324 @@
+//! The job cache through the HTTP service: a real server on a loopback port with its real SQLite
+//! database in a temporary data dir, on the CPU backend.
+//!
+//! * statistics level: a request that changes only `components`, `snr` or `inverse` reuses the eigen
+//!   system of an earlier job of the same cube: the same bytes as a cold run of that request in a
+//!   fresh data dir, metadata that says so, and a shorter job;
+//! * the indexes are rebuilt from the database when the server starts again on the same data dir;
+//! * a different noise estimator, noise window, bad bands or no-data value is a miss;
+//! * deleting the job that computed an eigen system takes the system with it;
+//! * `/metrics` counts hits and misses per level.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+/// A statistics-level hit gives the bytes of a cold run of the same request, says that it reused
+/// the statistics (and of which job), and takes less time than the cold run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statistics_hit_is_bit_identical_to_a_cold_run_and_faster() {
+    let npy = npy_bytes(&synthetic_cube(TIMED.0, TIMED.1, TIMED.2, 7));
+    let warm = TestServer::start(args(&tempfile::tempdir().unwrap().keep())).await;
+
+    let first = warm.run_npy(&npy, "components=5").await;
+    assert!(metadata_of(&warm, &first).await.get("statistics").is_none(), "the first job computes its statistics");
+    assert_eq!(warm.metric("hypermnf_job_cache_misses_total", "statistics").await, 1.0);
+    assert_eq!(warm.metric("hypermnf_job_cache_entries", "statistics").await, 1.0);
+
+    // Only the projection parameters change: three hits on the first job's eigen system.
+    let requests = ["components=3", "snr=2&inverse=true", "components=7&inverse=true"];
+    let mut hits = Vec::new();
+    for (i, q) in requests.iter().enumerate() {
+        let id = warm.run_npy(&npy, q).await;
+        let md = metadata_of(&warm, &id).await;
+        assert_eq!(md["statistics"], json!({"reused": true, "from_job": first, "source": "storage"}), "{q}");
+        let t = md["timings_ms"].as_object().unwrap();
+        assert!(!t.contains_key("statistics") && !t.contains_key("eigen") && t.contains_key("projection"), "{q}: {t:?}");
+        assert_eq!(warm.metric("hypermnf_job_cache_hits_total", "statistics").await, (i + 1) as f64);
+        hits.push(id);
+    }
+    assert_eq!(warm.metric("hypermnf_job_cache_misses_total", "statistics").await, 1.0);
+
+    // Each request again, cold, in a fresh data dir: the same bytes.
+    let mut timing = None;
+    for (q, warm_id) in requests.iter().zip(&hits) {
+        let cold = TestServer::start(args(&tempfile::tempdir().unwrap().keep())).await;
+        let cold_id = cold.run_npy(&npy, q).await;
+        let cold_md = metadata_of(&cold, &cold_id).await;
+        assert!(cold_md.get("statistics").is_none());
+        let warm_md = metadata_of(&warm, warm_id).await;
+        assert_eq!(comparable(warm_md.clone()), comparable(cold_md.clone()), "{q}: metadata");
+        for product in ["", "?product=denoised", "?format=envi"] {
+            let (w, c) = (warm.result(warm_id, product).await, cold.result(&cold_id, product).await);
+            assert_eq!(w.0, c.0, "{q} {product}");
+            if w.0 == StatusCode::OK {
+                // The ENVI zip names its entries after the job: compare what is inside.
+                let same = if product == "?format=envi" { unzip_values(&w.1) == unzip_values(&c.1) } else { w.1 == c.1 };
+                assert!(same, "{q} {product}: the cached run's bytes differ from a cold run's");
+            }
+        }
+        if *q == "components=3" {
+            timing = Some((warm.job_ms(warm_id).await, cold.job_ms(&cold_id).await, warm_md, cold_md));
+        }
+        cold.stop().await;
+    }
+    // Faster: the reused job skipped both covariance passes and the eigen decomposition, which the
+    // cold run of the same request spent most of its time in (no ratio asserted: the machine is shared).
+    let (warm_ms, cold_ms, warm_md, cold_md) = timing.unwrap();
+    let stage = |md: &Value, s: &str| md["timings_ms"][s].as_f64().unwrap_or(0.0);
+    eprintln!(
+        "components=3 on {TIMED:?} int16, CPU: cold job {cold_ms:.0} ms (statistics {:.0} + eigen {:.0} + projection {:.0} ms), \
+         statistics-level hit {warm_ms:.0} ms (projection {:.0} ms): {:.1}x",
+        stage(&cold_md, "statistics"),
+        stage(&cold_md, "eigen"),
+        stage(&cold_md, "projection"),
+        stage(&warm_md, "projection"),
+        cold_ms / warm_ms.max(1.0)
+    );
+    assert!(stage(&cold_md, "statistics") > 0.0);
+    assert!(warm_ms < cold_ms, "the statistics-level hit took {warm_ms} ms, the cold run {cold_ms} ms");
+
+    // The result level: the identical request is the existing job, at once.
+    let (s, again) = warm.post_npy(&npy, "components=3").await;
+    assert_eq!((s, again["id"].as_str(), again["cached"].as_bool()), (StatusCode::OK, Some(hits[0].as_str()), Some(true)));
+    assert_eq!(warm.metric("hypermnf_job_cache_hits_total", "result").await, 1.0);
+    warm.stop().await;
+}
+
+/// Both indexes are rebuilt from the database: after a restart on the same data dir, the identical
+/// request and the statistics are found again; deleting the job that computed the eigen system then
+/// takes both away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_survives_a_restart_and_goes_with_its_jobs() {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let npy = npy_bytes(&synthetic_cube(40, 30, 16, 3));
+    let srv = TestServer::start(args(&dir)).await;
+    let first = srv.run_npy(&npy, "components=4").await;
+    let other = srv.run_npy(&npy_bytes(&synthetic_cube(40, 30, 16, 4)), "components=4").await;
+    srv.stop().await;
+
+    let srv = TestServer::start(args(&dir)).await;
+    assert_eq!(srv.metric("hypermnf_job_cache_entries", "result").await, 2.0);
+    assert_eq!(srv.metric("hypermnf_job_cache_entries", "statistics").await, 2.0);
+    let (s, again) = srv.post_npy(&npy, "components=4").await;
+    assert_eq!((s, again["id"].as_str()), (StatusCode::OK, Some(first.as_str())));
+    assert_eq!(srv.metric("hypermnf_job_cache_hits_total", "result").await, 1.0);
+    let reused = srv.run_npy(&npy, "components=2").await;
+    assert_eq!(metadata_of(&srv, &reused).await["statistics"]["from_job"].as_str(), Some(first.as_str()));
+    assert_eq!(srv.metric("hypermnf_job_cache_hits_total", "statistics").await, 1.0);
+
+    // The job that computed the eigen system goes: its system and its result go with it.
+    let r = srv.client.delete(srv.url(&format!("/v1/jobs/{first}"))).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(srv.metric("hypermnf_job_cache_entries", "statistics").await, 1.0);
+    let stored = dir.join("objects/results").join(&first);
+    assert!(!stored.exists(), "{} is left behind", stored.display());
+    let recomputed = srv.run_npy(&npy, "components=3").await;
+    assert!(metadata_of(&srv, &recomputed).await.get("statistics").is_none(), "the deleted job's statistics were used");
+    // ... and the identical request to the deleted job is a new job.
+    let (s, fresh) = srv.post_npy(&npy, "components=4").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    assert_ne!(fresh["id"].as_str(), Some(first.as_str()));
+    srv.wait(fresh["id"].as_str().unwrap()).await;
+    // The other cube's system is still there.
+    let still = srv.run_npy(&npy_bytes(&synthetic_cube(40, 30, 16, 4)), "components=2").await;
+    assert_eq!(metadata_of(&srv, &still).await["statistics"]["from_job"].as_str(), Some(other.as_str()));
+    srv.stop().await;
+}
+
+/// Everything the statistics depend on is in the key: another noise estimator, noise window, set of
+/// bad bands or no-data value computes its own statistics (and is then reused in turn).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_different_noise_model_is_a_miss() {
+    let srv = TestServer::start(args(&tempfile::tempdir().unwrap().keep())).await;
+    let npy = npy_bytes(&synthetic_cube(40, 30, 16, 5));
+    let base = srv.run_npy(&npy, "components=3").await;
+    let variants = [
+        "noise=shift-difference",
+        "noise_window=0,0,20,20",
+        "bad_bands=2,5",
+        "ignore_value=-1",
+    ];
+    for (i, v) in variants.iter().enumerate() {
+        let id = srv.run_npy(&npy, &format!("components=3&{v}")).await;
+        assert!(metadata_of(&srv, &id).await.get("statistics").is_none(), "{v}: reused another noise model's statistics");
+        assert_eq!(srv.metric("hypermnf_job_cache_misses_total", "statistics").await, (i + 2) as f64, "{v}");
+        // The same noise model with other components: this variant's own statistics.
+        let again = srv.run_npy(&npy, &format!("components=2&{v}")).await;
+        assert_eq!(metadata_of(&srv, &again).await["statistics"]["from_job"].as_str(), Some(id.as_str()), "{v}");
+    }
+    // Bad bands are a set: the same bands in another order are the same statistics.
+    let reordered = srv.run_npy(&npy, "components=4&bad_bands=5,2").await;
+    assert_eq!(metadata_of(&srv, &reordered).await["statistics"]["reused"], true);
+    let back = srv.run_npy(&npy, "components=5").await;
+    assert_eq!(metadata_of(&srv, &back).await["statistics"]["from_job"].as_str(), Some(base.as_str()));
+    assert_eq!(srv.metric("hypermnf_job_cache_hits_total", "statistics").await, 6.0);
+    srv.stop().await;
+}
+
+/// Eigen systems are shared between owners (the same cube gives the same statistics), but another
+/// owner's job id is not disclosed, and results stay per owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owners_share_statistics_but_not_job_ids_or_results() {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let keys = dir.join("keys");
+    std::fs::write(&keys, "alice:alice-key\nbob:bob-key\n").unwrap();
+    let mut a = args(&dir.join("data"));
+    a.api_keys_file = Some(keys);
+    let srv = TestServer::start(a).await;
+    let npy = npy_bytes(&synthetic_cube(30, 24, 12, 6));
+    let post = |key: &'static str, q: &'static str| {
+        srv.client.post(srv.url(&format!("/v1/jobs?{q}"))).bearer_auth(key).header("content-type", "application/x-npy").body(npy.clone()).send()
+    };
+    let alice: Value = post("alice-key", "components=3").await.unwrap().json().await.unwrap();
+    let alice_id = alice["id"].as_str().unwrap();
+    srv.wait_as(alice_id, "alice-key").await;
+    let r = post("bob-key", "components=3").await.unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED, "Bob got Alice's job");
+    let bob: Value = r.json().await.unwrap();
+    let bob_id = bob["id"].as_str().unwrap();
+    srv.wait_as(bob_id, "bob-key").await;
+    let md: Value = srv.client.get(srv.url(&format!("/v1/jobs/{bob_id}/metadata"))).bearer_auth("bob-key").send().await.unwrap().json().await.unwrap();
+    assert_eq!(md["statistics"], json!({"reused": true, "from_job": null, "source": "storage"}));
+    srv.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Helpers
+
+/// A cube whose statistics take most of a cold job's time on the CPU (half a second in the test
+/// profile): many bands (covariances grow with their square), many pixels, few components.
+const TIMED: (usize, usize, usize) = (480, 320, 192);
+
+fn args(dir: &Path) -> hypermnf::config::ServeArgs {
+    let mut a = hypermnf::config::ServeArgs::with_data_dir(dir);
+    a.backend = hypermnf::mnf::BackendChoice::Cpu;
+    a
+}
+
+struct TestServer {
+    server: hypermnf::api::Server,
+    base: String,
+    client: reqwest::Client,
+}
+
+impl TestServer {
+    async fn start(args: hypermnf::config::ServeArgs) -> TestServer {
+        let server = hypermnf::api::start(args).await.expect("server starts");
+        let base = format!("http://{}", server.addr);
+        let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+        TestServer { server, base, client }
+    }
+    fn url(&self, p: &str) -> String {
+        format!("{}{p}", self.base)
+    }
+    async fn post_npy(&self, body: &[u8], query: &str) -> (StatusCode, Value) {
+        let r = self.client.post(self.url(&format!("/v1/jobs?{query}"))).header("content-type", "application/x-npy")
+            .body(body.to_vec()).send().await.unwrap();
+        (r.status(), r.json().await.unwrap())
+    }
+    /// Posts a new job and waits until it has succeeded; its id.
+    async fn run_npy(&self, body: &[u8], query: &str) -> String {
+        let (s, j) = self.post_npy(body, query).await;
+        assert_eq!(s, StatusCode::ACCEPTED, "{query}: {j}");
+        let id = j["id"].as_str().unwrap().to_string();
+        let done = self.wait(&id).await;
+        assert_eq!(done["status"], "succeeded", "{query}: {done}");
+        id
+    }
+    async fn get_json(&self, p: &str) -> (StatusCode, Value) {
+        let r = self.client.get(self.url(p)).send().await.unwrap();
+        (r.status(), r.json().await.unwrap())
+    }
+    async fn result(&self, id: &str, query: &str) -> (StatusCode, Vec<u8>) {
+        let r = self.client.get(self.url(&format!("/v1/jobs/{id}/result{query}"))).send().await.unwrap();
+        (r.status(), r.bytes().await.unwrap().to_vec())
+    }
+    async fn wait(&self, id: &str) -> Value {
+        self.wait_with(id, None).await
+    }
+    async fn wait_as(&self, id: &str, key: &str) -> Value {
+        self.wait_with(id, Some(key)).await
+    }
+    async fn wait_with(&self, id: &str, key: Option<&str>) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(150);
+        loop {
+            let mut req = self.client.get(self.url(&format!("/v1/jobs/{id}")));
+            if let Some(k) = key {
+                req = req.bearer_auth(k);
+            }
+            let j: Value = req.send().await.unwrap().json().await.unwrap();
+            if !matches!(j["status"].as_str(), Some("queued") | Some("running")) {
+                return j;
+            }
+            assert!(Instant::now() < deadline, "job {id} did not finish: {j}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    /// The job's wall time from start to end, as the service recorded it (milliseconds).
+    async fn job_ms(&self, id: &str) -> f64 {
+        let j = self.get_json(&format!("/v1/jobs/{id}")).await.1;
+        let t = |k: &str| {
+            let s = j[k].as_str().unwrap_or_else(|| panic!("{k} missing: {j}"));
+            time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).unwrap()
+        };
+        (t("finished_at") - t("started_at")).as_seconds_f64() * 1e3
+    }
+    /// One sample of `/metrics`: `name{level="level"}`.
+    async fn metric(&self, name: &str, level: &str) -> f64 {
+        let text = self.client.get(self.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        let prefix = format!("{name}{{level=\"{level}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+            .parse()
+            .unwrap()
+    }
+    async fn stop(self) {
+        self.server.stop().await.unwrap();
+    }
+}
+
+async fn metadata_of(srv: &TestServer, id: &str) -> Value {
+    let (s, md) = srv.get_json(&format!("/v1/jobs/{id}/metadata")).await;
+    assert_eq!(s, StatusCode::OK, "{md}");
+    md
+}
+
+/// Metadata without what legitimately differs between a cached and a cold run.
+fn comparable(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("timings_ms");
+        o.remove("statistics");
+    }
+    v
+}
+
+/// The contents of a zip's entries, in order (their names carry the job id).
+fn unzip_values(bytes: &[u8]) -> Vec<Vec<u8>> {
+    use std::io::Read;
+    let mut z = zip::ZipArchive::new(std::io::Cursor::new(bytes)).unwrap();
+    let mut out = Vec::new();
+    for i in 0..z.len() {
+        let mut f = z.by_index(i).unwrap();
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf).unwrap();
+        out.push(buf);
+    }
+    out
+}
+
+fn npy_bytes(cube: &hypermnf::cube::Cube) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("c.npy");
+    hypermnf::cube::npy::write_cube(&p, cube).unwrap();
+    std::fs::read(&p).unwrap()
+}
+
+fn synthetic_cube(lines: usize, samples: usize, bands: usize, seed: u64) -> hypermnf::cube::Cube {
+    let mut spec = hypermnf::cube::synthetic::SyntheticSpec::small(lines, samples, bands);
+    spec.seed = seed;
+    hypermnf::cube::synthetic::generate(&spec)
+}
