@@ -421,63 +421,18 @@ extern "C" __global__ void ht_insert(Cell* table, u64 bucket_mask, const u64* ke
     }
 }
 
-// Batch find, pipelined: the group first issues the primary-bucket reads of all its (up to 8)
-// operations back to back, each lane loading its cell of every bucket into registers, and only then
-// looks at them one after the other. A group serving its operations strictly one after the other
-// (group_find) keeps one bucket read in flight; this keeps eight, which is what random 128-byte reads
-// over a table far larger than L2 need. Results, stamps and the overflow rule are group_find's: a key
-// whose primary bucket has the overflow bit and does not hold it is looked up in its second bucket
-// by group_find itself.
 extern "C" __global__ void ht_find(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32 clk, u32 touch,
                                    u32* status, u64* out_val) {
-    Group g = make_group();
-    u64 my = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    bool active = my < n;
-    u64 mykey = active ? keys[my] : EMPTY_KEY;
-    u64 myb1 = mix64(mykey) & bucket_mask;
-    u32 pending = gballot(g, active);
-    Cell c[GROUP];
-#pragma unroll
-    for (int j = 0; j < GROUP; ++j) {
-        u64 bj = gshfl(g, myb1, j);
-        if (pending & (1u << j)) c[j] = ld_cell(table + bj * GROUP + g.lane);
-    }
-    u32 my_st = ST_MISS;
-    u64 my_ov = 0;
-#pragma unroll
-    for (int j = 0; j < GROUP; ++j) {
-        if (!(pending & (1u << j))) continue;
-        u64 key = gshfl(g, mykey, j);
-        Cell* bucket = table + gshfl(g, myb1, j) * GROUP;  // every lane shuffles: no divergent shfl
-        u32 st;
+    GROUP_PROLOGUE(n)
+    FOR_EACH_PENDING
         u64 v = 0;
-        if (key == EMPTY_KEY || key == RESERVED_KEY) {
-            st = ST_REJECTED;
-        } else {
-            u32 hit = gballot(g, g.lane != 0 && c[j].key == key);
-            u64 meta_lo = gshfl(g, c[j].key, 0);
-            if (hit) {
-                u32 s = __ffs(hit) - 1;
-                u64 meta_hi = gshfl(g, c[j].val, 0);
-                v = gshfl(g, c[j].val, s);
-                if (touch && g.lane == s && stamp_of(meta_lo, meta_hi, s) != (clk & 0xffffu))
-                    store_stamp(bucket, s, clk);
-                st = ST_FOUND;
-            } else if (meta_lo & CTL_OVERFLOW) {
-                st = group_find(g, table, bucket_mask, key, clk, touch != 0, v);
-            } else {
-                st = ST_MISS;
-            }
-        }
-        if (g.lane == (u32)j) {
-            my_st = st;
-            my_ov = v;
-        }
-    }
+        u32 st = group_find(g, table, bucket_mask, key, clk, touch != 0, v);
+    KEEP_RESULT(st, 0ull, v)
     if (active) {
         status[my] = my_st;
         out_val[my] = my_ov;
     }
+    (void)my_ok;
 }
 
 extern "C" __global__ void ht_erase(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32* status,
