@@ -32,13 +32,16 @@ pub struct Args {
     /// Largest batch (keys per kernel launch).
     #[arg(long, default_value_t = 1 << 26)]
     pub max_batch: u64,
-    /// Batch sizes of the sweep (run at 2^24 cells, load 0.8; empty to skip).
+    /// Batch sizes of the sweep (run at 2^24 cells, load 0.8).
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "8192,65536,524288,4194304,67108864"
     )]
     pub sweep: Vec<u64>,
+    /// Skip the batch-size sweep.
+    #[arg(long)]
+    pub no_sweep: bool,
     /// Leave out the linear-probing reference table.
     #[arg(long)]
     pub no_linear: bool,
@@ -170,7 +173,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             b.linear(c)?;
         }
     }
-    if !args.sweep.is_empty() {
+    if !args.no_sweep && !args.sweep.is_empty() {
         b.sweep(24.min(*args.capacities.iter().max().unwrap_or(&24)))?;
     }
     if let Some(f) = b.json.as_mut() {
