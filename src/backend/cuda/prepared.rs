@@ -63,20 +63,51 @@ struct Layout {
     samples: usize,
     bands: usize,
     t: RawType,
+    /// Lines of a full chunk (the largest).
     chunk_lines: usize,
+    /// Chunk c is lines bounds[c]..bounds[c + 1].
+    bounds: Vec<usize>,
 }
 
 impl Layout {
+    /// Chunks of `chunk_lines` lines. With `split_tail` (a resident cube, uploaded and processed chunk
+    /// by chunk) the last full chunk is cut in four: the statistics of the last two chunks run after
+    /// the upload has ended, so small last chunks shorten that tail (by ~1 ms of the ~14 ms of a
+    /// 299 MB cube on an H100).
+    fn new(lines: usize, samples: usize, bands: usize, t: RawType, chunk_lines: usize, split_tail: bool) -> Layout {
+        let mut bounds: Vec<usize> = (0..lines).step_by(chunk_lines.max(1)).collect();
+        bounds.push(lines);
+        if split_tail && bounds.len() >= 3 {
+            let l0 = bounds[bounds.len() - 2];
+            let n = lines - l0;
+            if n >= 16 {
+                bounds.pop();
+                bounds.extend((1..4).map(|i| l0 + n * i / 4));
+                bounds.push(lines);
+            }
+        }
+        Layout {
+            lines,
+            samples,
+            bands,
+            t,
+            chunk_lines,
+            bounds,
+        }
+    }
     fn line_bytes(&self) -> usize {
         self.samples * self.bands * self.t.size
     }
     fn chunks(&self) -> usize {
-        self.lines.div_ceil(self.chunk_lines)
+        self.bounds.len() - 1
     }
     /// Lines l0..l1 of chunk c.
     fn chunk(&self, c: usize) -> (usize, usize) {
-        let l0 = c * self.chunk_lines;
-        (l0, (l0 + self.chunk_lines).min(self.lines))
+        (self.bounds[c], self.bounds[c + 1])
+    }
+    /// The chunk that holds line `l`.
+    fn chunk_of(&self, l: usize) -> usize {
+        self.bounds.partition_point(|&b| b <= l) - 1
     }
     fn chunk_pixels_max(&self) -> usize {
         self.chunk_lines * self.samples
@@ -162,13 +193,7 @@ impl<'c> CudaCube<'c> {
             let fixed = 2 * 2 * (line_bytes + samples);
             chunk_lines = (budget.saturating_sub(fixed) / per_line.max(1)).clamp(1, chunk_lines);
         }
-        let lay = Layout {
-            lines,
-            samples,
-            bands,
-            t,
-            chunk_lines,
-        };
+        let lay = Layout::new(lines, samples, bands, t, chunk_lines, resident);
         let compute = be.ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
         let copy = be.ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
         let n = lay.chunks();
@@ -305,8 +330,8 @@ impl<'c> CudaCube<'c> {
         st.copied[i].record(&self.copy).map_err(cuda("cuEventRecord"))
     }
 
-    /// Resident cube: makes sure chunk c is (being) uploaded and that the compute stream waits for it.
-    fn ensure_chunk(&mut self, c: usize) -> Result<(), BackendError> {
+    /// Resident cube: starts the upload of chunk c on the copy stream, unless already started.
+    fn issue_chunk(&mut self, c: usize) -> Result<(), BackendError> {
         let (l0, l1) = self.lay.chunk(c);
         let lb = self.lay.line_bytes();
         let res = self.resident.as_ref().expect("resident cube");
@@ -317,6 +342,12 @@ impl<'c> CudaCube<'c> {
             res.arrived[c].record(&self.copy).map_err(cuda("cuEventRecord"))?;
             res.uploaded[c] = true;
         }
+        Ok(())
+    }
+
+    /// Resident cube: makes sure chunk c is (being) uploaded and that the compute stream waits for it.
+    fn ensure_chunk(&mut self, c: usize) -> Result<(), BackendError> {
+        self.issue_chunk(c)?;
         let res = self.resident.as_ref().expect("resident cube");
         self.compute.wait(&res.arrived[c]).map_err(cuda("cuStreamWaitEvent"))
     }
@@ -682,6 +713,15 @@ impl PreparedCube for CudaCube<'_> {
             }
         }
         let mean_filter = spec.noise == NoiseEstimator::MeanFilter;
+        if self.resident.is_some() && self.registered {
+            // Page-locked input: queue the whole upload now (the copy engine works through it in
+            // order), so that the host's set-up below (shifts from sampled pixels, buffers) overlaps
+            // it instead of delaying its start. Pageable input goes through two staging buffers
+            // filled by the host, so it is issued chunk by chunk in the loop.
+            for c in 0..self.lay.chunks() {
+                self.issue_chunk(c)?;
+            }
+        }
         let mask = self.mask_setup(spec.ignore_value, &spec.mask_bands)?;
         let (data_shift, noise_shift) = sample_shifts(self.cube, spec);
         let ctx = self.be.ctx.clone();
@@ -1194,7 +1234,7 @@ impl CudaCube<'_> {
                 .wait(&downloaded[slot])
                 .map_err(cuda("cuStreamWaitEvent"))?;
             let (raw, valid, stream_slot) = if self.resident.is_some() {
-                for uc in l0 / self.lay.chunk_lines..=(l1 - 1) / self.lay.chunk_lines {
+                for uc in self.lay.chunk_of(l0)..=self.lay.chunk_of(l1 - 1) {
                     self.ensure_chunk(uc)?;
                 }
                 let raw = self.resident.as_ref().expect("resident").raw.at(l0 * lb);
@@ -1350,5 +1390,36 @@ impl Drop for CudaCube<'_> {
         let _ = self.bind();
         let _ = self.copy.synchronize();
         let _ = self.compute.synchronize();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cube::{ByteOrder, DataType};
+
+    /// Chunks cover every line once, in order; a resident layout's last full chunk is cut in four.
+    #[test]
+    fn chunk_bounds_cover_the_lines_and_split_the_tail() {
+        let t = RawType::of(DataType::I16, ByteOrder::Little);
+        for (lines, chunk, split) in [(1087, 121, true), (1087, 121, false), (5, 2, true), (40, 40, true), (300, 64, true)] {
+            let lay = Layout::new(lines, 7, 3, t, chunk, split);
+            let mut next = 0;
+            for c in 0..lay.chunks() {
+                let (l0, l1) = lay.chunk(c);
+                assert_eq!(l0, next, "{lines}/{chunk}: chunk {c} starts at {l0}");
+                assert!(l1 > l0 && l1 - l0 <= chunk);
+                for l in l0..l1 {
+                    assert_eq!(lay.chunk_of(l), c);
+                }
+                next = l1;
+            }
+            assert_eq!(next, lines);
+        }
+        // 1087 = 8 × 121 + 119: the last full-size chunk (119 lines) becomes four of 29–30 lines.
+        let lay = Layout::new(1087, 7, 3, t, 121, true);
+        assert_eq!(lay.chunks(), 8 + 4);
+        assert_eq!(lay.chunk(11), (1087 - 30, 1087));
+        assert_eq!(Layout::new(1087, 7, 3, t, 121, false).chunks(), 9);
     }
 }
