@@ -16,6 +16,8 @@ use crate::cube::{ByteOrder, DataType};
 
 /// Bytes the writer thread receives at once: big enough that hashing and writing run in long strides.
 const WRITE_CHUNK: usize = 4 << 20;
+/// Bytes written between two starts of writeback to the disk (see `write_durably`).
+const WRITEBACK_EVERY: u64 = 16 << 20;
 /// How much of a `.npy` body is looked at for its header (the format keeps headers small; 64 KiB is
 /// the v1 maximum, v2 allows more but nothing real uses it).
 const NPY_HEADER_MAX: usize = 1 << 20;
@@ -105,15 +107,48 @@ fn hash_batches(mut h: Sha256, mut rx: tokio::sync::mpsc::Receiver<Batch>) -> st
 }
 
 /// Writes every batch to `f`, then `sync_data`: the job must survive a crash once it is accepted, so
-/// the data reaches the disk before the 202.
+/// the data reaches the disk before the 202. Writeback is started every WRITEBACK_EVERY bytes while the
+/// body streams in (and the range before waited for), so that the final sync only has the last few
+/// MiB left to write instead of the whole upload (0.1 s of a 0.4 s upload of 300 MB before).
 fn write_durably(mut f: std::fs::File, mut rx: tokio::sync::mpsc::Receiver<Batch>) -> std::io::Result<()> {
+    let (mut written, mut started, mut previous) = (0u64, 0u64, None);
     while let Some(batch) = rx.blocking_recv() {
         for b in &batch {
             f.write_all(b)?;
+            written += b.len() as u64;
+        }
+        if written - started >= WRITEBACK_EVERY {
+            start_writeback(&f, (started, written - started), previous);
+            previous = Some((started, written - started));
+            started = written;
         }
     }
-    f.sync_data()
+    let t = std::time::Instant::now();
+    f.sync_data()?;
+    tracing::debug!(bytes = written, final_sync_secs = t.elapsed().as_secs_f64(), "upload written and synced");
+    Ok(())
 }
+
+/// Asks the kernel to start writing `range` back, and waits until `previous` is on the disk (which
+/// also bounds the dirty pages one upload leaves). Advisory: an error here shows again in the final
+/// `sync_data`, which decides.
+#[cfg(target_os = "linux")]
+fn start_writeback(f: &std::fs::File, range: (u64, u64), previous: Option<(u64, u64)>) {
+    use std::os::fd::AsRawFd;
+    let fd = f.as_raw_fd();
+    // SAFETY: sync_file_range takes an open descriptor and two integers; no memory is shared.
+    unsafe {
+        libc::sync_file_range(fd, range.0 as libc::off64_t, range.1 as libc::off64_t, libc::SYNC_FILE_RANGE_WRITE);
+        if let Some((at, len)) = previous {
+            let wait = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+            libc::sync_file_range(fd, at as libc::off64_t, len as libc::off64_t, wait);
+        }
+    }
+}
+
+/// Elsewhere the final `sync_data` does all of it.
+#[cfg(not(target_os = "linux"))]
+fn start_writeback(_f: &std::fs::File, _range: (u64, u64), _previous: Option<(u64, u64)>) {}
 
 /// Looks at the first bytes of a body: refuses it, or says what its header claims.
 pub type PrefixCheck<'a> = dyn FnMut(&[u8]) -> Result<Option<Claim>, Error> + Send + 'a;
