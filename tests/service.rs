@@ -575,6 +575,66 @@ async fn an_endless_body_is_cut_off() {
     srv.stop().await;
 }
 
+/// Every file an href leads the server to open is held to the input roots once its symlinks are
+/// resolved, not only the file named: an ENVI header's data file under whichever name the reader finds
+/// it (upper case, no extension, `x.img.hdr` → `x.img`, ...), and the data file beside a header reached
+/// through a symlink (the one beside the resolved header, which is the one read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn href_data_files_are_held_to_the_input_roots() {
+    use hypermnf::cube::{ByteOrder, Interleave};
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("inputs");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(dir.path().join("data"));
+    args.input_roots = vec![root.clone()];
+    let srv = TestServer::start(args).await;
+    let cube = synthetic_cube(12, 10, 6, 3);
+    let envi = |hdr: &Path| hypermnf::cube::envi::write_cube(hdr, &cube, Interleave::Bsq, ByteOrder::Little).unwrap();
+    envi(&outside.join("secret.hdr")); // secret.hdr + secret.img
+    envi(&root.join("sub/good.hdr"));
+    let header_text = std::fs::read(root.join("sub/good.hdr")).unwrap();
+    let header = |p: &Path| std::fs::write(p, &header_text).unwrap();
+    let secret = outside.join("secret.img");
+
+    // a header inside the root whose data file, under each name the reader tries, leads outside
+    for (hdr, data) in [("upper.hdr", "upper.IMG"), ("bare.hdr", "bare"), ("dat.hdr", "dat.dat"), ("x.img.hdr", "x.img"), ("lower.hdr", "lower.img")] {
+        header(&root.join(hdr));
+        symlink(&secret, root.join(data)).unwrap();
+    }
+    // a header symlinked (inside the root) from another directory, whose own data file leads outside
+    header(&root.join("sub/evil.hdr"));
+    symlink(&secret, root.join("sub/evil.img")).unwrap();
+    symlink(root.join("sub/evil.hdr"), root.join("via-link.hdr")).unwrap();
+    // a header symlinked out of the root
+    symlink(outside.join("secret.hdr"), root.join("out.hdr")).unwrap();
+    let refused = ["upper.hdr", "bare.hdr", "dat.hdr", "x.img.hdr", "lower.hdr", "via-link.hdr", "out.hdr"];
+
+    // and one that is fine: a symlink to a good header in the root; the decoy beside the link (which
+    // is not the file read) does not matter
+    symlink(root.join("sub/good.hdr"), root.join("good-link.hdr")).unwrap();
+    symlink(&secret, root.join("good-link.img")).unwrap();
+
+    let post = |name: &str| {
+        let body = json!({"input": {"href": format!("file://{}", root.join(name).display())}, "params": {"components": 2}});
+        srv.client.post(srv.url("/v1/jobs")).json(&body).send()
+    };
+    for name in refused {
+        let r = post(name).await.unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{name}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["code"], "forbidden_path", "{name}: {v}");
+        assert!(!v["message"].as_str().unwrap().contains(outside.to_str().unwrap()), "{name}: the message shows the target: {v}");
+    }
+    let r = post("good-link.hdr").await.unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let job: Value = r.json().await.unwrap();
+    assert_eq!(srv.wait(job["id"].as_str().unwrap()).await["status"], "succeeded");
+    srv.stop().await;
+}
+
 /// Finished jobs and their files go once they are older than --retention.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_jobs_expire_after_the_retention_time() {
