@@ -5,6 +5,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
@@ -110,9 +111,21 @@ fn hash_batches(mut h: Sha256, mut rx: tokio::sync::mpsc::Receiver<Batch>) -> st
 /// the data reaches the disk before the 202. Writeback is started every WRITEBACK_EVERY bytes while the
 /// body streams in (and the range before waited for), so that the final sync only has the last few
 /// MiB left to write instead of the whole upload (0.1 s of a 0.4 s upload of 300 MB before).
-fn write_durably(mut f: std::fs::File, mut rx: tokio::sync::mpsc::Receiver<Batch>) -> std::io::Result<()> {
+///
+/// `expected` is the length the header claims, once known (before the first batch): it is reserved on
+/// the disk at once.
+fn write_durably(
+    mut f: std::fs::File,
+    expected: Arc<OnceLock<u64>>,
+    mut rx: tokio::sync::mpsc::Receiver<Batch>,
+) -> std::io::Result<()> {
     let (mut written, mut started, mut previous) = (0u64, 0u64, None);
     while let Some(batch) = rx.blocking_recv() {
+        if written == 0 {
+            if let Some(&len) = expected.get() {
+                preallocate(&f, len)?;
+            }
+        }
         for b in &batch {
             f.write_all(b)?;
             written += b.len() as u64;
@@ -126,6 +139,29 @@ fn write_durably(mut f: std::fs::File, mut rx: tokio::sync::mpsc::Receiver<Batch
     let t = std::time::Instant::now();
     f.sync_data()?;
     tracing::debug!(bytes = written, final_sync_secs = t.elapsed().as_secs_f64(), "upload written and synced");
+    Ok(())
+}
+
+/// Reserves `len` bytes of disk for the file in one call (the length the header claims, already checked
+/// against the limit), instead of the filesystem allocating block by block as pages are written (a
+/// quarter of the writer's CPU time on ext4); and a full disk shows before the body is read, not after.
+#[cfg(target_os = "linux")]
+fn preallocate(f: &std::fs::File, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fallocate takes an open descriptor and integers; no memory is shared. KEEP_SIZE: the file
+    // stays as long as what was written, whatever the claim said.
+    if unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len as libc::off_t) } == 0 {
+        return Ok(());
+    }
+    match std::io::Error::last_os_error() {
+        e if e.raw_os_error() == Some(libc::ENOSPC) => Err(e),
+        // A filesystem without fallocate allocates as the data comes.
+        _ => Ok(()),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn preallocate(_f: &std::fs::File, _len: u64) -> std::io::Result<()> {
     Ok(())
 }
 
@@ -181,7 +217,14 @@ where
 {
     let file = std::fs::File::create(&dest).map_err(Error::internal)?;
     let t0 = std::time::Instant::now();
-    let writer = sink(move |rx| write_durably(file, rx));
+    let expected = Arc::new(OnceLock::new());
+    if let Some(c) = claim {
+        let _ = expected.set(c.total());
+    }
+    let writer = sink({
+        let expected = expected.clone();
+        move |rx| write_durably(file, expected, rx)
+    });
     let hasher = sink(|rx| hash_batches(Sha256::new(), rx));
     let mut content = ContentDigest::None;
     // The first bytes are gathered into one buffer for the header check; after that, frames are
@@ -215,6 +258,7 @@ where
                 if let Some(check) = prefix_check.as_deref_mut() {
                     if let Some(c) = check(&head)? {
                         claim = Some(c);
+                        let _ = expected.set(c.total());
                         content = content_digest_for(&c, &head);
                     }
                 }
