@@ -332,7 +332,8 @@ async fn create_href(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req
 }
 
 /// Checks a `file://` href: an absolute path without `..`, existing, and (after resolving symlinks)
-/// inside one of the input roots. Outside every root (or with no root configured) it is 403.
+/// inside one of the input roots, and so is every other file reading it opens (an ENVI header's data
+/// file). Outside every root (or with no root configured) it is 403.
 pub fn resolve_href(href: &str, roots: &[PathBuf]) -> ApiResult<PathBuf> {
     let bad = |m: &str| Error::bad_request("invalid_href", m.to_string());
     let rest = href
@@ -361,20 +362,24 @@ pub fn resolve_href(href: &str, roots: &[PathBuf]) -> ApiResult<PathBuf> {
     if !canonical.is_file() {
         return Err(Error::bad_request("input_not_found", format!("{} is not a file", path.display())));
     }
-    // An ENVI header's data file sits beside it and may be a symlink of its own: it too must stay
-    // inside a root.
-    if let (Some(stem), Some(parent)) = (canonical.file_stem(), path.parent()) {
-        for ext in ["img", "dat", "raw", "bsq", "bil", "bip", ""] {
-            let mut name = stem.to_os_string();
-            if !ext.is_empty() {
-                name.push(".");
-                name.push(ext);
-            }
-            if let Ok(c) = parent.join(&name).canonicalize() {
-                if c != canonical && !roots.iter().any(|r| c.starts_with(r)) {
-                    return Err(Error::new(StatusCode::FORBIDDEN, "forbidden_path", "the data file is outside every input root"));
-                }
-            }
+    // Every other file reading the cube opens must be inside a root too, once its symlinks are
+    // resolved: an ENVI header's data file is found beside the (resolved) header, under any of the
+    // names the reader tries, and may be a symlink of its own. The reader itself says which file.
+    let files = crate::cube::input_files(&canonical).map_err(|e| match e {
+        crate::cube::CubeError::Io { .. } => Error::bad_request("input_not_found", e.to_string()),
+        other => Error::from(other),
+    })?;
+    for file in files.iter().filter(|f| **f != canonical) {
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let resolved = file
+            .canonicalize()
+            .map_err(|_| Error::bad_request("input_not_found", format!("{name} (beside the header) cannot be read")))?;
+        if !roots.iter().any(|r| resolved.starts_with(r)) {
+            return Err(Error::new(
+                StatusCode::FORBIDDEN,
+                "forbidden_path",
+                format!("the data file {name} beside the header leads outside every input root"),
+            ));
         }
     }
     Ok(canonical)

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod error;
 pub mod health;
 pub mod jobs;
+pub mod linger;
 pub mod metrics;
 pub mod params;
 pub mod upload;
@@ -160,7 +161,8 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let router = app(ctx.clone());
     let task = tokio::spawn(async move {
-        axum::serve(listener, router)
+        // Closing lingeringly, so that a client still sending a refused upload gets its answer.
+        axum::serve(linger::Listener(listener), router)
             .with_graceful_shutdown(async move {
                 let _ = rx.await;
             })

@@ -45,14 +45,25 @@ impl CubeError {
     }
 }
 
+/// Every file `open(path)` reads: `path`, and for an ENVI header the data file `envi::read` finds
+/// beside it (so that the service can hold each of them to its input roots).
+pub fn input_files(path: &Path) -> Result<Vec<std::path::PathBuf>, CubeError> {
+    match path.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref() {
+        Some("hdr") => Ok(vec![path.to_path_buf(), envi::data_file(path)?]),
+        Some("npy") => Ok(vec![path.to_path_buf()]),
+        _ => Err(not_a_cube_file(path)),
+    }
+}
+
 /// Opens a cube by its file name: `.hdr` (ENVI header; the data file beside it) or `.npy`.
 pub fn open(path: &Path) -> Result<Cube, CubeError> {
     match path.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref() {
         Some("hdr") => envi::read(path),
         Some("npy") => npy::read(path),
-        _ => Err(CubeError::Unsupported(format!(
-            "{}: input must be an ENVI header (.hdr) or a NumPy array (.npy)",
-            path.display()
-        ))),
+        _ => Err(not_a_cube_file(path)),
     }
+}
+
+fn not_a_cube_file(path: &Path) -> CubeError {
+    CubeError::Unsupported(format!("{}: input must be an ENVI header (.hdr) or a NumPy array (.npy)", path.display()))
 }

@@ -324,18 +324,21 @@ pub fn decode_into(raw: &[u8], dtype: DataType, order: ByteOrder, out: &mut [f64
 }
 
 impl Cube {
-    /// SHA-256 of the decoded cube: its shape, data type and samples in little-endian BIP order, plus
-    /// the metadata that changes results (bbl, data ignore value). The same cube gives the same digest
-    /// whatever file layout or byte order it arrived in (an ENVI BIL upload and a .npy of the same values
-    /// are the same cube), which is what the job cache keys on.
+    /// SHA-256 of the decoded cube, which is what the job cache keys on: the cube written as its
+    /// canonical `.npy` (`npy::canonical_header`, then the samples little-endian in BIP order), followed
+    /// by the metadata that changes results (bbl, data ignore value) only when the cube has any. The same
+    /// cube gives the same digest whatever file layout or byte order it arrived in (an ENVI BIL upload
+    /// and a .npy of the same values are the same cube). Why this form: a `.npy` upload written the
+    /// canonical way (by `np.save`, this crate or the Python client) has the SHA-256 of its body as its
+    /// content digest, so the service hashes such an upload once, not twice.
+    ///
+    /// The suffix cannot make two cubes collide: a canonical `.npy` is exactly as long as its header
+    /// says, so a cube with a suffix is hashed from a longer string than any cube of the same header
+    /// without one, and cubes of different headers differ within the header bytes.
     pub fn content_digest(&self) -> [u8; 32] {
         use sha2::{Digest, Sha256};
         let mut h = Sha256::new();
-        h.update(b"hypermnf-cube-v1");
-        for v in [self.lines as u64, self.samples as u64, self.bands as u64] {
-            h.update(v.to_le_bytes());
-        }
-        h.update([self.dtype.envi_code()]);
+        h.update(super::npy::canonical_header(self.dtype, self.lines, self.samples, self.bands));
         let size = self.dtype.size();
         if self.byte_order == ByteOrder::Little || size == 1 {
             h.update(&self.data);
@@ -350,19 +353,22 @@ impl Cube {
                 h.update(&buf);
             }
         }
-        match &self.meta.bbl {
-            Some(bbl) => {
-                h.update(b"bbl");
-                h.update(bbl.iter().map(|&g| g as u8).collect::<Vec<u8>>());
+        if self.meta.bbl.is_some() || self.meta.ignore_value.is_some() {
+            h.update(b"hypermnf-meta-v1");
+            match &self.meta.bbl {
+                Some(bbl) => {
+                    h.update([1u8]);
+                    h.update(bbl.iter().map(|&g| g as u8).collect::<Vec<u8>>());
+                }
+                None => h.update([0u8]),
             }
-            None => h.update(b"nobbl"),
-        }
-        match self.meta.ignore_value {
-            Some(v) => {
-                h.update(b"ignore");
-                h.update(v.to_le_bytes());
+            match self.meta.ignore_value {
+                Some(v) => {
+                    h.update([1u8]);
+                    h.update(v.to_le_bytes());
+                }
+                None => h.update([0u8]),
             }
-            None => h.update(b"noignore"),
         }
         h.finalize().into()
     }

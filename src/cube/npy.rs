@@ -364,6 +364,13 @@ fn header_bytes(descr: &str, shape: &[usize]) -> Vec<u8> {
     out
 }
 
+/// The header of the canonical `.npy` of a cube: little-endian, C order (lines, samples, bands), as
+/// `write_cube` writes it for a little-endian cube (and NumPy's `np.save` for 3-D arrays, byte for
+/// byte). `Cube::content_digest` hashes the cube in this form, so that an upload in it needs one hash.
+pub fn canonical_header(dtype: DataType, lines: usize, samples: usize, bands: usize) -> Vec<u8> {
+    header_bytes(&descr_of(dtype, ByteOrder::Little), &[lines, samples, bands])
+}
+
 fn descr_of(dtype: DataType, order: ByteOrder) -> String {
     let kind = if dtype.is_float() {
         'f'

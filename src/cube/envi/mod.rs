@@ -42,6 +42,11 @@ pub fn read(hdr: &Path) -> Result<Cube, CubeError> {
     reader::read_data(header, &data)
 }
 
+/// The data file `read` opens for the header `hdr`.
+pub fn data_file(hdr: &Path) -> Result<std::path::PathBuf, CubeError> {
+    reader::find_data_file(hdr)
+}
+
 /// Reads an ENVI cube whose header text and data file are stored apart (service uploads).
 pub fn read_parts(header_text: &str, data: &Path) -> Result<Cube, CubeError> {
     let header = parse_header(header_text)?;
