@@ -259,16 +259,10 @@ extern "C" __global__ void __launch_bounds__(256) cov_lower_dmma(
 // columns 2 threadID_in_group + {0, 1}.
 // Same grid (tile pairs x pixel splits), slots, sums and results as cov_lower; 128 threads;
 // pix_per_split a multiple of KP.
-// With RAW, the rows are read straight from the raw cube and converted as convert_shifted does
-// ((float)(x - shift), zero rows at excluded pixels), so the data covariance needs no float32 copy
-// of the chunk (cov_lower_m16_raw); otherwise from d, the float32 rows (cov_lower_m16: the noise
-// residuals).
 #define COV_KP 32
 #define COV_RBP 68
-template <bool RAW>
-__device__ __forceinline__ void cov_m16_body(
-    const float* __restrict__ d, const u8* __restrict__ raw, const u8* __restrict__ valid, int dtype, int swap,
-    const double* __restrict__ shift, i64 npix, int bands, i64 pix_per_split, int n_pairs, int n_tiles,
+extern "C" __global__ void __launch_bounds__(128) cov_lower_m16(
+    const float* __restrict__ d, i64 npix, int bands, i64 pix_per_split, int n_pairs, int n_tiles,
     double* __restrict__ part_cross, double* __restrict__ part_sum)
 {
 #if __CUDA_ARCH__ >= 900
@@ -302,24 +296,15 @@ __device__ __forceinline__ void cov_m16_body(
     // Element e = tid + r * 128 of a step's tile is (pixel e / 64, band e % 64): band tid % 64 for every r.
     constexpr int R = COV_KP * CT / 128;
     float ra[R], rb[R];
-    const int ba = i0 + (tid & 63), bb = j0 + (tid & 63);
-    const double sa = RAW && a_ok ? shift[ba] : 0.0, sb = RAW && b_ok ? shift[bb] : 0.0;
     auto fetch = [&](i64 p0) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const i64 p = p0 + (tid >> 6) + 2 * r;
             float a = 0.f, b = 0.f;
             if (p < p_end) {
-                if (RAW) {
-                    if (valid == 0 || valid[p]) {
-                        if (a_ok) a = (float)(sample_f64(raw, p * bands + ba, dtype, swap) - sa);
-                        if (!diagonal && b_ok) b = (float)(sample_f64(raw, p * bands + bb, dtype, swap) - sb);
-                    }
-                } else {
-                    const float* row = d + p * bands;
-                    if (a_ok) a = row[ba];
-                    if (!diagonal && b_ok) b = row[bb];
-                }
+                const float* row = d + p * bands;
+                if (a_ok) a = row[i0 + (tid & 63)];
+                if (!diagonal && b_ok) b = row[j0 + (tid & 63)];
             }
             ra[r] = a;
             rb[r] = b;
@@ -380,20 +365,6 @@ __device__ __forceinline__ void cov_m16_body(
         part_sum[((i64)blockIdx.y * n_tiles + ti) * CT + tid] += colsum;
     }
 #endif
-}
-extern "C" __global__ void __launch_bounds__(128) cov_lower_m16(
-    const float* __restrict__ d, i64 npix, int bands, i64 pix_per_split, int n_pairs, int n_tiles,
-    double* __restrict__ part_cross, double* __restrict__ part_sum)
-{
-    cov_m16_body<false>(d, 0, 0, 0, 0, 0, npix, bands, pix_per_split, n_pairs, n_tiles, part_cross, part_sum);
-}
-extern "C" __global__ void __launch_bounds__(128) cov_lower_m16_raw(
-    const u8* __restrict__ raw, const u8* __restrict__ valid, int dtype, int swap, const double* __restrict__ shift,
-    i64 npix, int bands, i64 pix_per_split, int n_pairs, int n_tiles, double* __restrict__ part_cross,
-    double* __restrict__ part_sum)
-{
-    cov_m16_body<true>(0, raw, valid, dtype, swap, shift, npix, bands, pix_per_split, n_pairs, n_tiles, part_cross,
-                       part_sum);
 }
 
 // Adds the per-split slots of cov_lower: c[i, j] (j <= i) and sums[b] for every band.

@@ -276,7 +276,6 @@ fn both_covariance_kernels_match_cpu() {
     for fallback in [
         gpu(Route::Kernels).with_fma_covariance(),
         gpu(Route::Kernels).with_m8_covariance(),
-        gpu(Route::Kernels).with_separate_convert(),
     ] {
         let fma = fallback;
         let which = fma.covariance_kernel();

@@ -206,9 +206,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             match be.register_host(cube.raw()) {
                 Err(e) => eprintln!("bench gpu: cannot page-lock the cube ({e}); pinned-input rows skipped"),
                 Ok(_reg) => {
-                    // Design choices measured against their alternatives on the same cube: the eigen
-                    // step on the host (faer), T in constant memory (the published v3), and the data
-                    // covariance from a float32 copy of each chunk instead of the raw samples.
+                    // The two design choices measured against their alternatives on the same cube: the
+                    // eigen step on the host (faer) and T in constant memory (the published v3).
                     if route == Route::Kernels {
                         let variants = [
                             (
@@ -218,10 +217,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                             (
                                 "T in constant memory",
                                 CudaBackend::new(route)?.with_constant_projection(),
-                            ),
-                            (
-                                "float32 copy before the data covariance",
-                                CudaBackend::new(route)?.with_separate_convert(),
                             ),
                         ];
                         for (what, vb) in variants {

@@ -89,8 +89,6 @@ pub(crate) struct Kernels {
     cov_lower_dmma: CudaFunction,
     /// The covariance on sm_90's mma.m16n8k4 (compute capability 9.0 and later; see covariance.cu).
     pub(crate) cov_lower_m16: Option<CudaFunction>,
-    /// The same reading the raw cube (the data covariance without a float32 copy of each chunk).
-    pub(crate) cov_lower_m16_raw: Option<CudaFunction>,
     reduce_parts: CudaFunction,
     widen_f64: CudaFunction,
     /// project_px{KP} (T in constant memory), by KP.
@@ -153,11 +151,6 @@ impl Kernels {
             use_dmma: major >= 8,
             cov_lower_m16: if major >= 9 {
                 Some(f("cov_lower_m16")?)
-            } else {
-                None
-            },
-            cov_lower_m16_raw: if major >= 9 {
-                Some(f("cov_lower_m16_raw")?)
             } else {
                 None
             },
@@ -402,57 +395,6 @@ impl Kernels {
         }
         .map(|_| ())
         .map_err(cuda("launch cov_lower"))
-    }
-
-    /// The data covariance's partial sums read straight from the raw chunk (cov_lower_m16_raw): the
-    /// rows are (float)(x − shift), zero at invalid pixels, as convert_shifted writes them.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn cov_lower_raw(
-        &self,
-        s: &CudaStream,
-        raw: u64,
-        valid: u64,
-        t: RawType,
-        shift: u64,
-        npix: i64,
-        parts: &CovParts,
-    ) -> Result<(), BackendError> {
-        let f = self
-            .cov_lower_m16_raw
-            .as_ref()
-            .ok_or_else(|| BackendError::Invalid("cov_lower_m16_raw needs compute capability 9.0".into()))?;
-        if npix == 0 {
-            return Ok(());
-        }
-        let per_split = ((npix as u64).div_ceil(parts.splits as u64).div_ceil(32) * 32).max(32) as i64;
-        let bands = parts.bands as i32;
-        let (pairs, tiles) = (parts.pairs as i32, parts.tiles as i32);
-        let cfg = LaunchConfig {
-            grid_dim: (parts.pairs as u32, parts.splits as u32, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let (pc, ps) = (parts.cross.ptr(), parts.sum.ptr());
-        // SAFETY: matches cov_lower_m16_raw in covariance.cu; raw holds npix × bands samples of type t,
-        // valid (or 0) npix bytes, shift bands doubles; parts holds splits × pairs tiles.
-        unsafe {
-            s.launch_builder(f)
-                .arg(&raw)
-                .arg(&valid)
-                .arg(&t.code)
-                .arg(&t.swap)
-                .arg(&shift)
-                .arg(&npix)
-                .arg(&bands)
-                .arg(&per_split)
-                .arg(&pairs)
-                .arg(&tiles)
-                .arg(&pc)
-                .arg(&ps)
-                .launch(cfg)
-        }
-        .map(|_| ())
-        .map_err(cuda("launch cov_lower_m16_raw"))
     }
 
     /// c (B × B, lower triangle) and sums (B) from the partial sums.

@@ -137,7 +137,6 @@ impl CudaBackend {
     pub fn with_fma_covariance(mut self) -> Self {
         self.kernels.use_dmma = false;
         self.kernels.cov_lower_m16 = None;
-        self.kernels.cov_lower_m16_raw = None;
         self
     }
 
@@ -145,14 +144,6 @@ impl CudaBackend {
     /// exists (tests compare both).
     pub fn with_m8_covariance(mut self) -> Self {
         self.kernels.cov_lower_m16 = None;
-        self.kernels.cov_lower_m16_raw = None;
-        self
-    }
-
-    /// Converts each chunk to float32 rows (convert_shifted) before the data covariance, instead of
-    /// reading the raw cube in the covariance kernel (tests and the benchmark compare both).
-    pub fn with_separate_convert(mut self) -> Self {
-        self.kernels.cov_lower_m16_raw = None;
         self
     }
 
@@ -177,9 +168,7 @@ impl CudaBackend {
 
     /// Which covariance kernel the custom route runs.
     pub fn covariance_kernel(&self) -> &'static str {
-        if self.kernels.cov_lower_m16_raw.is_some() {
-            "cov_lower_m16 (+ _raw for the data)"
-        } else if self.kernels.cov_lower_m16.is_some() {
+        if self.kernels.cov_lower_m16.is_some() {
             "cov_lower_m16"
         } else if self.kernels.use_dmma {
             "cov_lower_dmma"

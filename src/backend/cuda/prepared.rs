@@ -32,10 +32,8 @@ use crate::mnf::{Monitor, NoiseEstimator, Stage};
 /// Target size of one chunk's float32 work matrix (chunk pixels × bands × 4 bytes). Measured on the H100
 /// (2026-11-22): 32 MB chunks were slower than 64 MB at every size (more per-chunk host work).
 const CHUNK_WORK_BYTES: usize = 64 << 20;
-/// Host pixels sampled to choose the shifts. A shift near the mean only conditions the sums (integer
-/// data stay exact whatever it is); sampling happens before the first kernel can start, and 1024
-/// samples (2,300 decoded pixels with the mean filter's neighbours) cost ~1 ms on the H100's host.
-const SHIFT_SAMPLES: usize = 256;
+/// Host pixels sampled to choose the shifts.
+const SHIFT_SAMPLES: usize = 1024;
 
 /// Device times of the last passes, in milliseconds from the start of each pass (CUDA events), plus
 /// host wall times. Stages overlap, so these are points on a timeline, not a sum.
@@ -547,29 +545,6 @@ impl<'c> CudaCube<'c> {
         }
     }
 
-    /// Adds the data rows (raw − shift) of `npix` pixels at `raw` (valid: one byte per pixel, or 0) into
-    /// the data covariance: straight from the raw samples where the kernel exists, else through the
-    /// float32 work matrix.
-    #[allow(clippy::too_many_arguments)]
-    fn accumulate_data(
-        &self,
-        acc: &CovAcc,
-        raw: u64,
-        valid: u64,
-        npix: usize,
-        shift: u64,
-        work: u64,
-        cross: u64,
-        sum: u64,
-    ) -> Result<(), BackendError> {
-        let k = &self.be.kernels;
-        if let (CovAcc::Kernels(parts), true) = (acc, k.cov_lower_m16_raw.is_some()) {
-            return k.cov_lower_raw(&self.compute, raw, valid, self.lay.t, shift, npix as i64, parts);
-        }
-        k.convert_shifted(&self.compute, raw, valid, npix as i64, self.lay.bands as i32, self.lay.t, shift, work)?;
-        self.accumulate(acc, work, npix, cross, sum)
-    }
-
     /// Final reduction of one covariance's accumulators into results (custom route only).
     fn finish(&self, acc: &CovAcc, cross: u64, sum: u64) -> Result<(), BackendError> {
         match acc {
@@ -811,7 +786,17 @@ impl PreparedCube for CudaCube<'_> {
                     0
                 };
                 let npix = (l1 - l0) * samples;
-                me.accumulate_data(&bufs.data, raw, vp, npix, d_shift.ptr(), work.ptr(), d_cross, d_sum)
+                k.convert_shifted(
+                    &me.compute,
+                    raw,
+                    vp,
+                    npix as i64,
+                    b as i32,
+                    t,
+                    d_shift.ptr(),
+                    work.ptr(),
+                )?;
+                me.accumulate(&bufs.data, work.ptr(), npix, d_cross, d_sum)
             };
             // Chunk c − 1 is processed (noise, then data) once chunk c, its halo, has arrived, so the
             // kernels keep pace with the upload. The last chunk's noise is finished and copied back
@@ -926,16 +911,17 @@ impl PreparedCube for CudaCube<'_> {
                 } else {
                     0
                 };
-                self.accumulate_data(
-                    &bufs.data,
+                k.convert_shifted(
+                    &self.compute,
                     raw + (before * lb) as u64,
                     vp,
-                    npix,
+                    npix as i64,
+                    b as i32,
+                    t,
                     d_shift.ptr(),
                     work.ptr(),
-                    d_cross,
-                    d_sum,
                 )?;
+                self.accumulate(&bufs.data, work.ptr(), npix, d_cross, d_sum)?;
                 self.release_slot(slot)?;
                 monitor.tick(Stage::Statistics, c as f64 / n_chunks as f64)?;
             }
