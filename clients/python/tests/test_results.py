@@ -54,11 +54,14 @@ def test_href_equals_cli(client: hypermnf.Client, cli, header: Path) -> None:
 def test_metadata_equals_cli(client: hypermnf.Client, cli, header: Path) -> None:
     expected = cli(header, "--components", "10")
     job = client.submit(header, components=10, backend="cpu").wait(timeout=300, progress=False)
-    # Everything but the stage timings, which differ from run to run, and the input's file layout: the same
-    # decoded cube sent earlier as an array (test_array_upload_equals_cli) is a cache hit, whose metadata
-    # tells the layout of that first upload.
-    strip = lambda meta: {k: v for k, v in meta.items() if k not in ("timings_ms", "input")}  # noqa: E731
+    # Everything but the stage timings, which differ from run to run, the input's file layout (the same
+    # decoded cube sent earlier as an array, test_array_upload_equals_cli, is a cache hit whose metadata
+    # tells the layout of that first upload) and the service's note that the statistics were reused from
+    # an earlier job of the same cube (the job cache's statistics level; the CLI never writes it).
+    strip = lambda meta: {k: v for k, v in meta.items() if k not in ("timings_ms", "input", "statistics")}  # noqa: E731
     assert strip(job.metadata) == strip(expected.metadata)
+    if "statistics" in job.metadata:
+        assert job.metadata["statistics"]["reused"] is True
     shape = lambda meta: {k: meta["input"][k] for k in ("lines", "samples", "bands", "data_type")}  # noqa: E731
     assert shape(job.metadata) == shape(expected.metadata)
     assert job.metadata["components"] == 10
