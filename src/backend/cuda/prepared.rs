@@ -32,8 +32,20 @@ use crate::mnf::{Monitor, NoiseEstimator, Stage};
 /// Target size of one chunk's float32 work matrix (chunk pixels × bands × 4 bytes). Measured on the H100
 /// (2026-11-22): 32 MB chunks were slower than 64 MB at every size (more per-chunk host work).
 const CHUNK_WORK_BYTES: usize = 64 << 20;
-/// Host pixels sampled to choose the shifts.
-const SHIFT_SAMPLES: usize = 1024;
+/// Host pixels sampled to choose the shifts, in runs of SHIFT_RUN neighbouring pixels. A shift near the
+/// mean only conditions the sums (integer data stay exact whatever it is), but the sampling runs before
+/// the first kernel can start: 1024 scattered samples (2,300 decoded pixels with the mean filter's
+/// neighbours, each a few cache and TLB misses in a cube of hundreds of MB) took 1.4–1.6 ms on the
+/// H100's host (measured with RUST_LOG=hypermnf::timing=debug).
+const SHIFT_SAMPLES: usize = 256;
+const SHIFT_RUN: usize = 16;
+
+/// Index of sample i of n over 0..total: runs of SHIFT_RUN consecutive indices, spread evenly.
+fn sample_index(i: usize, n: usize, total: usize) -> usize {
+    let runs = n.div_ceil(SHIFT_RUN);
+    let (r, o) = (i / SHIFT_RUN, i % SHIFT_RUN);
+    (((r as u128 * total as u128) / runs as u128) as usize + o).min(total - 1)
+}
 
 /// Device times of the last passes, in milliseconds from the start of each pass (CUDA events), plus
 /// host wall times. Stages overlap, so these are points on a timeline, not a sum.
@@ -588,7 +600,7 @@ fn sample_shifts(cube: &Cube, spec: &StatsSpec) -> (Vec<f64>, Vec<f64>) {
     let total = l_n * s_n;
     let n = SHIFT_SAMPLES.min(total);
     for i in 0..n {
-        let p = ((i as u128 * total as u128) / n as u128) as usize;
+        let p = sample_index(i, n, total);
         pixel(p / s_n, p % s_n, &mut x);
         if !masked(&x) {
             data.iter_mut().zip(&x).for_each(|(a, v)| *a += v);
@@ -612,7 +624,7 @@ fn sample_shifts(cube: &Cube, spec: &StatsSpec) -> (Vec<f64>, Vec<f64>) {
         let n = (SHIFT_SAMPLES / 4).min(area);
         let mut nb = vec![0.0; b];
         for i in 0..n {
-            let q = ((i as u128 * area as u128) / n as u128) as usize;
+            let q = sample_index(i, n, area);
             let (l, s) = (y0 + q / w, x0 + q % w);
             let ok = match spec.noise {
                 NoiseEstimator::MeanFilter => {
@@ -722,13 +734,17 @@ impl PreparedCube for CudaCube<'_> {
                 self.issue_chunk(c)?;
             }
         }
+        let t_issued = wall.elapsed();
         let mask = self.mask_setup(spec.ignore_value, &spec.mask_bands)?;
+        let t_mask = wall.elapsed();
         let (data_shift, noise_shift) = sample_shifts(self.cube, spec);
+        let t_shifts = wall.elapsed();
         let ctx = self.be.ctx.clone();
         let d_shift = self.dev_from(&data_shift)?;
         let n_shift = self.dev_from(&noise_shift)?;
         let bufs = self.stat_bufs()?;
         let work = self.dev(self.lay.chunk_pixels_max() * b * 4)?;
+        let t_bufs = wall.elapsed();
         let off = StatBufs::offsets(b);
         let (n_cross, n_sum, d_cross, d_sum) = (
             bufs.results.at(off[0]),
@@ -749,6 +765,16 @@ impl PreparedCube for CudaCube<'_> {
         let ev_data = event(&ctx, true)?;
         let ev_upload = event(&ctx, true)?;
         self.t0.record(&self.compute).map_err(cuda("cuEventRecord"))?;
+        // Where the host's time goes before the first kernel (target hypermnf::timing, level debug).
+        tracing::debug!(
+            target: "hypermnf::timing",
+            issue_ms = t_issued.as_secs_f64() * 1e3,
+            mask_ms = (t_mask - t_issued).as_secs_f64() * 1e3,
+            shifts_ms = (t_shifts - t_mask).as_secs_f64() * 1e3,
+            buffers_ms = (t_bufs - t_shifts).as_secs_f64() * 1e3,
+            events_ms = (wall.elapsed() - t_bufs).as_secs_f64() * 1e3,
+            "statistics set-up"
+        );
         let noise_bytes = off[2];
 
         if self.resident.is_some() {
@@ -953,8 +979,10 @@ impl PreparedCube for CudaCube<'_> {
         }
         ev_data.record(&self.compute).map_err(cuda("cuEventRecord"))?;
 
+        let t_enqueued = wall.elapsed();
         // Noise moments as soon as they are on the host.
         ev_noise.synchronize().map_err(cuda("cuEventSynchronize"))?;
+        let t_noise = wall.elapsed();
         let all = host_res.as_slice();
         let counters: Vec<u64> = all[results_bytes..results_bytes + 24]
             .chunks_exact(8)
@@ -978,6 +1006,15 @@ impl PreparedCube for CudaCube<'_> {
         self.timeline.noise_done_ms = self.elapsed(&ev_noise);
         self.timeline.data_done_ms = self.elapsed(&ev_data);
         self.timeline.statistics_wall_ms = wall.elapsed().as_secs_f64() * 1e3;
+        tracing::debug!(
+            target: "hypermnf::timing",
+            enqueued_ms = t_enqueued.as_secs_f64() * 1e3,
+            noise_on_host_ms = t_noise.as_secs_f64() * 1e3,
+            on_noise_ms = self.timeline.on_noise_wall_ms,
+            total_ms = self.timeline.statistics_wall_ms,
+            device_t0_to_data_ms = self.timeline.data_done_ms,
+            "statistics wall"
+        );
         self.store_timeline();
         monitor.tick(Stage::Statistics, 1.0)?;
         Ok(Statistics {
@@ -1188,6 +1225,7 @@ impl CudaCube<'_> {
             None
         };
         let mut host_out = [self.pinned(out_bytes)?, self.pinned(out_bytes)?];
+        tracing::debug!(target: "hypermnf::timing", setup_ms = wall.elapsed().as_secs_f64() * 1e3, "output pass set-up");
         let kernels_done = [event(&ctx, false)?, event(&ctx, false)?];
         let downloaded = [event(&ctx, true)?, event(&ctx, true)?];
         let ev_kernels = event(&ctx, true)?;
@@ -1397,6 +1435,19 @@ impl Drop for CudaCube<'_> {
 mod tests {
     use super::*;
     use crate::cube::{ByteOrder, DataType};
+
+    /// Shift samples stay inside the cube and come in runs of neighbouring pixels.
+    #[test]
+    fn shift_samples_are_runs_inside_the_range() {
+        for (n, total) in [(256, 667_418), (256, 10), (64, 1), (64, 1000), (3, 2)] {
+            let idx: Vec<usize> = (0..n).map(|i| sample_index(i, n, total)).collect();
+            assert!(idx.iter().all(|&p| p < total), "{n} of {total}");
+            if total >= n * 2 {
+                assert_eq!(idx[1], idx[0] + 1);
+                assert!(idx[n - 1] > total / 2, "{n} of {total}: samples spread over the range");
+            }
+        }
+    }
 
     /// Chunks cover every line once, in order; a resident layout's last full chunk is cut in four.
     #[test]

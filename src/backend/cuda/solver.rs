@@ -84,6 +84,7 @@ impl DeviceEigen {
 
     fn solve(&self, l: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), BackendError> {
         let cuda = super::device::cuda;
+        let started = std::time::Instant::now();
         let guard = self.handles.lock().unwrap_or_else(|e| e.into_inner());
         let (handle, blas) = (&guard.0, &guard.1);
         self.stream
@@ -165,6 +166,7 @@ impl DeviceEigen {
         self.stream
             .synchronize()
             .map_err(cuda("cuStreamSynchronize"))?;
+        tracing::debug!(target: "hypermnf::timing", n, device_solve_ms = started.elapsed().as_secs_f64() * 1e3, "eigen step on the device");
         if info[0] != 0 {
             return Err(BackendError::Cuda(format!(
                 "cusolverDnDsyevd: info = {} (did not converge)",
