@@ -33,14 +33,14 @@ pub struct MnfOutput {
 pub fn run(cube: &Cube, params: &MnfParams, backend: &dyn Backend, monitor: &Monitor) -> Result<MnfOutput, MnfError> {
     let mut timings = BTreeMap::new();
     let mut prepared = backend.prepare(cube, monitor)?;
-    let system = analyse_prepared(cube, params, prepared.as_mut(), monitor, &mut timings)?;
-    apply_prepared(cube, params, &system, backend, prepared.as_mut(), monitor, timings)
+    let system = analyse_on(cube, params, prepared.as_mut(), monitor, &mut timings)?;
+    apply_on(cube, params, &system, backend, prepared.as_mut(), monitor, timings)
 }
 
 /// The statistics pass and the eigen system, without projecting.
 pub fn analyse(cube: &Cube, params: &MnfParams, backend: &dyn Backend, monitor: &Monitor) -> Result<EigenSystem, MnfError> {
     let mut prepared = backend.prepare(cube, monitor)?;
-    analyse_prepared(cube, params, prepared.as_mut(), monitor, &mut BTreeMap::new())
+    analyse_on(cube, params, prepared.as_mut(), monitor, &mut BTreeMap::new())
 }
 
 /// Projects (and inverts, if asked) with an eigen system computed earlier for the same cube and noise
@@ -53,39 +53,15 @@ pub fn apply(
     monitor: &Monitor,
 ) -> Result<MnfOutput, MnfError> {
     let mut prepared = backend.prepare(cube, monitor)?;
-    apply_prepared(cube, params, system, backend, prepared.as_mut(), monitor, BTreeMap::new())
-}
-
-/// `analyse` on a prepared cube; adds the statistics and eigen times (ms) to `timings`.
-pub fn analyse_on(
-    cube: &Cube,
-    params: &MnfParams,
-    prepared: &mut dyn PreparedCube,
-    monitor: &Monitor,
-    timings: &mut BTreeMap<String, f64>,
-) -> Result<EigenSystem, MnfError> {
-    analyse_prepared(cube, params, prepared, monitor, timings)
-}
-
-/// `apply` on a prepared cube; `timings` (from `analyse_on`, or empty) go into the metadata with the
-/// projection and inverse times.
-pub fn apply_on(
-    cube: &Cube,
-    params: &MnfParams,
-    system: &EigenSystem,
-    backend: &dyn Backend,
-    prepared: &mut dyn PreparedCube,
-    monitor: &Monitor,
-    timings: BTreeMap<String, f64>,
-) -> Result<MnfOutput, MnfError> {
-    apply_prepared(cube, params, system, backend, prepared, monitor, timings)
+    apply_on(cube, params, system, backend, prepared.as_mut(), monitor, BTreeMap::new())
 }
 
 fn ignore_value(cube: &Cube, params: &MnfParams) -> Option<f64> {
     params.ignore_value.or(cube.meta.ignore_value)
 }
 
-fn analyse_prepared(
+/// `analyse` on a prepared cube; adds the statistics and eigen times (ms) to `timings`.
+pub fn analyse_on(
     cube: &Cube,
     params: &MnfParams,
     prepared: &mut dyn PreparedCube,
@@ -217,7 +193,9 @@ fn choose_k(params: &MnfParams, eigenvalues: &[f64]) -> Result<usize, MnfError> 
     Ok(DEFAULT_COMPONENTS.min(u))
 }
 
-fn apply_prepared(
+/// `apply` on a prepared cube; `timings` (from `analyse_on`, or empty) go into the metadata with the
+/// projection and inverse times.
+pub fn apply_on(
     cube: &Cube,
     params: &MnfParams,
     system: &EigenSystem,
