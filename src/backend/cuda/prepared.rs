@@ -1157,8 +1157,9 @@ impl CudaCube<'_> {
         // Components per pass of project_px and T padded with zero columns to a multiple of it.
         let kp = PX_KP.iter().copied().find(|&p| p >= k).unwrap_or(16);
         let kpad = k.div_ceil(kp) * kp;
-        let use_const = !cublas && !pass.denoise && u * kpad <= MAX_CONST_T;
-        let t_padded: Vec<f32> = if use_const {
+        // The project_px kernels (T staged in shared memory, or in constant memory) where T fits.
+        let use_px = !cublas && !pass.denoise && u * kpad <= MAX_CONST_T;
+        let t_padded: Vec<f32> = if use_px {
             let mut v = vec![0f32; u * kpad];
             for r in 0..u {
                 v[r * kpad..r * kpad + k].copy_from_slice(&pass.matrix[r * k..(r + 1) * k]);
@@ -1170,7 +1171,7 @@ impl CudaCube<'_> {
         let t_dev = self.dev_from(pass.matrix)?;
         // T in shared memory (copied per block from device memory) where the kernels exist, else in
         // constant memory (see transform.cu).
-        let smem_t = use_const && !kern.project_pxs.is_empty() && !self.be.constant_projection;
+        let smem_t = use_px && !kern.project_pxs.is_empty() && !self.be.constant_projection;
         let t_pad_dev = if smem_t {
             Some(self.dev_from(&t_padded)?)
         } else {
@@ -1178,7 +1179,7 @@ impl CudaCube<'_> {
         };
         let t_pad_ptr = t_pad_dev.as_ref().map(|d| d.ptr());
         // The constant-memory T is shared by every user of the module: hold the lock for the pass.
-        let _const_guard = if use_const && !smem_t {
+        let _const_guard = if use_px && !smem_t {
             let g = self.be.const_lock.lock().unwrap_or_else(|e| e.into_inner());
             let sym = self
                 .be
@@ -1324,36 +1325,7 @@ impl CudaCube<'_> {
                 let blas = self.be.blas.as_ref().expect("cuBLAS route has a handle");
                 let blas = blas.lock().unwrap_or_else(|e| e.into_inner());
                 blas.gemm_project(&self.compute, xu, npix, u, t_dev.ptr(), k, dst)?;
-            } else if pass.denoise {
-                kern.project(
-                    &self.compute,
-                    raw,
-                    valid,
-                    npix as i64,
-                    b as i32,
-                    t,
-                    used_dev.ptr(),
-                    u as i32,
-                    means_dev.ptr(),
-                    t_dev.ptr(),
-                    k as i32,
-                    dst,
-                    stride as i32,
-                    used_dev.ptr(),
-                    means_dev.ptr(),
-                )?;
-                kern.pass_through(
-                    &self.compute,
-                    raw,
-                    valid,
-                    npix as i64,
-                    b as i32,
-                    t,
-                    unused_dev.ptr(),
-                    unused.len() as i32,
-                    dst,
-                )?;
-            } else if use_const {
+            } else if use_px {
                 kern.project_px(
                     &self.compute,
                     t_pad_ptr,
@@ -1371,6 +1343,9 @@ impl CudaCube<'_> {
                     dst,
                 )?;
             } else {
+                // The inverse writes band used[r] of each pixel and adds its mean back; the projection
+                // writes the k components in order.
+                let (out_col, add_mean) = if pass.denoise { (used_dev.ptr(), means_dev.ptr()) } else { (0, 0) };
                 kern.project(
                     &self.compute,
                     raw,
@@ -1385,9 +1360,22 @@ impl CudaCube<'_> {
                     k as i32,
                     dst,
                     stride as i32,
-                    0,
-                    0,
+                    out_col,
+                    add_mean,
                 )?;
+                if pass.denoise {
+                    kern.pass_through(
+                        &self.compute,
+                        raw,
+                        valid,
+                        npix as i64,
+                        b as i32,
+                        t,
+                        unused_dev.ptr(),
+                        unused.len() as i32,
+                        dst,
+                    )?;
+                }
             }
             if let Some(s) = stream_slot {
                 self.release_slot(s)?;
