@@ -92,3 +92,22 @@ extern "C" __global__ void __launch_bounds__(256) pixel_mask(
     }
     if (lane == 0 && valid_count != 0 && local != 0) atomicAdd(valid_count, local);
 }
+
+// Eight consecutive 2-byte integer samples (one 16-byte load, little-endian words) as ints: sample
+// 2i is the low half of word i. `swap` byte-swaps each sample (big-endian files). Used by the fast
+// paths for int16 / uint16 cubes whose pixel rows are 16-byte aligned (bands % 8 == 0).
+template <bool SIGNED>
+__device__ __forceinline__ void unpack8_w16(uint4 w, int swap, int (&v)[8]) {
+    const u32 q[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const u32 x = swap ? __byte_perm(q[i], 0, 0x2301) : q[i];
+        if (SIGNED) {
+            v[2 * i] = (int)(short)(x & 0xffffu);
+            v[2 * i + 1] = (int)(short)(x >> 16);
+        } else {
+            v[2 * i] = (int)(x & 0xffffu);
+            v[2 * i + 1] = (int)(x >> 16);
+        }
+    }
+}

@@ -233,3 +233,87 @@ extern "C" __global__ void __launch_bounds__(256) convert_centred_used(
         out[e] = v;
     }
 }
+
+// ------------------------------------------------------------------------------------------------
+// The projection for 2-byte integer cubes (int16 / uint16, either byte order) whose pixel rows are
+// 16-byte aligned (bands % 8 == 0), k <= 16. ncu measured project_pxs12 at ~1.2 ms for the 299 MB cube on
+// the H100, about ten times what its reads and arithmetic need: per sample it paid a generic conversion,
+// a double-precision centring, a `used` indirection and a shared-memory round trip. Here each thread
+// projects one pixel straight from its row, 8 samples per 16-byte load, and centres exactly in integers:
+//   Σ_r T[r,c] (x_r − μ_r) = Σ_b T'[b,c] (x_b − m_b) − corr_c,
+// with T' = T with its rows scattered to the used bands' positions and zero rows for the other bands,
+// m_b = round(μ_b) (an integer, so x_b − m_b is exact in float32) and corr_c = Σ_r T[r,c] (μ_r − m_r)
+// computed by the host in float64. T' and m live in shared memory (dynamic: bands · KP floats, then bands
+// ints) and every lane reads the same entry at the same time (a broadcast). Output as project_px:
+// out[p · k + c], NaN at invalid pixels.
+template <int KP, bool SIGNED>
+__device__ __forceinline__ void project_w16_body(
+    const u8* __restrict__ raw, const u8* __restrict__ valid, i64 npix, int bands, int swap,
+    const float* __restrict__ t_full, const int* __restrict__ centre, const float* __restrict__ corr, int k,
+    float* __restrict__ out)
+{
+    extern __shared__ __align__(16) float tw[];
+    int* cw = reinterpret_cast<int*>(tw + bands * KP);
+    for (int e = threadIdx.x; e < bands * KP; e += blockDim.x) tw[e] = t_full[e];
+    for (int e = threadIdx.x; e < bands; e += blockDim.x) cw[e] = centre[e];
+    __syncthreads();
+    float cr[KP];
+#pragma unroll
+    for (int c = 0; c < KP; ++c) cr[c] = corr[c];
+    const int groups = bands >> 3;
+    const uint4* r4 = reinterpret_cast<const uint4*>(raw);
+    const float nan = __int_as_float(0x7fc00000);
+    for (i64 p = (i64)blockIdx.x * blockDim.x + threadIdx.x; p < npix; p += (i64)gridDim.x * blockDim.x) {
+        float acc[KP];
+#pragma unroll
+        for (int c = 0; c < KP; ++c) acc[c] = 0.f;
+        const bool ok = valid == 0 || valid[p];
+        if (ok) {
+            const uint4* px = r4 + p * groups;
+#pragma unroll 2
+            for (int j = 0; j < groups; ++j) {
+                int v[8];
+                unpack8_w16<SIGNED>(__ldg(px + j), swap, v);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const int b = 8 * j + i;
+                    const float x = (float)(v[i] - cw[b]);
+                    const float4* t4 = reinterpret_cast<const float4*>(tw + b * KP);
+#pragma unroll
+                    for (int q = 0; q < KP / 4; ++q) {
+                        const float4 tv = t4[q];
+                        acc[4 * q] = fmaf(tv.x, x, acc[4 * q]);
+                        acc[4 * q + 1] = fmaf(tv.y, x, acc[4 * q + 1]);
+                        acc[4 * q + 2] = fmaf(tv.z, x, acc[4 * q + 2]);
+                        acc[4 * q + 3] = fmaf(tv.w, x, acc[4 * q + 3]);
+                    }
+                }
+            }
+        }
+        float* o = out + p * k;
+#pragma unroll
+        for (int c = 0; c < KP; ++c) {
+            if (c < k) o[c] = ok ? acc[c] - cr[c] : nan;
+        }
+    }
+}
+
+#define PROJECT_W16(KP)                                                                                       \
+    extern "C" __global__ void __launch_bounds__(256) project_w16s##KP(                                      \
+        const u8* __restrict__ raw, const u8* __restrict__ valid, i64 npix, int bands, int swap,             \
+        const float* __restrict__ t_full, const int* __restrict__ centre, const float* __restrict__ corr,    \
+        int k, float* __restrict__ out)                                                                       \
+    {                                                                                                         \
+        project_w16_body<KP, true>(raw, valid, npix, bands, swap, t_full, centre, corr, k, out);             \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(256) project_w16u##KP(                                      \
+        const u8* __restrict__ raw, const u8* __restrict__ valid, i64 npix, int bands, int swap,             \
+        const float* __restrict__ t_full, const int* __restrict__ centre, const float* __restrict__ corr,    \
+        int k, float* __restrict__ out)                                                                       \
+    {                                                                                                         \
+        project_w16_body<KP, false>(raw, valid, npix, bands, swap, t_full, centre, corr, k, out);            \
+    }
+PROJECT_W16(4)
+PROJECT_W16(8)
+PROJECT_W16(12)
+PROJECT_W16(16)

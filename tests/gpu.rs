@@ -588,12 +588,14 @@ fn streamed_cube_matches_resident_and_cpu() {
 #[ignore = "needs a CUDA device"]
 fn sanitizer_small_case() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
-    let cube = random_cube(&mut rng, 21, 19, 67, DataType::I16, ByteOrder::Big);
+    // 67 bands: the generic kernels; 64: the int16 fast paths (noise_mean_filter_w16, project_w16).
+    for bands in [67, 64] {
+    let cube = random_cube(&mut rng, 21, 19, bands, DataType::I16, ByteOrder::Big);
     for route in ROUTES {
         let g = gpu(route);
         for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
             let mut st = spec(noise, &cube);
-            st.ignore_value = Some(cube.to_f64()[67 * 30 + 4]);
+            st.ignore_value = Some(cube.to_f64()[bands * 30 + 4]);
             st.window = Some(Window {
                 x0: 2,
                 y0: 1,
@@ -617,6 +619,7 @@ fn sanitizer_small_case() {
             &params,
             &streamed,
         );
+    }
     }
 }
 
@@ -683,6 +686,65 @@ fn device_eigen_step_matches_host() {
                 &params,
                 &dev,
             );
+        }
+    }
+}
+
+/// The 2-byte integer fast paths (noise_mean_filter_w16, project_w16: int16 / uint16, bands % 8 == 0)
+/// against the generic kernels and the CPU: the noise moments must be bit-identical to the generic
+/// kernel's (same residuals, same summation), the statistics and projection within the usual bounds of
+/// the CPU's; on tiny images (1–3 lines or samples), odd sizes, both byte orders, no-data pixels, a noise
+/// window, bad bands and k on both sides of the fast path's limit of 16.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn int16_fast_paths_match_generic_kernels_and_cpu() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let cpu = CpuBackend::new();
+    let fast = gpu(Route::Kernels);
+    let generic = gpu(Route::Kernels).with_generic_kernels();
+    for dtype in [DataType::I16, DataType::U16] {
+        for order in [ByteOrder::Little, ByteOrder::Big] {
+            for (l, s, b) in [(1, 9, 8), (2, 5, 16), (3, 3, 8), (37, 29, 64), (23, 70, 224)] {
+                let cube = random_cube(&mut rng, l, s, b, dtype, order);
+                let hole = cube.to_f64()[((l / 2) * s + s / 2) * b + 3];
+                let masked = StatsSpec {
+                    noise: NoiseEstimator::MeanFilter,
+                    window: (l > 4).then_some(Window { x0: 2, y0: 1, x1: s - 3, y1: l - 2 }),
+                    ignore_value: Some(hole),
+                    mask_bands: (0..b).filter(|x| x % 4 != 1).collect(),
+                };
+                for sp in [spec(NoiseEstimator::MeanFilter, &cube), masked] {
+                    let what = format!("{dtype:?} {order:?} {l}x{s}x{b} mask {:?}", sp.ignore_value);
+                    let (c, _) = stats_of(&cpu, &cube, &sp);
+                    let (f, _) = stats_of(&fast, &cube, &sp);
+                    let (g, _) = stats_of(&generic, &cube, &sp);
+                    assert_eq!(f.noise, g.noise, "{what}: fast and generic noise moments differ");
+                    assert_stats_match(&what, &f, &c);
+                }
+                let used: Vec<usize> = (0..b).filter(|x| x % 5 != 2).collect();
+                let u = used.len();
+                for k in [1, 4, 10, 16, 17].into_iter().filter(|&k| k <= u) {
+                    let proj = Projection {
+                        bands_used: used.clone(),
+                        means: (0..u).map(|_| rng.random_range(-2000.0..30000.0)).collect(),
+                        transform: (0..u * k).map(|_| rng.random_range(-1.0..1.0)).collect(),
+                        k,
+                        ignore_value: Some(hole),
+                        mask_bands: vec![3],
+                    };
+                    let mut want = vec![0f32; l * s * k];
+                    cpu.prepare(&cube, &Monitor::silent()).unwrap().project(&proj, &mut want, &Monitor::silent()).unwrap();
+                    let mut got = vec![f32::INFINITY; l * s * k];
+                    fast.prepare(&cube, &Monitor::silent()).unwrap().project(&proj, &mut got, &Monitor::silent()).unwrap();
+                    let what = format!("{dtype:?} {order:?} {l}x{s}x{b} k={k}");
+                    assert!(got.iter().zip(&want).all(|(a, w)| a.is_nan() == w.is_nan()), "{what}: NaN pattern");
+                    assert!(got.iter().any(|v| v.is_nan()), "{what}: the no-data pixel must be NaN");
+                    let (a, w): (Vec<f64>, Vec<f64>) =
+                        got.iter().zip(&want).filter(|(x, _)| !x.is_nan()).map(|(x, y)| (*x as f64, *y as f64)).unzip();
+                    let e = rel_fro(&a, &w);
+                    assert!(e <= 1e-5, "{what}: projection rel. error {e:.3e}");
+                }
+            }
         }
     }
 }

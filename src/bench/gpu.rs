@@ -206,8 +206,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             match be.register_host(cube.raw()) {
                 Err(e) => eprintln!("bench gpu: cannot page-lock the cube ({e}); pinned-input rows skipped"),
                 Ok(_reg) => {
-                    // The two design choices measured against their alternatives on the same cube: the
-                    // eigen step on the host (faer) and T in constant memory (the published v3).
+                    // The design choices measured against their alternatives on the same cube: the eigen
+                    // step on the host (faer), T in constant memory (the published v3), and the generic
+                    // kernels instead of the int16 fast paths.
                     if route == Route::Kernels {
                         let variants = [
                             (
@@ -217,6 +218,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                             (
                                 "T in constant memory",
                                 CudaBackend::new(route)?.with_constant_projection(),
+                            ),
+                            (
+                                "generic kernels (no int16 fast path)",
+                                CudaBackend::new(route)?.with_generic_kernels(),
                             ),
                         ];
                         for (what, vb) in variants {

@@ -99,6 +99,33 @@ pub(crate) struct Kernels {
     project_global: CudaFunction,
     pass_through: CudaFunction,
     convert_centred_used: CudaFunction,
+    /// noise_mean_filter_w16{s,u}: the mean filter for 2-byte integer cubes with bands % 8 == 0.
+    noise_mean_filter_w16: [CudaFunction; 2],
+    /// project_w16{s,u}{KP}: the projection for the same cubes, by KP (a multiple of 4).
+    project_w16: Vec<(usize, [CudaFunction; 2])>,
+    /// Use the 2-byte integer fast paths where a cube qualifies (false: the generic kernels only; tests
+    /// compare both).
+    pub(crate) wide: bool,
+}
+
+/// Components per pass of the project_w16 kernels (instances in transform.cu).
+pub(crate) const W16_KP: [usize; 4] = [4, 8, 12, 16];
+/// Output lines per thread of noise_mean_filter_w16 (W16_LINES in noise.cu).
+const W16_LINES: u32 = 16;
+/// Dynamic shared memory the project_w16 kernels may take without an opt-in.
+const W16_SMEM_MAX: usize = 48 * 1024;
+
+/// Whether the 2-byte integer fast paths apply to a cube of this type and band count: int16 / uint16
+/// (either byte order), pixel rows a whole number of 16-byte words.
+pub(crate) fn w16_eligible(t: RawType, bands: usize) -> bool {
+    (t.code == 1 || t.code == 2) && bands % 8 == 0 && bands > 0
+}
+
+/// The projection fast path's components per pass for k components, if it applies (k ≤ 16 and T'
+/// plus the centres fit the default dynamic shared memory).
+pub(crate) fn w16_project_kp(k: usize, bands: usize) -> Option<usize> {
+    let kp = W16_KP.iter().copied().find(|&p| p >= k)?;
+    (k > 0 && bands * (kp + 1) * 4 <= W16_SMEM_MAX).then_some(kp)
 }
 
 fn grid_for(n: u64, sms: u32) -> LaunchConfig {
@@ -183,6 +210,12 @@ impl Kernels {
             project_global: f("project_global")?,
             pass_through: f("pass_through")?,
             convert_centred_used: f("convert_centred_used")?,
+            noise_mean_filter_w16: [f("noise_mean_filter_w16s")?, f("noise_mean_filter_w16u")?],
+            project_w16: W16_KP
+                .iter()
+                .map(|&kp| Ok((kp, [f(&format!("project_w16s{kp}"))?, f(&format!("project_w16u{kp}"))?])))
+                .collect::<Result<_, BackendError>>()?,
+            wide: true,
             module,
         })
     }
@@ -243,7 +276,20 @@ impl Kernels {
         if rows == 0 {
             return Ok(());
         }
-        let cfg = if mean_filter {
+        // The 2-byte integer fast path needs 16-byte aligned rows in and out.
+        let wide = mean_filter
+            && self.wide
+            && w16_eligible(t, g.bands as usize)
+            && raw % 16 == 0
+            && out % 16 == 0;
+        let cfg = if wide {
+            let threads = g.samples as u64 * (g.bands as u64 / 8);
+            LaunchConfig {
+                grid_dim: (threads.div_ceil(THREADS as u64) as u32, (rows as u32).div_ceil(W16_LINES), 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            }
+        } else if mean_filter {
             LaunchConfig {
                 grid_dim: ((g.samples as u32).div_ceil(16), (rows as u32).div_ceil(16), 1),
                 block_dim: (THREADS, 1, 1),
@@ -252,13 +298,16 @@ impl Kernels {
         } else {
             grid_for(rows * g.samples as u64 * g.bands as u64, self.sms)
         };
-        let f = if mean_filter {
+        let f = if wide {
+            &self.noise_mean_filter_w16[(t.code == 2) as usize]
+        } else if mean_filter {
             &self.noise_mean_filter
         } else {
             &self.noise_shift_difference
         };
         let [wx0, wx1, wy0, wy1] = g.window;
-        // SAFETY: matches noise_mean_filter / noise_shift_difference in noise.cu.
+        // SAFETY: matches noise_mean_filter / noise_shift_difference / noise_mean_filter_w16{s,u} in noise.cu
+        // (one argument list).
         unsafe {
             s.launch_builder(f)
                 .arg(&raw)
@@ -564,6 +613,61 @@ impl Kernels {
         }
         .map(|_| ())
         .map_err(cuda("launch project_px"))
+    }
+
+    /// The projection fast path (project_w16{s,u}{KP} in transform.cu): T' (bands × kp floats, T's rows
+    /// at the used bands' positions, zero elsewhere), integer centres (bands) and the centring
+    /// correction (kp floats), all in device memory. The caller checked [`w16_eligible`] and
+    /// [`w16_project_kp`] and that `raw` is 16-byte aligned.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn project_w16(
+        &self,
+        s: &CudaStream,
+        kp: usize,
+        raw: u64,
+        valid: u64,
+        npix: i64,
+        bands: i32,
+        t: RawType,
+        t_full: u64,
+        centre: u64,
+        corr: u64,
+        k: i32,
+        out: u64,
+    ) -> Result<(), BackendError> {
+        if npix == 0 {
+            return Ok(());
+        }
+        let f = &self
+            .project_w16
+            .iter()
+            .find(|(p, _)| *p == kp)
+            .ok_or_else(|| BackendError::Invalid(format!("no projection kernel for {kp} components per pass")))?
+            .1[(t.code == 2) as usize];
+        let blocks = (npix as u64).div_ceil(THREADS as u64).clamp(1, self.sms as u64 * 8) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: (bands as u32) * (kp as u32 + 1) * 4,
+        };
+        // SAFETY: matches project_w16{s,u}{KP} in transform.cu; bands · (kp + 1) · 4 bytes of dynamic
+        // shared memory (≤ 48 KB, checked by w16_project_kp).
+        unsafe {
+            s.launch_builder(f)
+                .arg(&raw)
+                .arg(&valid)
+                .arg(&npix)
+                .arg(&bands)
+                .arg(&t.swap)
+                .arg(&t_full)
+                .arg(&centre)
+                .arg(&corr)
+                .arg(&k)
+                .arg(&out)
+                .launch(cfg)
+        }
+        .map(|_| ())
+        .map_err(cuda("launch project_w16"))
     }
 
     /// out[p, cols[j]] = float32(x) (NaN at invalid pixels).

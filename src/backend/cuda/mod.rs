@@ -161,6 +161,13 @@ impl CudaBackend {
         self
     }
 
+    /// Runs the generic kernels only, never the 2-byte integer fast paths (noise_mean_filter_w16,
+    /// project_w16), so that tests can compare the two on the same cube.
+    pub fn with_generic_kernels(mut self) -> Self {
+        self.kernels.wide = false;
+        self
+    }
+
     /// Whether the eigen step runs on the device (cuSOLVER).
     pub fn eigen_on_device(&self) -> bool {
         self.eigen.is_some()

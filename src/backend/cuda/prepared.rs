@@ -21,7 +21,7 @@ use cudarc::driver::{CudaEvent, CudaStream};
 use rayon::prelude::*;
 
 use super::device::{cuda, dtoh_async, event, htod_async, is_registered, DevBuf, PinnedBuf, Pooled, Sized_};
-use super::kernels::{CovParts, NoiseArgs, RawType, COV_TILE, MAX_CONST_T, PX_KP};
+use super::kernels::{self, CovParts, NoiseArgs, RawType, COV_TILE, MAX_CONST_T, PX_KP};
 use super::{CudaBackend, Route};
 use crate::backend::{BackendError, PreparedCube};
 use crate::cube::model::decode_into;
@@ -1178,6 +1178,27 @@ impl CudaCube<'_> {
             None
         };
         let t_pad_ptr = t_pad_dev.as_ref().map(|d| d.ptr());
+        // The 2-byte integer fast path (project_w16): T' with T's rows at the used bands' positions,
+        // integer centres m_b = round(μ_b), and the correction Σ_r T[r,c] (μ_r − m_r) in float64.
+        let w16 = match kernels::w16_project_kp(k, b) {
+            Some(kw) if !cublas && !pass.denoise && kern.wide && kernels::w16_eligible(t, b) && !self.be.constant_projection => {
+                let mut t_full = vec![0f32; b * kw];
+                let mut centre = vec![0i32; b];
+                let mut corr = vec![0f64; kw];
+                for (r, &band) in pass.used.iter().enumerate() {
+                    let m = pass.means[r].round().clamp(i32::MIN as f64, i32::MAX as f64);
+                    centre[band] = m as i32;
+                    for c in 0..k {
+                        let tv = pass.matrix[r * k + c];
+                        t_full[band * kw + c] = tv;
+                        corr[c] += tv as f64 * (pass.means[r] - m);
+                    }
+                }
+                let corr: Vec<f32> = corr.iter().map(|&v| v as f32).collect();
+                Some((kw, self.dev_from(&t_full)?, self.dev_from(&centre)?, self.dev_from(&corr)?))
+            }
+            _ => None,
+        };
         // The constant-memory T is shared by every user of the module: hold the lock for the pass.
         let _const_guard = if use_px && !smem_t {
             let g = self.be.const_lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -1325,6 +1346,21 @@ impl CudaCube<'_> {
                 let blas = self.be.blas.as_ref().expect("cuBLAS route has a handle");
                 let blas = blas.lock().unwrap_or_else(|e| e.into_inner());
                 blas.gemm_project(&self.compute, xu, npix, u, t_dev.ptr(), k, dst)?;
+            } else if let Some((kw, t_full, centre, corr)) = w16.as_ref().filter(|_| raw % 16 == 0) {
+                kern.project_w16(
+                    &self.compute,
+                    *kw,
+                    raw,
+                    valid,
+                    npix as i64,
+                    b as i32,
+                    t,
+                    t_full.ptr(),
+                    centre.ptr(),
+                    corr.ptr(),
+                    k as i32,
+                    dst,
+                )?;
             } else if use_px {
                 kern.project_px(
                     &self.compute,
