@@ -7,7 +7,7 @@ out=${OUT:-/tmp}
 bin=.gpu/bin/hypermnf
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 RUST_LOG=hypermnf::timing=debug $bin bench gpu --scales 1 --runs 5 --warmup 2 --no-cpu >"$out/timing.txt" 2>&1
-grep -v "^\s*$" "$out/timing.txt" | tail -60
+sed 's/\x1b\[[0-9;]*m//g' "$out/timing.txt" | grep -E "statistics chunk|statistics wall|eigen step|output pass|^\| 1x" | tail -40
 if command -v ncu >/dev/null; then
   ncu --metrics gpu__time_duration.sum --csv $bin bench gpu --scales 1 --runs 1 --warmup 1 --no-cpu >"$out/ncu.csv" 2>"$out/ncu.err"
   python3 - "$out/ncu.csv" <<'PY'
