@@ -11,6 +11,19 @@
 //   cells 1..7         = slots {u64 key, u64 value}; key 0 = empty; the empty slot is all zeros.
 // A group of 8 consecutive lanes reads a whole bucket with one coalesced 128-byte access
 // (lane j reads cell j).
+//
+// Insert paths: ht_mixed (and so every insert of the host API) takes b1's lock for every insert
+// (group_insert). ht_insert, the insert-only batch kernel, first tries group_insert_fast without
+// the lock: update a present key in place, else CAS into the LOWEST empty slot of b1, else (b1
+// full) group_insert. Why that never stores a key twice (full argument in src/hashtable/mod.rs,
+// points F1, F2, 5-7): all kernels of a table go to one stream (src/hashtable/gpu.rs), so no erase
+// runs during ht_insert and no slot ever becomes empty in it; hence every successful claim takes
+// the lowest empty slot of its bucket at that moment, an inserter of k that claims slot q of b1
+// read every lower slot full and without k (so a copy of k placed there earlier was already
+// evicted), and the locked path puts k into b2 or over a victim only after reading all of b1 full
+// without k, after which b1 takes no fast claim. A copy in b2 from earlier kernels is found via
+// b1's sticky overflow bit. Each slot is reasoned about separately: the 8 lanes' loads are each
+// atomic, the bucket read is no snapshot. Never use the fast path where erases can run (ht_mixed).
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
