@@ -11,6 +11,19 @@
 //   cells 1..7         = slots {u64 key, u64 value}; key 0 = empty; the empty slot is all zeros.
 // A group of 8 consecutive lanes reads a whole bucket with one coalesced 128-byte access
 // (lane j reads cell j).
+//
+// Insert paths: ht_mixed (and so every insert of the host API) takes b1's lock for every insert
+// (group_insert). ht_insert, the insert-only batch kernel, first tries group_insert_fast without
+// the lock: update a present key in place, else CAS into the LOWEST empty slot of b1, else (b1
+// full) group_insert. Why that never stores a key twice (full argument in src/hashtable/mod.rs,
+// points F1, F2, 5-7): all kernels of a table go to one stream (src/hashtable/gpu.rs), so no erase
+// runs during ht_insert and no slot ever becomes empty in it; hence every successful claim takes
+// the lowest empty slot of its bucket at that moment, an inserter of k that claims slot q of b1
+// read every lower slot full and without k (so a copy of k placed there earlier was already
+// evicted), and the locked path puts k into b2 or over a victim only after reading all of b1 full
+// without k, after which b1 takes no fast claim. A copy in b2 from earlier kernels is found via
+// b1's sticky overflow bit. Each slot is reasoned about separately: the 8 lanes' loads are each
+// atomic, the bucket read is no snapshot. Never use the fast path where erases can run (ht_mixed).
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -74,6 +87,18 @@ __device__ __forceinline__ void bucket_pair(u64 key, u64 bucket_mask, u64& b1, u
     if (b2 == b1) b2 = b1 ^ 1ull;
 }
 
+// The same pair as 32-bit indices: a table has at most 2^32 cells = 2^29 buckets (MAX_CELLS in
+// src/hashtable/mod.rs), so bucket indices fit in a u32 and a group broadcasts one with a single
+// shuffle. The batch kernels compute both once per lane, in the prologue (see GROUP_PROLOGUE).
+__device__ __forceinline__ u32 bucket1(u64 key, u64 bucket_mask) {
+    return (u32)(mix64(key) & bucket_mask);
+}
+
+__device__ __forceinline__ u32 bucket2(u64 key, u64 bucket_mask, u32 b1) {
+    u32 b2 = (u32)(mix64(key ^ SALT2) & bucket_mask);
+    return b2 == b1 ? (b1 ^ 1u) : b2;
+}
+
 // Single-copy-atomic 16-byte load that bypasses the (incoherent) L1.
 __device__ __forceinline__ Cell ld_cell(const Cell* p) {
     Cell c;
@@ -84,11 +109,37 @@ __device__ __forceinline__ Cell ld_cell(const Cell* p) {
     return c;
 }
 
+// 16-byte load through the non-coherent (read-only) path, which may serve it from L1. Only for
+// kernels during which nothing writes the table: the find variants with touch == 0 (every table
+// kernel runs on the one stream of src/hashtable/gpu.rs, so no writer runs concurrently).
+__device__ __forceinline__ Cell ld_cell_nc(const Cell* p) {
+    Cell c;
+    asm("ld.global.nc.v2.u64 {%0, %1}, [%2];" : "=l"(c.key), "=l"(c.val) : "l"(p));
+    return c;
+}
+
+template <bool NC>
+__device__ __forceinline__ Cell ld_cell_as(const Cell* p) {
+    if (NC) return ld_cell_nc(p);
+    return ld_cell(p);
+}
+
 __device__ __forceinline__ bool cas_cell(Cell* p, u64 ek, u64 ev, u64 nk, u64 nv) {
     u128 e = ((u128)ev << 64) | (u128)ek;
     u128 n = ((u128)nv << 64) | (u128)nk;
     u128 old = atomicCAS(reinterpret_cast<u128*>(p), e, n);
     return old == e;
+}
+
+// The same CAS, returning the slot's previous contents (equal to {ek, ev} exactly when it succeeded).
+__device__ __forceinline__ Cell cas_cell_prev(Cell* p, u64 ek, u64 ev, u64 nk, u64 nv) {
+    u128 e = ((u128)ev << 64) | (u128)ek;
+    u128 n = ((u128)nv << 64) | (u128)nk;
+    u128 old = atomicCAS(reinterpret_cast<u128*>(p), e, n);
+    Cell c;
+    c.key = (u64)old;
+    c.val = (u64)(old >> 64);
+    return c;
 }
 
 // Stamp of slot s (1..7) out of the two 64-bit halves of a metadata cell.
@@ -165,45 +216,61 @@ __device__ __forceinline__ View read_bucket(const Group& g, Cell* bucket, u64 ke
     return v;
 }
 
+// The operation a group is serving: its key and primary bucket, broadcast from the lane `src` that
+// brought it. b2 is broadcast only where an operation needs it (target_b2): every lane computed
+// the b2 of its own operation in the prologue (own_b2).
+struct Target {
+    u64 key;
+    u32 b1;
+    u32 own_b2;  // the calling lane's own b2, not the target's
+    u32 src;
+};
+
+__device__ __forceinline__ u32 target_b2(const Group& g, const Target& t) {
+    return gshfl(g, t.own_b2, t.src);
+}
+
 // ---------------------------------------------------------------- cooperative operations
 // Every function below is called by all 8 lanes of a group with the same arguments and
 // returns the same status in every lane; control flow depends only on broadcast values.
+// Reserved keys never get here: the prologue answers them with ST_REJECTED.
 
-__device__ u32 group_find(const Group& g, Cell* table, u64 bucket_mask, u64 key, u32 clk, bool touch,
-                          u64& out_val) {
-    if (key == EMPTY_KEY || key == RESERVED_KEY) return ST_REJECTED;
-    u64 b[2];
-    bucket_pair(key, bucket_mask, b[0], b[1]);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        Cell* bucket = table + b[r] * GROUP;
-        View v = read_bucket(g, bucket, key);
-        if (v.hit) {
-            u32 s = __ffs(v.hit) - 1;
-            out_val = gshfl(g, v.c.val, s);
-            if (touch && g.lane == s && stamp_of(v.meta_lo, v.meta_hi, s) != (clk & 0xffffu))
-                store_stamp(bucket, s, clk);
-            return ST_FOUND;
-        }
-        if (r == 0 && !(v.meta_lo & CTL_OVERFLOW)) break;  // no key of this primary bucket lives elsewhere
+// TOUCH is a compile-time choice, so lookups without touch carry no stamp code at all. NC: read
+// through the non-coherent path (only with TOUCH == false, in a kernel that nothing else writes).
+template <bool TOUCH, bool NC>
+__device__ __forceinline__ u32 group_find(const Group& g, Cell* table, const Target& t, u32 clk, u64& out_val) {
+    Cell* bucket = table + (u64)t.b1 * GROUP;
+    Cell c = ld_cell_as<NC>(bucket + g.lane);
+    // One vote answers both questions: bit 0 = b1's overflow bit (lane 0 holds the metadata
+    // cell, whose low 16 bits are the control word), bits 1..7 = the slots holding the key.
+    u32 m = gballot(g, g.lane == 0 ? (c.key & CTL_OVERFLOW) != 0 : c.key == t.key);
+    if (m <= 1u) {                    // not in b1
+        if (m == 0u) return ST_MISS;  // overflow bit clear: no key of this primary bucket lives elsewhere
+        bucket = table + (u64)target_b2(g, t) * GROUP;
+        c = ld_cell_as<NC>(bucket + g.lane);
+        m = gballot(g, g.lane != 0 && c.key == t.key);
+        if (m == 0u) return ST_MISS;
     }
-    return ST_MISS;
+    u32 s = __ffs(m & 0xfeu) - 1;
+    out_val = gshfl(g, c.val, s);
+    // Lane 0 holds the metadata of the bucket that hit, so it refreshes the stamp (only if it changes).
+    if (TOUCH && g.lane == 0 && stamp_of(c.key, c.val, s) != (clk & 0xffffu)) store_stamp(bucket, s, clk);
+    return ST_FOUND;
 }
 
-__device__ u32 group_erase(const Group& g, Cell* table, u64 bucket_mask, u64 key, u64& out_val) {
-    if (key == EMPTY_KEY || key == RESERVED_KEY) return ST_REJECTED;
-    u64 b[2];
-    bucket_pair(key, bucket_mask, b[0], b[1]);
+__device__ u32 group_erase(const Group& g, Cell* table, const Target& t, u64& out_val) {
+    Cell* B1 = table + (u64)t.b1 * GROUP;
+    Cell* B2 = table + (u64)target_b2(g, t) * GROUP;
     for (int attempt = 0; attempt < MAX_ATTEMPTS; ++attempt) {
         bool retry = false;
         for (int r = 0; r < 2; ++r) {
-            Cell* bucket = table + b[r] * GROUP;
-            View v = read_bucket(g, bucket, key);
+            Cell* bucket = r == 0 ? B1 : B2;
+            View v = read_bucket(g, bucket, t.key);
             if (v.hit) {
                 u32 s = __ffs(v.hit) - 1;
                 u64 old = gshfl(g, v.c.val, s);
                 bool ok = false;
-                if (g.lane == s) ok = cas_cell(bucket + s, key, old, EMPTY_KEY, 0ull);
+                if (g.lane == s) ok = cas_cell(bucket + s, t.key, old, EMPTY_KEY, 0ull);
                 ok = gshfl(g, (int)ok, s) != 0;
                 if (ok) {
                     out_val = old;
@@ -261,15 +328,13 @@ __device__ __forceinline__ void group_unlock(const Group& g, Cell* bucket, u16 h
     if (g.lane == 0) cas16_release(reinterpret_cast<u16*>(bucket), held, (u16)(held & ~CTL_LOCK));
 }
 
-// Insert-or-assign under the primary bucket's lock. out_key/out_val: the evicted entry
-// (ST_EVICTED) or the previous value (ST_UPDATED).
-__device__ u32 group_insert(const Group& g, Cell* table, u64 bucket_mask, u64 key, u64 val, u32 clk,
-                            u64& out_key, u64& out_val) {
-    if (key == EMPTY_KEY || key == RESERVED_KEY) return ST_REJECTED;
-    u64 b[2];
-    bucket_pair(key, bucket_mask, b[0], b[1]);
-    Cell* B1 = table + b[0] * GROUP;
-    Cell* B2 = table + b[1] * GROUP;
+// Insert-or-assign under the primary bucket's lock (the slow path of ht_insert, the only path of
+// ht_mixed). out_key/out_val: the evicted entry (ST_EVICTED) or the previous value (ST_UPDATED).
+__device__ u32 group_insert(const Group& g, Cell* table, const Target& t, u64 val, u32 clk, u64& out_key,
+                            u64& out_val) {
+    const u64 key = t.key;
+    Cell* B1 = table + (u64)t.b1 * GROUP;
+    Cell* B2 = table + (u64)target_b2(g, t) * GROUP;
     u16 held = 0;
     if (!group_lock(g, B1, held)) return ST_FAILED;
     u32 status = ST_FAILED;
@@ -372,30 +437,107 @@ __device__ u32 group_insert(const Group& g, Cell* table, u64 bucket_mask, u64 ke
     return status;
 }
 
+// Internal status of group_insert_fast: "leave this insert to the locked slow path". Never stored.
+#define ST_SLOW 0xffu
+
+// Lock-free fast path of the insert-only kernel ht_insert (never of ht_mixed: it is correct only
+// while no erase runs, see "Why a key is never stored twice" in src/hashtable/mod.rs). Reads b1
+// (and b2 if b1's overflow bit is set); a present key gets its value replaced in place, an absent
+// key is claimed into the LOWEST empty slot of b1, both with one 128-bit CAS from the exact
+// contents read. Returns ST_INSERTED / ST_UPDATED (out_val = previous value), or ST_SLOW when the
+// key is absent and b1 is full (the slow path then claims in b2 or evicts) or the bounded retries
+// ran out. Sequentially it does exactly what group_insert does in those two cases.
+__device__ u32 group_insert_fast(const Group& g, Cell* table, const Target& t, u64 val, u32 clk, u64& out_val) {
+    Cell* B1 = table + (u64)t.b1 * GROUP;
+    for (int attempt = 0; attempt < MAX_ATTEMPTS; ++attempt) {
+        Cell c = ld_cell(B1 + g.lane);
+        // Bit 0: b1's overflow bit (lane 0 holds the metadata); bits 1..7: slots holding the key.
+        u32 m = gballot(g, g.lane == 0 ? (c.key & CTL_OVERFLOW) != 0 : c.key == t.key);
+        u32 empty = gballot(g, g.lane != 0 && c.key == EMPTY_KEY);
+        u32 hit = m & 0xfeu;
+        Cell* bucket = B1;
+        if (!hit && (m & 1u)) {  // b1 overflowed: the key may live in b2
+            Cell* B2 = table + (u64)target_b2(g, t) * GROUP;
+            Cell c2 = ld_cell(B2 + g.lane);
+            u32 hit2 = gballot(g, g.lane != 0 && c2.key == t.key);
+            if (hit2) {
+                bucket = B2;
+                c = c2;
+                hit = hit2;
+            }
+        }
+        u32 s;
+        if (hit) {
+            s = __ffs(hit) - 1;
+        } else if (empty) {
+            s = __ffs(empty) - 1;
+        } else {
+            return ST_SLOW;  // absent and b1 full
+        }
+        // Lane s owns the slot: CAS from what it read. A claim that finds the key already there
+        // (an insert of the same key got in first) turns into an update of that entry; an entry
+        // whose value changed is updated from the value the CAS returned. Any other change (the
+        // slot taken by another key, the entry evicted) sends the group back to read the bucket.
+        u32 st = ST_SLOW;
+        u64 old = 0;
+        if (g.lane == s) {
+            u64 ek = hit ? t.key : EMPTY_KEY;
+            u64 ev = hit ? c.val : 0ull;
+            for (int i = 0; i < MAX_ATTEMPTS; ++i) {
+                Cell prev = cas_cell_prev(bucket + s, ek, ev, t.key, val);
+                if (prev.key == ek && prev.val == ev) {
+                    st = ek == EMPTY_KEY ? ST_INSERTED : ST_UPDATED;
+                    old = ev;
+                    store_stamp(bucket, s, clk);
+                    break;
+                }
+                if (prev.key != t.key) break;
+                ek = t.key;
+                ev = prev.val;
+            }
+        }
+        st = gshfl(g, st, s);
+        if (st != ST_SLOW) {
+            out_val = gshfl(g, old, s);
+            return st;
+        }
+    }
+    return ST_SLOW;
+}
+
 // ---------------------------------------------------------------- batch kernels
 // Warp-cooperative work sharing: each lane brings one operation; the group of 8 lanes serves its
 // lanes' operations one after the other, all 8 lanes cooperating on each. Launch with a block size
 // that is a multiple of 32.
 
-// Each lane loads its own operation (coalesced) and prefetches its primary bucket; the group then
-// serves the pending lanes one after the other, broadcasting key and value with __shfl_sync, and
-// the owning lane keeps the result in registers so that all results are written at the end in one
-// coalesced store per array.
+// Each lane loads its own operation (coalesced), hashes its key once (both buckets: one fmix64
+// each per lane, i.e. per warp for 32 operations, cheaper than hashing per served operation) and
+// prefetches its primary bucket into L2; a reserved key is answered ST_REJECTED here and never
+// served. The group then serves the pending lanes one after the other, broadcasting key and b1
+// with __shfl_sync (b2 only on demand, target_b2), and the owning lane keeps the result in
+// registers so that all results are written at the end in one coalesced store per array.
 #define GROUP_PROLOGUE(n)                                                      \
     Group g = make_group();                                                    \
     u64 my = (u64)blockIdx.x * blockDim.x + threadIdx.x;                       \
     bool active = my < (n);                                                    \
     u64 mykey = active ? keys[my] : EMPTY_KEY;                                 \
-    if (active) prefetch_l2(table + (mix64(mykey) & bucket_mask) * GROUP);     \
-    u32 pending = gballot(g, active);                                          \
-    u32 my_st = ST_MISS;                                                       \
+    bool valid = active && mykey != EMPTY_KEY && mykey != RESERVED_KEY;        \
+    u32 myb1 = bucket1(mykey, bucket_mask);                                    \
+    u32 myb2 = bucket2(mykey, bucket_mask, myb1);                              \
+    if (valid) prefetch_l2(table + (u64)myb1 * GROUP);                         \
+    u32 pending = gballot(g, valid);                                           \
+    u32 my_st = ST_REJECTED;                                                   \
     u64 my_ok = 0, my_ov = 0;
 
 #define FOR_EACH_PENDING                                                       \
     while (pending) {                                                          \
         u32 j = __ffs(pending) - 1;                                            \
         pending &= pending - 1;                                                \
-        u64 key = gshfl(g, mykey, j);
+        Target t;                                                              \
+        t.key = gshfl(g, mykey, j);                                            \
+        t.b1 = gshfl(g, myb1, j);                                              \
+        t.own_b2 = myb2;                                                       \
+        t.src = j;
 
 #define KEEP_RESULT(st, ok, ov)                                                \
         if (g.lane == j) {                                                     \
@@ -405,6 +547,9 @@ __device__ u32 group_insert(const Group& g, Cell* table, u64 bucket_mask, u64 ke
         }                                                                      \
     }
 
+// Insert-or-assign a batch of inserts only. Lock-free fast path (group_insert_fast), the locked
+// group_insert when the key is absent and b1 is full. Must never run concurrently with an erase on
+// the same table (all launches go to one stream, see src/hashtable/gpu.rs).
 extern "C" __global__ void ht_insert(Cell* table, u64 bucket_mask, const u64* keys, const u64* vals, u64 n,
                                      u32 clk, u32* status, u64* out_key, u64* out_val) {
     GROUP_PROLOGUE(n)
@@ -412,7 +557,8 @@ extern "C" __global__ void ht_insert(Cell* table, u64 bucket_mask, const u64* ke
     FOR_EACH_PENDING
         u64 val = gshfl(g, myval, j);
         u64 ok = 0, ov = 0;
-        u32 st = group_insert(g, table, bucket_mask, key, val, clk, ok, ov);
+        u32 st = group_insert_fast(g, table, t, val, clk, ov);
+        if (st == ST_SLOW) st = group_insert(g, table, t, val, clk, ok, ov);
     KEEP_RESULT(st, ok, ov)
     if (active) {
         status[my] = my_st;
@@ -421,18 +567,27 @@ extern "C" __global__ void ht_insert(Cell* table, u64 bucket_mask, const u64* ke
     }
 }
 
-extern "C" __global__ void ht_find(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32 clk, u32 touch,
-                                   u32* status, u64* out_val) {
+template <bool TOUCH, bool NC>
+__device__ __forceinline__ void find_batch(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32 clk,
+                                           u32* status, u64* out_val) {
     GROUP_PROLOGUE(n)
     FOR_EACH_PENDING
         u64 v = 0;
-        u32 st = group_find(g, table, bucket_mask, key, clk, touch != 0, v);
+        u32 st = group_find<TOUCH, NC>(g, table, t, clk, v);
     KEEP_RESULT(st, 0ull, v)
     if (active) {
         status[my] = my_st;
         out_val[my] = my_ov;
     }
     (void)my_ok;
+}
+
+extern "C" __global__ void ht_find(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32 clk, u32 touch,
+                                   u32* status, u64* out_val) {
+    if (touch)
+        find_batch<true, false>(table, bucket_mask, keys, n, clk, status, out_val);
+    else
+        find_batch<false, false>(table, bucket_mask, keys, n, clk, status, out_val);
 }
 
 extern "C" __global__ void ht_erase(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32* status,
@@ -440,7 +595,7 @@ extern "C" __global__ void ht_erase(Cell* table, u64 bucket_mask, const u64* key
     GROUP_PROLOGUE(n)
     FOR_EACH_PENDING
         u64 v = 0;
-        u32 st = group_erase(g, table, bucket_mask, key, v);
+        u32 st = group_erase(g, table, t, v);
     KEEP_RESULT(st, 0ull, v)
     if (active) {
         status[my] = my_st;
@@ -449,7 +604,8 @@ extern "C" __global__ void ht_erase(Cell* table, u64 bucket_mask, const u64* key
     (void)my_ok;
 }
 
-// Interleaved finds, inserts and erases of one batch, all running concurrently.
+// Interleaved finds, inserts and erases of one batch, all running concurrently. Inserts always take
+// the locked path here (the lock-free fast path of ht_insert is wrong next to concurrent erases).
 extern "C" __global__ void ht_mixed(Cell* table, u64 bucket_mask, const u32* ops, const u64* keys,
                                     const u64* vals, u64 n, u32 clk, u32 touch, u32* status, u64* out_key,
                                     u64* out_val) {
@@ -462,11 +618,11 @@ extern "C" __global__ void ht_mixed(Cell* table, u64 bucket_mask, const u32* ops
         u64 ok = 0, ov = 0;
         u32 st;
         if (op == OP_FIND) {
-            st = group_find(g, table, bucket_mask, key, clk, touch != 0, ov);
+            st = touch ? group_find<true, false>(g, table, t, clk, ov) : group_find<false, false>(g, table, t, clk, ov);
         } else if (op == OP_INSERT) {
-            st = group_insert(g, table, bucket_mask, key, val, clk, ok, ov);
+            st = group_insert(g, table, t, val, clk, ok, ov);
         } else if (op == OP_ERASE) {
-            st = group_erase(g, table, bucket_mask, key, ov);
+            st = group_erase(g, table, t, ov);
         } else {
             st = ST_REJECTED;
         }
@@ -476,6 +632,67 @@ extern "C" __global__ void ht_mixed(Cell* table, u64 bucket_mask, const u32* ops
         out_key[my] = my_ok;
         out_val[my] = my_ov;
     }
+}
+
+// ---------------------------------------------------------------- find variants (benchmark rows)
+// Measured next to ht_find by `hypermnf bench hashtable`; same arguments as ht_find without clk and
+// touch (touch == 0 only: they never write) and the same results.
+
+// ht_find with the non-coherent 16-byte loads of ld_cell_nc instead of ld.relaxed.gpu.
+extern "C" __global__ void ht_find_nc(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32* status,
+                                      u64* out_val) {
+    find_batch<false, true>(table, bucket_mask, keys, n, 0u, status, out_val);
+}
+
+// One lane per lookup: each lane reads its own bucket with eight 16-byte loads and compares the
+// seven keys itself; no shuffles, no votes, no serving loop (finds are instruction-bound: the
+// group version spends its instructions on each of 8 operations in turn, this one on its own). The
+// price: 8 load instructions per lookup, each touching 32 different lines per warp.
+template <bool NC>
+__device__ __forceinline__ void find_lane_batch(const Cell* table, u64 bucket_mask, const u64* keys, u64 n,
+                                                u32* status, u64* out_val) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    u64 key = keys[i];
+    u32 st = ST_MISS;
+    u64 v = 0;
+    if (key == EMPTY_KEY || key == RESERVED_KEY) {
+        st = ST_REJECTED;
+    } else {
+        u32 b1 = bucket1(key, bucket_mask);
+        const Cell* bucket = table + (u64)b1 * GROUP;
+        for (int r = 0; r < 2; ++r) {
+            Cell c[GROUP];
+#pragma unroll
+            for (int s = 0; s < GROUP; ++s) c[s] = ld_cell_as<NC>(bucket + s);
+            bool hit = false;
+#pragma unroll
+            for (int s = 1; s < GROUP; ++s) {
+                if (!hit && c[s].key == key) {
+                    hit = true;
+                    v = c[s].val;
+                }
+            }
+            if (hit) {
+                st = ST_FOUND;
+                break;
+            }
+            if (r == 1 || !(c[0].key & CTL_OVERFLOW)) break;
+            bucket = table + (u64)bucket2(key, bucket_mask, b1) * GROUP;
+        }
+    }
+    status[i] = st;
+    out_val[i] = v;
+}
+
+extern "C" __global__ void ht_find_lane(const Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32* status,
+                                        u64* out_val) {
+    find_lane_batch<false>(table, bucket_mask, keys, n, status, out_val);
+}
+
+extern "C" __global__ void ht_find_lane_nc(const Cell* table, u64 bucket_mask, const u64* keys, u64 n,
+                                           u32* status, u64* out_val) {
+    find_lane_batch<true>(table, bucket_mask, keys, n, status, out_val);
 }
 
 // ---------------------------------------------------------------- checks (tests and benchmark)

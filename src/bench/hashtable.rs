@@ -5,7 +5,10 @@
 //! same number of 8-byte slots): build to each load, then find with 100 %, 50 % and 0 % hits; at
 //! load 0.8, 10 rounds of erase/insert churn; at the highest load, the cache mix (80 % lookups at a
 //! 70 % hit rate that refresh LRU stamps, 20 % inserts of new keys that evict when both buckets are
-//! full). A batch-size sweep at 2^24 cells follows. Loads of the bucketed table are quoted against
+//! full). Each find row of the bucketed table (`ht_find`, the kernel the cache uses) is followed by
+//! the same query through the find variants: `nc-*` (ht_find reading through the non-coherent
+//! path), `lane-*` (one lane per lookup, eight 16-byte loads each) and `lanenc-*` (both); leave
+//! them out with `--no-variants`. A batch-size sweep at 2^24 cells follows. Loads of the bucketed table are quoted against
 //! its usable slots (7 of 8 cells).
 //!
 //! Every run is checked on the device: `lost` = keys neither found nor reported evicted/failed,
@@ -42,6 +45,10 @@ pub struct Args {
     /// Skip the batch-size sweep.
     #[arg(long)]
     pub no_sweep: bool,
+    /// Leave out the rows of the find variants (`nc-*`: ht_find with non-coherent loads, `lane-*`:
+    /// one lane per lookup, `lanenc-*`: both), printed after each find row of the bucketed table.
+    #[arg(long)]
+    pub no_variants: bool,
     /// Leave out the linear-probing reference table.
     #[arg(long)]
     pub no_linear: bool,
@@ -196,7 +203,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 
 fn print_header() {
     println!(
-        "{:<7} {:>5} {:>5} {:<12} {:>9} {:>10} {:>9} {:>8} {:>6} {:>9} {:>8} {:>5} {:>4} {:>5} {:>5}",
+        "{:<7} {:>5} {:>5} {:<13} {:>9} {:>10} {:>9} {:>8} {:>6} {:>9} {:>8} {:>5} {:>4} {:>5} {:>5}",
         "table", "cells", "load", "op", "batch", "ops", "ms", "G ops/s", "%ceil", "evicted", "failed", "lost", "dup", "wrong", "hit%"
     );
 }
@@ -209,7 +216,7 @@ impl Bench {
     fn emit(&mut self, r: Row) -> anyhow::Result<()> {
         self.problems += r.lost.unwrap_or(0) + r.dup.unwrap_or(0) + r.wrong.unwrap_or(0);
         println!(
-            "{:<7} {:>5} {:>5.2} {:<12} {:>9} {:>10} {:>9.3} {:>8.2} {:>5.0}% {:>9} {:>8} {:>5} {:>4} {:>5} {:>5}",
+            "{:<7} {:>5} {:>5.2} {:<13} {:>9} {:>10} {:>9.3} {:>8.2} {:>5.0}% {:>9} {:>8} {:>5} {:>4} {:>5} {:>5}",
             r.table,
             format!("2^{}", r.log2_cells),
             r.load,
@@ -379,6 +386,29 @@ impl Bench {
         Ok(())
     }
 
+    /// A find variant (`ht_find_nc`, `ht_find_lane`, `ht_find_lane_nc`): ht_find's arguments
+    /// without clk and touch (they never touch).
+    fn find_variant(
+        &self,
+        kernel: &cudarc::driver::CudaFunction,
+        t: &mut GpuHashTable,
+        keys: &CudaView<u64>,
+        r: &mut Results,
+    ) -> anyhow::Result<()> {
+        let n = keys.len() as u64;
+        let mask = t.geometry().bucket_mask();
+        t.next_clock();
+        let mut l = self.s.launch_builder(kernel);
+        l.arg(t.cells_mut())
+            .arg(&mask)
+            .arg(keys)
+            .arg(&n)
+            .arg(&mut r.status)
+            .arg(&mut r.oval);
+        unsafe { l.launch(cfg(n)) }.map_err(dbg_err)?;
+        Ok(())
+    }
+
     fn ht_erase(
         &self,
         t: &mut GpuHashTable,
@@ -503,30 +533,45 @@ impl Bench {
                     unsafe { l.launch(cfg(q)) }.map_err(dbg_err)?;
                 }
                 let qv = query.slice(0..q as usize);
-                self.ht_find(&mut t, &qv, false, &mut res)?; // warm-up
-                let mut times = Vec::new();
-                for _ in 0..self.args.reps {
-                    times.push(self.time(|bn| bn.ht_find(&mut t, &qv, false, &mut res))?);
+                // The kept kernel first, then the variants on the same query (None = ht_find).
+                let dev = self.dev.clone();
+                let mut variants = vec![(label.to_string(), None)];
+                if !self.args.no_variants {
+                    let pct = label.trim_start_matches("find-");
+                    variants.push((format!("nc-{pct}"), Some(&dev.k.ht_find_nc)));
+                    variants.push((format!("lane-{pct}"), Some(&dev.k.ht_find_lane)));
+                    variants.push((format!("lanenc-{pct}"), Some(&dev.k.ht_find_lane_nc)));
                 }
-                times.sort_by(f64::total_cmp);
-                let tal = self.tally(&res, &qv, false)?;
-                let mut r = self.row(
-                    "bucket",
-                    c,
-                    load,
-                    label,
-                    q,
-                    q,
-                    times[times.len() / 2],
-                    self.ceil.read64,
-                );
-                r.wrong = Some(tal.wrong());
-                r.hit_rate = Some(tal.get(status::FOUND) as f64 / q as f64);
-                // When the build evicted nothing, a hit-100 batch must find every key.
-                if hit_pct == 100 && build_dropped == 0 {
-                    r.lost = Some(q - tal.get(status::FOUND));
+                for (op, kernel) in variants {
+                    let launch = |bn: &Self, t: &mut GpuHashTable, res: &mut Results| match kernel {
+                        None => bn.ht_find(t, &qv, false, res),
+                        Some(k) => bn.find_variant(k, t, &qv, res),
+                    };
+                    launch(self, &mut t, &mut res)?; // warm-up
+                    let mut times = Vec::new();
+                    for _ in 0..self.args.reps {
+                        times.push(self.time(|bn| launch(bn, &mut t, &mut res))?);
+                    }
+                    times.sort_by(f64::total_cmp);
+                    let tal = self.tally(&res, &qv, false)?;
+                    let mut r = self.row(
+                        "bucket",
+                        c,
+                        load,
+                        &op,
+                        q,
+                        q,
+                        times[times.len() / 2],
+                        self.ceil.read64,
+                    );
+                    r.wrong = Some(tal.wrong());
+                    r.hit_rate = Some(tal.get(status::FOUND) as f64 / q as f64);
+                    // When the build evicted nothing, a hit-100 batch must find every key.
+                    if hit_pct == 100 && build_dropped == 0 {
+                        r.lost = Some(q - tal.get(status::FOUND));
+                    }
+                    self.emit(r)?;
                 }
-                self.emit(r)?;
             }
             if (load - 0.8).abs() < 1e-9 {
                 self.churn(

@@ -55,6 +55,9 @@ pub struct Device {
 pub(crate) struct Kernels {
     pub ht_insert: CudaFunction,
     pub ht_find: CudaFunction,
+    pub ht_find_nc: CudaFunction,
+    pub ht_find_lane: CudaFunction,
+    pub ht_find_lane_nc: CudaFunction,
     pub ht_erase: CudaFunction,
     pub ht_mixed: CudaFunction,
     pub ht_audit: CudaFunction,
@@ -139,6 +142,9 @@ impl Device {
         let k = Kernels {
             ht_insert: f("ht_insert")?,
             ht_find: f("ht_find")?,
+            ht_find_nc: f("ht_find_nc")?,
+            ht_find_lane: f("ht_find_lane")?,
+            ht_find_lane_nc: f("ht_find_lane_nc")?,
             ht_erase: f("ht_erase")?,
             ht_mixed: f("ht_mixed")?,
             ht_audit: f("ht_audit")?,
@@ -309,6 +315,67 @@ impl GpuHashTable {
                 _ => Err(HashTableError::BadStatus(u32::MAX)),
             })
             .collect()
+    }
+
+    /// Insert-or-assign a batch through the insert-only kernel `ht_insert` (one clock tick): a
+    /// lock-free fast path for keys that are present or fit into their primary bucket, the locked
+    /// path of [`Self::insert_batch`] otherwise. Same outcomes as `insert_batch` (sequentially the
+    /// same as the CPU twin's); the fast path relies on no erase running during the kernel, which
+    /// holds because every kernel of a table is launched on the device's one stream.
+    pub fn insert_only_batch(
+        &mut self,
+        keys: &[u64],
+        values: &[u64],
+    ) -> Result<Vec<InsertOutcome>, HashTableError> {
+        if keys.len() != values.len() {
+            return Err(HashTableError::LengthMismatch {
+                keys: keys.len(),
+                values: values.len(),
+            });
+        }
+        keys.iter()
+            .enumerate()
+            .try_for_each(|(i, &k)| check_key(i, k))?;
+        let clk = self.next_clock();
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let s = self.dev.stream.clone();
+        let n = keys.len() as u64;
+        let d_keys = s.clone_htod(keys).map_err(drv)?;
+        let d_vals = s.clone_htod(values).map_err(drv)?;
+        let mut d_status = s.alloc_zeros::<u32>(keys.len()).map_err(drv)?;
+        let mut d_okey = s.alloc_zeros::<u64>(keys.len()).map_err(drv)?;
+        let mut d_oval = s.alloc_zeros::<u64>(keys.len()).map_err(drv)?;
+        let mask = self.geometry.bucket_mask();
+        let mut b = s.launch_builder(&self.dev.k.ht_insert);
+        b.arg(&mut self.cells)
+            .arg(&mask)
+            .arg(&d_keys)
+            .arg(&d_vals)
+            .arg(&n)
+            .arg(&clk)
+            .arg(&mut d_status)
+            .arg(&mut d_okey)
+            .arg(&mut d_oval);
+        // SAFETY: arguments match ht_insert's signature; every array holds n elements.
+        unsafe { b.launch(cfg(n)) }.map_err(drv)?;
+        let st = s.clone_dtoh(&d_status).map_err(drv)?;
+        let okey = s.clone_dtoh(&d_okey).map_err(drv)?;
+        let oval = s.clone_dtoh(&d_oval).map_err(drv)?;
+        keys.iter()
+            .zip(values)
+            .enumerate()
+            .map(|(i, (&k, &v))| match decode(&Op::Insert(k, v), st[i], okey[i], oval[i])? {
+                OpResult::Insert(o) => Ok(o),
+                _ => Err(HashTableError::BadStatus(st[i])),
+            })
+            .collect()
+    }
+
+    /// Insert-or-assign one key through `ht_insert` (see [`Self::insert_only_batch`]).
+    pub fn insert_only(&mut self, key: u64, value: u64) -> Result<InsertOutcome, HashTableError> {
+        Ok(self.insert_only_batch(&[key], &[value])?[0])
     }
 
     /// Look up a batch; `touch` refreshes the LRU stamps of hits (cache lookups).

@@ -36,7 +36,16 @@
 //!   CAS that publishes key and value together, from the exact old slot contents, so a slot changed
 //!   by anyone in between makes it fail and re-read. Release the lock. Taking the lock first, rather
 //!   than after a lock-free check, saves two dependent L2 round trips on the common path of a
-//!   cache (insert after a miss); finds and erases never lock.
+//!   cache (insert after a miss); finds and erases never lock. This is the path of every insert in
+//!   a mixed batch (`ht_mixed`, which the host API's `insert`/`insert_batch` use).
+//! * **insert-only batches** (`ht_insert`: the benchmark, [`GpuHashTable::insert_only_batch`]) first
+//!   try a lock-free fast path: read b1 (and b2 if b1's overflow bit is set); a present key gets
+//!   the in-place CAS update; else, if b1 has an empty slot, one 128-bit CAS claims the *lowest*
+//!   empty slot of b1 (re-read and retry on failure, bounded; a claim that finds the key already
+//!   there becomes an update). Only an absent key whose b1 is full falls back to the locked path
+//!   above (which then claims in b2 or evicts). One dependent atomic instead of three, correct
+//!   only because no erase runs during the kernel (see below). Sequentially it does exactly what
+//!   the locked path does, so the CPU twin is the same for both.
 //! * **erase**: find the key and CAS its slot back to all zeros. No tombstones: an erased slot is
 //!   plain empty and reusable at once. The overflow bit is sticky (cleared only by `clear`), which
 //!   keeps lookups correct after erases at the price of a second bucket read.
@@ -61,13 +70,20 @@
 //! linear-probing reference collapses to 0.27 G misses/s. The finds run at the same ~14 G/s when the
 //! table fits in L2 (2^21 cells), so they are bound by instructions per operation (8 lanes per
 //! lookup, each recomputing both hashes and broadcasting 64-bit words as two shuffles), not by
-//! memory; inserts are bound by their chain of dependent L2 round trips (lock, read, CAS). The next
-//! steps are to hash once per lane and broadcast bucket indices, and to pipeline a group's inserts.
+//! memory; inserts are bound by their chain of dependent L2 round trips (lock, read, CAS). Since
+//! then (not yet measured): every lane hashes its own key once in the kernel prologue and the
+//! group broadcasts 32-bit bucket indices (b2 only on demand), finds are specialised on `touch` at
+//! compile time and read the overflow bit and the hits in one vote, reserved keys are answered in
+//! the prologue, and `ht_insert` has the lock-free fast path. The benchmark also prints rows of
+//! find variants (non-coherent loads; one lane per lookup) next to `ht_find`'s.
 //!
 //! Every loop is bounded (64 attempts, 2^20 lock spins); an operation that runs out reports
 //! [`InsertOutcome::Failed`] / [`EraseOutcome::Failed`] instead of spinning for ever.
 //!
 //! # Why a key is never stored twice
+//! First for kernels whose inserts all take the lock (`ht_mixed`, any mix of concurrent finds,
+//! inserts and erases); the insert-only fast path follows.
+//!
 //! 1. A slot for key `k` is claimed only by an insert that holds the lock of `b1(k)` and has read
 //!    both candidate buckets *after* taking it. All inserts of `k` take the same lock, so no other
 //!    insert of `k` is between its check and its claim.
@@ -83,6 +99,45 @@
 //! Hence at most one slot holds `k` at any moment, whatever mixes of concurrent inserts, erases and
 //! evictions run. The `ht_audit` kernel counts duplicates (and keys outside both of their buckets)
 //! after every GPU test and benchmark run.
+//!
+//! ## The lock-free fast path of `ht_insert`
+//! Every kernel of a table is launched on the one stream of its [`gpu::Device`]
+//! (`ctx.default_stream()`; the methods of [`GpuHashTable`], its `audit`/`clear`, and the
+//! benchmark all use `dev.stream`), so kernels on a table run one after the other, each seeing all
+//! writes of the ones before; `ht_insert` itself contains no erase. So during an `ht_insert`
+//! kernel only inserts (fast path, and the locked path as fallback) touch the table, and:
+//!
+//! * **F1.** No slot becomes empty: updates keep the key, evictions put the new key in place of
+//!   the victim, claims only fill empty slots. Each slot's history within the kernel is: empty (or
+//!   not) at the start, then, from its first write on, full for the rest of the kernel.
+//! * **F2.** A successful claim of an empty slot, by either path, in any bucket, takes the lowest
+//!   empty slot of that bucket at that moment: the group chose the lowest slot it saw empty, every
+//!   slot below it was seen full and stays full (F1), and the CAS succeeded because it was empty.
+//!
+//! For a key `k` with primary bucket `B`:
+//! 5. Two claims of `k` into empty slots `p < q` of `B` never leave two copies: the claimer of `q`
+//!    read `p` full (else it would have chosen `p`). `p` was empty until the other claim's CAS
+//!    (F1), so that read returned `k` — then it would have updated instead of claiming — or a later
+//!    value, i.e. `k` had already been evicted from `p`. Two claims of the same slot: the second CAS
+//!    fails, returns `k`, and becomes an update of that entry.
+//! 6. The locked path puts `k` anywhere else (into b2, or over an evicted victim) only after reading
+//!    all seven slots of `B` full and without `k`, holding `B`'s lock. A fast claim of `k` into slot
+//!    `p` of `B` is either before that read of `p` in `p`'s history (the read then sees `k`, or `k`
+//!    was evicted before it) or after it (then `p` is full and the claim's CAS fails). Copies made
+//!    under the lock by earlier holders are seen through the lock (point 3).
+//! 7. A copy of `k` in b2 from an earlier kernel is found: `B`'s overflow bit was set before that
+//!    copy was published and is sticky, so the fast path, missing in `B`, reads b2 and updates it
+//!    there. A copy put into b2 during this kernel needed `B` full (point 6), and a full `B` takes
+//!    no fast claim, so the fast path re-reads and falls back to the locked path, which finds it.
+//!
+//! Points 5-7 reason about one slot at a time (its history and per-location coherence), never
+//! about a snapshot of a bucket: the 8 lanes' 16-byte loads are each single-copy atomic, but they
+//! are 8 loads at different instants. Stamps are plain 16-bit stores next to the control word;
+//! they steer which victim an eviction picks and never which slot a claim takes, and the fast
+//! path never writes the control word (so the lock holder's CAS that sets the overflow bit still
+//! succeeds). Why `ht_mixed` keeps the lock for every insert: with a concurrent erase F1 fails. An
+//! insert X of `k` sees slot 1 of `B` full (key `a`) and slot 2 empty; `a` is erased; an insert Y of
+//! `k` now sees slot 1 empty and claims it; X claims slot 2: two copies.
 //!
 //! Finds are lock-free and linearizable per key: a hit reads one slot atomically (16-byte
 //! single-copy-atomic load, key and value from the same CAS); a miss read b1's overflow bit clear, or

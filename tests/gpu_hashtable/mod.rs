@@ -4,8 +4,8 @@
 use std::collections::{HashMap, HashSet};
 
 use hypermnf::hashtable::{
-    fmix64, CpuHashTable, EraseOutcome, GpuHashTable, HashTableError, InsertOutcome, Op, OpResult,
-    BUCKET_CELLS, EMPTY_KEY, RESERVED_KEY,
+    fmix64, CpuHashTable, EraseOutcome, Geometry, GpuHashTable, HashTableError, InsertOutcome, Op,
+    OpResult, BUCKET_CELLS, EMPTY_KEY, RESERVED_KEY,
 };
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
@@ -32,6 +32,18 @@ fn assert_clean(t: &GpuHashTable) -> u64 {
 #[test]
 #[ignore = "needs a CUDA device"]
 fn single_operations_match_the_twin_cell_for_cell() {
+    single_operations_match_the_twin(false);
+}
+
+/// The same with every insert going through the insert-only kernel `ht_insert` (its lock-free fast
+/// path must do sequentially exactly what the locked path and the twin do).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn single_insert_only_operations_match_the_twin_cell_for_cell() {
+    single_operations_match_the_twin(true);
+}
+
+fn single_operations_match_the_twin(insert_only: bool) {
     for (cells, key_range, seed) in [(16u64, 30u64, 1u64), (64, 90, 2), (256, 400, 3)] {
         let mut g = gpu(cells);
         let mut c = CpuHashTable::new(cells).unwrap();
@@ -42,7 +54,12 @@ fn single_operations_match_the_twin_cell_for_cell() {
             let (rg, rc) = match rng.random_range(0..10) {
                 0..=4 => {
                     let v: u64 = rng.random();
-                    let (a, b) = (g.insert(k, v).unwrap(), c.insert(k, v).unwrap());
+                    let a = if insert_only {
+                        g.insert_only(k, v).unwrap()
+                    } else {
+                        g.insert(k, v).unwrap()
+                    };
+                    let b = c.insert(k, v).unwrap();
                     evictions += matches!(b, InsertOutcome::Evicted { .. }) as u32;
                     (OpResult::Insert(a), OpResult::Insert(b))
                 }
@@ -58,9 +75,16 @@ fn single_operations_match_the_twin_cell_for_cell() {
                     OpResult::Erase(c.erase(k).unwrap()),
                 ),
             };
-            assert_eq!(rg, rc, "cells {cells}, step {step}, key {k}");
+            assert_eq!(
+                rg, rc,
+                "cells {cells}, step {step}, key {k}, insert_only {insert_only}"
+            );
             if step % 25 == 0 || step == 1499 {
-                assert_eq!(g.dump().unwrap(), c.cells(), "cells {cells}, step {step}");
+                assert_eq!(
+                    g.dump().unwrap(),
+                    c.cells(),
+                    "cells {cells}, step {step}, insert_only {insert_only}"
+                );
             }
         }
         assert!(
@@ -235,4 +259,168 @@ fn reserved_keys_are_rejected_on_the_device_too() {
         GpuHashTable::new(100),
         Err(HashTableError::BadCapacity(100))
     ));
+}
+
+/// Keys (from 1, 2, ...) whose primary bucket is `b1`, in a table of `cells` cells.
+fn keys_with_primary(cells: u64, b1: u64, count: usize, skip: &[u64]) -> Vec<u64> {
+    let geo = Geometry::new(cells).unwrap();
+    (1u64..)
+        .map(|i| fmix64(i ^ 0x1234_5678) | 1)
+        .filter(|k| geo.bucket_pair(*k).0 == b1 && !skip.contains(k))
+        .take(count)
+        .collect()
+}
+
+/// The bucket (0..buckets) and slot of every copy of `key` in a dump.
+fn copies(cells: &[[u64; 2]], key: u64) -> Vec<(usize, usize)> {
+    cells
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| i % BUCKET_CELLS != 0 && c[0] == key)
+        .map(|(i, _)| (i / BUCKET_CELLS, i % BUCKET_CELLS))
+        .collect()
+}
+
+/// ht_insert's lock-free path: 64 K concurrent inserts of one absent key into a table whose primary
+/// bucket for that key has holes (made by erases in an earlier batch) leave exactly one entry, in
+/// the lowest hole, with one of the written values; then 32 concurrent inserts of each of 3000 keys
+/// (erased ones and new ones, shuffled) over a table with holes everywhere.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn insert_only_concurrent_same_key_into_holes_leaves_one_entry() {
+    let cells = 64u64; // 8 buckets
+    let mut g = gpu(cells);
+    let key = fmix64(0xfeed) | 1;
+    let b1 = Geometry::new(cells).unwrap().bucket_pair(key).0;
+    let fill = keys_with_primary(cells, b1, 7, &[key]);
+    let fvals: Vec<u64> = fill.iter().map(|k| k ^ 5).collect();
+    assert!(g
+        .insert_batch(&fill, &fvals)
+        .unwrap()
+        .iter()
+        .all(|o| *o == InsertOutcome::Inserted));
+    // Holes at slots 2 and 5 of b1 (which key took which slot in that batch is read from the dump).
+    let dump = g.dump().unwrap();
+    let at = |s: usize| dump[b1 as usize * BUCKET_CELLS + s][0];
+    let holes = [at(2), at(5)];
+    assert!(g.erase_batch(&holes).unwrap().iter().all(|o| o.is_erased()));
+    let n = 1 << 16;
+    let keys = vec![key; n];
+    let vals: Vec<u64> = (0..n as u64).map(|i| i * 11 + 1).collect();
+    let out = g.insert_only_batch(&keys, &vals).unwrap();
+    let count = |f: &dyn Fn(&InsertOutcome) -> bool| out.iter().filter(|o| f(o)).count();
+    assert_eq!(count(&|o| *o == InsertOutcome::Inserted), 1, "exactly one insert claims a slot");
+    assert_eq!(count(&|o| matches!(o, InsertOutcome::Evicted { .. })), 0);
+    eprintln!(
+        "one key, {n} concurrent ht_insert calls: {} ran out of attempts (allowed under contention)",
+        count(&|o| *o == InsertOutcome::Failed)
+    );
+    assert_eq!(assert_clean(&g), 6);
+    let dump = g.dump().unwrap();
+    assert_eq!(copies(&dump, key), vec![(b1 as usize, 2)], "the lowest hole of b1");
+    let v = g.find(key, false).unwrap().expect("the key is stored");
+    assert!(vals.contains(&v));
+
+    // Many keys, each 32 times, over a table with holes: one entry each, no failures (a lane's
+    // CAS retries on one slot outnumber its 31 rivals), values that were written.
+    let cells = 1u64 << 14;
+    let mut g = gpu(cells);
+    let mut c = CpuHashTable::new(cells).unwrap();
+    let base: Vec<u64> = (1..=4000u64).map(|i| fmix64(i) | 1).collect();
+    let bvals: Vec<u64> = base.iter().map(|k| k ^ 1).collect();
+    g.insert_batch(&base, &bvals).unwrap();
+    c.insert_batch(&base, &bvals).unwrap();
+    let erase: Vec<u64> = base.iter().step_by(2).copied().collect();
+    g.erase_batch(&erase).unwrap();
+    c.erase_batch(&erase).unwrap();
+    let fresh: Vec<u64> = (1..=1000u64).map(|i| fmix64(i + 500_000) | 1).collect();
+    let distinct: Vec<u64> = erase.iter().chain(&fresh).copied().collect();
+    // The premise: at this load (0.3) no bucket pair of these keys fills up, nothing is evicted.
+    let twin_vals: Vec<u64> = distinct.iter().map(|k| k.rotate_left(7)).collect();
+    assert!(c
+        .insert_batch(&distinct, &twin_vals)
+        .unwrap()
+        .iter()
+        .all(|o| *o == InsertOutcome::Inserted));
+    let mut rng = StdRng::seed_from_u64(21);
+    let mut ops: Vec<(u64, u64)> = distinct
+        .iter()
+        .flat_map(|&k| (0..32u64).map(move |r| (k, k.rotate_left(7) ^ r)))
+        .collect();
+    for i in (1..ops.len()).rev() {
+        ops.swap(i, rng.random_range(0..=i));
+    }
+    let (keys, vals): (Vec<u64>, Vec<u64>) = ops.iter().copied().unzip();
+    let out = g.insert_only_batch(&keys, &vals).unwrap();
+    let inserted = out.iter().filter(|o| **o == InsertOutcome::Inserted).count();
+    assert!(out.iter().all(|o| matches!(o, InsertOutcome::Inserted | InsertOutcome::Updated { .. })));
+    assert_eq!(inserted, distinct.len(), "one Inserted per absent key");
+    let after = entries(&g.dump().unwrap());
+    for k in &distinct {
+        let v = after.get(k).expect("every inserted key is stored");
+        assert!((0..32u64).any(|r| *v == k.rotate_left(7) ^ r));
+    }
+    assert_eq!(assert_clean(&g), c.len());
+    // The twin, which inserted the same keys once, holds the same set of keys.
+    let twin = entries(c.cells());
+    assert_eq!(
+        after.keys().collect::<HashSet<_>>(),
+        twin.keys().collect::<HashSet<_>>()
+    );
+}
+
+/// A key living in b2 (b1 was full, so b1's overflow bit is set), whose b1 later got holes from
+/// erases: inserting it again through ht_insert, alone or 4096 times concurrently, updates it in
+/// b2 and never puts a second copy into b1's holes.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn insert_only_updates_a_key_in_b2_despite_holes_in_b1() {
+    let cells = 64u64;
+    let geo = Geometry::new(cells).unwrap();
+    let mut g = gpu(cells);
+    let mut c = CpuHashTable::new(cells).unwrap();
+    let key = fmix64(0xb2b2) | 1;
+    let (b1, b2) = geo.bucket_pair(key);
+    let fill = keys_with_primary(cells, b1, 7, &[key]);
+    for &k in &fill {
+        assert_eq!(g.insert(k, k ^ 3).unwrap(), InsertOutcome::Inserted);
+        assert_eq!(c.insert(k, k ^ 3).unwrap(), InsertOutcome::Inserted);
+    }
+    assert_eq!(g.insert(key, 1).unwrap(), InsertOutcome::Inserted);
+    assert_eq!(c.insert(key, 1).unwrap(), InsertOutcome::Inserted);
+    assert_eq!(copies(&g.dump().unwrap(), key), copies(c.cells(), key));
+    assert_eq!(copies(&g.dump().unwrap(), key)[0].0 as u64, b2, "b1 was full: the key went to b2");
+    let holes = [fill[0], fill[3]];
+    assert_eq!(g.erase_batch(&holes).unwrap(), c.erase_batch(&holes).unwrap());
+    // One insert: updated in b2, cell for cell as the twin.
+    assert_eq!(
+        g.insert_only(key, 2).unwrap(),
+        InsertOutcome::Updated { old: 1 }
+    );
+    assert_eq!(c.insert(key, 2).unwrap(), InsertOutcome::Updated { old: 1 });
+    assert_eq!(g.dump().unwrap(), c.cells());
+    assert_eq!(g.find(key, false).unwrap(), Some(2));
+    // Many at once, mixed with inserts of other keys that take b1's holes.
+    let mut skip = fill.clone();
+    skip.push(key);
+    let others = keys_with_primary(cells, b1, 2, &skip);
+    let mut keys = vec![key; 4096];
+    let mut vals: Vec<u64> = (0..4096u64).map(|i| 100 + i).collect();
+    keys.extend(&others);
+    vals.extend(others.iter().map(|k| k ^ 9));
+    let out = g.insert_only_batch(&keys, &vals).unwrap();
+    for o in &out[..4096] {
+        assert!(
+            matches!(o, InsertOutcome::Updated { .. } | InsertOutcome::Failed),
+            "the key is present: {o:?}"
+        );
+    }
+    assert!(out[4096..].iter().all(|o| *o == InsertOutcome::Inserted), "{:?}", &out[4096..]);
+    let dump = g.dump().unwrap();
+    let at = copies(&dump, key);
+    assert_eq!(at.len(), 1, "one copy: {at:?}");
+    assert_eq!(at[0].0 as u64, b2);
+    let v = g.find(key, false).unwrap().expect("stored");
+    assert!((100..100 + 4096).contains(&v) || v == 2);
+    assert_clean(&g);
 }
