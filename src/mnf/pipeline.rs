@@ -87,7 +87,7 @@ pub fn analyse_on(
     // C_N here (the callback is on the critical path: the device is about to finish C_D).
     let defer = prepared.eigen_solver().is_some();
     let t0 = Instant::now();
-    let mut early: Option<(Result<(BandSelection, NoiseWhitening), MnfError>, f64)> = None;
+    let mut early: Option<(Whitened, f64)> = None;
     let stats = prepared.statistics(
         &spec,
         &mut |noise: &Moments| {
@@ -134,6 +134,9 @@ pub fn analyse_on(
     })
 }
 
+/// The band selection and the noise half of the eigenproblem, or why there is none.
+type Whitened = Result<(BandSelection, NoiseWhitening), MnfError>;
+
 /// Band selection from the noise moments and the scaled noise covariance C_N of the bands used, with
 /// its Cholesky factor computed now, or left to the device solver when `defer` (see
 /// [`NoiseWhitening::deferred`]).
@@ -143,7 +146,7 @@ fn whiten(
     data: Option<&Moments>,
     scale: f64,
     defer: bool,
-) -> Result<(BandSelection, NoiseWhitening), MnfError> {
+) -> Whitened {
     let sel = bands::drop_noiseless(pre, noise, data);
     let cov = noise
         .covariance()
