@@ -699,14 +699,20 @@ fn device_eigen_step_matches_host() {
                 worst <= 1e-9,
                 "{name} {noise:?}: device solver eigenvalues differ by {worst:.3e}"
             );
-            // Ordered and signed by the shared code: the leading components' loadings agree.
+            // Ordered by the shared code: the leading components' loadings agree (up to sign: a
+            // near-tie of the largest loadings could flip it), where their eigenvalues are separated.
             let got = eigen::solve_with(&NoiseWhitening::deferred(b.noise_covariance.clone(), n), &cd, Some(solver))
                 .unwrap();
-            let top = n.min(10);
+            let ev = &want.eigenvalues;
             let col = |t: &[f64], c: usize| (0..n).map(|r| t[r * n + c]).collect::<Vec<f64>>();
-            for c in 0..top {
-                let d = rel_fro(&col(&got.transform, c), &col(&want.transform, c));
-                assert!(d <= 1e-6, "{name} {noise:?}: component {c} of W differs by {d:.3e}");
+            for c in 0..n.min(10) {
+                if c + 1 < n && (ev[c] - ev[c + 1]).abs() < 1e-3 * ev[c] {
+                    continue;
+                }
+                let (x, y) = (col(&got.transform, c), col(&want.transform, c));
+                let neg: Vec<f64> = x.iter().map(|v| -v).collect();
+                let d = rel_fro(&x, &y).min(rel_fro(&neg, &y));
+                assert!(d <= 1e-5, "{name} {noise:?}: component {c} of W differs by {d:.3e}");
             }
 
             // The whole pipeline, device against host eigen step.
