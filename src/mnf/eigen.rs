@@ -146,11 +146,21 @@ pub fn solve_with(
 ) -> Result<EigenPairs, MnfError> {
     let n = whitening.n;
     if let Some(d) = device {
+        let t = std::time::Instant::now();
         match d.solve(&whitening.cn, cd, n) {
             Ok((values, w)) if values.len() == n && w.len() == n * n => {
+                let t_solved = std::time::Instant::now();
                 if values.iter().chain(&w).all(|v| v.is_finite()) {
                     // W is column-major: column c is w[c n .. (c + 1) n].
-                    return order_and_sign(n, &values, |r, c| w[c * n + r]);
+                    let pairs = order_and_sign(n, &values, |r, c| w[c * n + r]);
+                    tracing::debug!(
+                        target: "hypermnf::timing",
+                        n,
+                        device_solve_ms = (t_solved - t).as_secs_f64() * 1e3,
+                        check_order_sign_ms = t_solved.elapsed().as_secs_f64() * 1e3,
+                        "eigen step: device solve, then the host's checks, ordering and signs"
+                    );
+                    return pairs;
                 }
                 tracing::warn!("{}: non-finite result; solving on the host", d.name());
             }

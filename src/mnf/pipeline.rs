@@ -115,9 +115,22 @@ pub fn analyse_on(
     if sel.used.is_empty() {
         return Err(MnfError::Degenerate("every band is constant or noise-free".into()));
     }
+    let t_cd = Instant::now();
     let cd = bands::submatrix(&stats.data.covariance().expect("checked n >= 2"), cube.bands(), &sel.used);
+    let t_solve = Instant::now();
     let pairs = eigen::solve_with(&whitening, &cd, prepared.eigen_solver())?;
     let eigen_ms = t1.elapsed().as_secs_f64() * 1e3 + noise_ms;
+    tracing::debug!(
+        target: "hypermnf::timing",
+        bands = sel.used.len(),
+        deferred = defer,
+        on_noise_ms = noise_ms,
+        selection_ms = (t_cd - t1).as_secs_f64() * 1e3,
+        data_covariance_ms = (t_solve - t_cd).as_secs_f64() * 1e3,
+        solve_ms = t_solve.elapsed().as_secs_f64() * 1e3,
+        eigen_ms,
+        "eigen phase"
+    );
     timings.insert("statistics".into(), stats_ms - noise_ms.min(stats_ms));
     timings.insert("eigen".into(), eigen_ms);
 

@@ -258,7 +258,10 @@ impl DeviceEigen {
             let (i, j) = (k / n, k % n);
             1.0 / (1.0 + i.abs_diff(j) as f64) + if i == j { i as f64 } else { 0.0 }
         }).collect();
-        solver.solve(&cn, &cd, n).map_err(|e| match e {
+        // cudarc resolves each library function at its first call and panics where one is missing.
+        let warm = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| solver.solve(&cn, &cd, n)))
+            .map_err(|_| BackendError::Unavailable("libcusolver lacks a function the eigen step needs".into()))?;
+        warm.map_err(|e| match e {
             SolverError::NotPositiveDefinite(k) => BackendError::Cuda(format!("warm-up solve: potrf info = {k}")),
             SolverError::Failed(m) => BackendError::Cuda(format!("warm-up solve: {m}")),
         })?;
