@@ -646,11 +646,14 @@ fn device_name_and_backend_names() {
         .is_none());
 }
 
-/// The eigen step on the device (cuSOLVER syevd) against the host (faer) and the CPU backend, on the
-/// real cubes: the eigenvalues agree to 1e-9 and the components correlate ≥ 0.9999.
+/// The eigen step on the device (cuSOLVER potrf + syevd, cuBLAS trsm) against the host (faer) and the
+/// CPU backend, on the real cubes: the device solver is called directly (it must succeed, so a silent
+/// fall-back to the host cannot hide a failure) and through the pipeline; the eigenvalues agree to
+/// 1e-9, the transforms closely, and the components correlate ≥ 0.9999.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn device_eigen_step_matches_host() {
+    use hypermnf::mnf::eigen::{self, NoiseWhitening};
     let dev = gpu(Route::Kernels);
     assert!(
         dev.eigen_on_device(),
@@ -658,21 +661,73 @@ fn device_eigen_step_matches_host() {
     );
     let host = gpu(Route::Kernels).with_host_eigen();
     assert!(!host.eigen_on_device());
+    let cpu = CpuBackend::new();
     for (name, cube) in real_cubes() {
+        let prepared = dev.prepare(&cube, &Monitor::silent()).expect("prepare");
+        let solver = prepared
+            .eigen_solver()
+            .expect("a device solver on the CUDA backend");
         for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
             let params = MnfParams {
                 components: Some(10),
                 noise,
                 ..Default::default()
             };
+            // The solver alone, on the reference statistics: C_N as the pipeline scales it, C_D of the
+            // same bands.
+            let b = hypermnf::mnf::pipeline::analyse(&cube, &params, &cpu, &Monitor::silent())
+                .unwrap();
+            let (stats, _) = stats_of(&cpu, &cube, &spec(noise, &cube));
+            let cd = hypermnf::mnf::bands::submatrix(
+                &stats.data.covariance().unwrap(),
+                cube.bands(),
+                &b.bands_used,
+            );
+            let n = b.bands_used.len();
+            let (values, w) = solver
+                .solve(&b.noise_covariance, &cd, n)
+                .unwrap_or_else(|e| panic!("{name} {noise:?}: device solve failed: {e}"));
+            assert_eq!((values.len(), w.len()), (n, n * n));
+            let mut sorted = values.clone();
+            sorted.sort_by(|x, y| y.total_cmp(x));
+            let want = eigen::solve(&NoiseWhitening::new(b.noise_covariance.clone(), n).unwrap(), &cd)
+                .unwrap();
+            let worst = sorted
+                .iter()
+                .zip(&want.eigenvalues)
+                .map(|(x, y)| (x - y).abs() / y.abs().max(1e-300))
+                .fold(0.0f64, f64::max);
+            eprintln!("{name} {noise:?}: device solver vs host eigenvalues, max rel. diff {worst:.2e}");
+            assert!(
+                worst <= 1e-9,
+                "{name} {noise:?}: device solver eigenvalues differ by {worst:.3e}"
+            );
+            // Ordered by the shared code: the leading components' loadings agree (up to sign: a
+            // near-tie of the largest loadings could flip it), where their eigenvalues are separated.
+            let got = eigen::solve_with(&NoiseWhitening::deferred(b.noise_covariance.clone(), n), &cd, Some(solver))
+                .unwrap();
+            let ev = &want.eigenvalues;
+            let col = |t: &[f64], c: usize| (0..n).map(|r| t[r * n + c]).collect::<Vec<f64>>();
+            for c in 0..n.min(10) {
+                if c + 1 < n && (ev[c] - ev[c + 1]).abs() < 1e-3 * ev[c] {
+                    continue;
+                }
+                let (x, y) = (col(&got.transform, c), col(&want.transform, c));
+                let neg: Vec<f64> = x.iter().map(|v| -v).collect();
+                let d = rel_fro(&x, &y).min(rel_fro(&neg, &y));
+                assert!(d <= 1e-5, "{name} {noise:?}: component {c} of W differs by {d:.3e}");
+            }
+
+            // The whole pipeline, device against host eigen step.
             let a =
                 hypermnf::mnf::pipeline::analyse(&cube, &params, &dev, &Monitor::silent()).unwrap();
-            let b = hypermnf::mnf::pipeline::analyse(&cube, &params, &host, &Monitor::silent())
+            let h = hypermnf::mnf::pipeline::analyse(&cube, &params, &host, &Monitor::silent())
                 .unwrap();
+            assert_eq!(a.bands_used, h.bands_used, "{name} {noise:?}: bands used");
             let worst = a
                 .eigenvalues
                 .iter()
-                .zip(&b.eigenvalues)
+                .zip(&h.eigenvalues)
                 .map(|(x, y)| (x - y).abs() / y.abs().max(1e-300))
                 .fold(0.0f64, f64::max);
             eprintln!("{name} {noise:?}: device vs host eigenvalues, max rel. diff {worst:.2e}");
@@ -746,5 +801,69 @@ fn int16_fast_paths_match_generic_kernels_and_cpu() {
                 }
             }
         }
+    }
+}
+
+/// A noise covariance that is not positive definite, on the device path: the device's potrf says so
+/// (never a panic or a result), and `solve_with` turns it into the host path's clear Degenerate error.
+/// Exactly duplicated noise (a 3 × 3 with exact arithmetic) and a real C_N of 224 bands where band 11
+/// repeats band 10's noise with a slightly smaller variance (indefinite by 0.1 %, far from rounding).
+#[test]
+#[ignore = "needs a CUDA device"]
+fn device_eigen_singular_noise_is_a_clear_error() {
+    use hypermnf::mnf::eigen::{self, NoiseWhitening, SolverError};
+    use hypermnf::mnf::MnfError;
+    let dev = gpu(Route::Kernels);
+    assert!(dev.eigen_on_device());
+    let host_message = NoiseWhitening::new(vec![1.0, 1.0, 1.0, 1.0], 2)
+        .err()
+        .expect("singular")
+        .to_string();
+    let (name, cube) = real_cubes().into_iter().next().expect("a real cube");
+    let prepared = dev.prepare(&cube, &Monitor::silent()).expect("prepare");
+    let solver = prepared.eigen_solver().expect("a device solver");
+
+    let mut cases: Vec<(String, Vec<f64>, Vec<f64>, usize)> = Vec::new();
+    let cn3 = vec![4.0, 4.0, 0.0, 4.0, 4.0, 0.0, 0.0, 0.0, 1.0];
+    let cd3 = vec![3.0, 1.0, 0.0, 1.0, 2.0, 0.5, 0.0, 0.5, 1.0];
+    cases.push(("3 x 3, bands 0 and 1 identical".into(), cn3, cd3, 3));
+    let params = MnfParams {
+        components: Some(10),
+        ..Default::default()
+    };
+    let sys = hypermnf::mnf::pipeline::analyse(&cube, &params, &CpuBackend::new(), &Monitor::silent())
+        .unwrap();
+    let n = sys.bands_used.len();
+    assert!(n > 12, "{name}: {n} bands");
+    let mut cn = sys.noise_covariance.clone();
+    for k in 0..n {
+        cn[11 * n + k] = cn[10 * n + k];
+    }
+    for k in 0..n {
+        cn[k * n + 11] = cn[k * n + 10];
+    }
+    cn[11 * n + 11] = cn[10 * n + 10] * 0.999;
+    let (stats, _) = stats_of(&CpuBackend::new(), &cube, &spec(params.noise, &cube));
+    let cd = hypermnf::mnf::bands::submatrix(&stats.data.covariance().unwrap(), cube.bands(), &sys.bands_used);
+    cases.push((format!("{name}, {n} bands, band 11 repeats band 10"), cn, cd, n));
+
+    for (what, cn, cd, n) in cases {
+        match solver.solve(&cn, &cd, n) {
+            Err(SolverError::NotPositiveDefinite(k)) => {
+                eprintln!("{what}: potrf: leading minor of order {k} not positive definite");
+                assert!((1..=12).contains(&k), "{what}: order {k}");
+            }
+            other => panic!("{what}: expected NotPositiveDefinite, got {:?}", other.map(|_| "a result")),
+        }
+        let err = eigen::solve_with(&NoiseWhitening::deferred(cn.clone(), n), &cd, Some(solver))
+            .err()
+            .unwrap_or_else(|| panic!("{what}: solved a singular problem"));
+        assert!(matches!(err, MnfError::Degenerate(_)), "{what}: {err}");
+        assert_eq!(err.to_string(), host_message, "{what}");
+        // The solver is still usable afterwards.
+        let ok = solver.solve(&[2.0, 0.0, 0.0, 3.0], &[1.0, 0.0, 0.0, 1.0], 2).expect("a regular solve after a failed one");
+        let mut v = ok.0;
+        v.sort_by(|a, b| a.total_cmp(b));
+        assert!((v[0] - 1.0 / 3.0).abs() < 1e-14 && (v[1] - 0.5).abs() < 1e-14, "{v:?}");
     }
 }

@@ -86,8 +86,10 @@ pub trait PreparedCube {
     fn resident_bytes(&self) -> u64 {
         0
     }
-    /// Where the whitened eigenproblem of the MNF is solved when not in faer on the host (the CUDA
-    /// backend: cuBLAS and cuSOLVER on the device); `None`: on the host.
+    /// Where the generalized eigenproblem of the MNF (the Cholesky factor of C_N included) is solved
+    /// when not in faer on the host (the CUDA backend: cuSOLVER and cuBLAS on the device); `None`: on
+    /// the host. The pipeline asks before the statistics pass: with a solver, its `on_noise` callback
+    /// leaves C_N unfactored (`NoiseWhitening::deferred`).
     fn eigen_solver(&self) -> Option<&dyn crate::mnf::eigen::GeneralizedEigenSolver> {
         None
     }

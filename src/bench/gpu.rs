@@ -113,6 +113,9 @@ fn backend_mnf_phases(
         mask_bands: pre.used.clone(),
     };
     let scale = noise_kind.scale();
+    // As the pipeline: with a device solver the callback only selects bands and scales C_N (the
+    // device factors it); without, it also factors C_N on the host.
+    let defer = crate::backend::PreparedCube::eigen_solver(&prep).is_some();
     let whiten = |noise: &Moments| -> anyhow::Result<(Vec<usize>, eigen::NoiseWhitening)> {
         let sel = bands::drop_noiseless(&pre, noise, None);
         let cov = noise.covariance().context("too few noise samples")?;
@@ -120,10 +123,13 @@ fn backend_mnf_phases(
             .iter()
             .map(|v| v / scale)
             .collect();
-        Ok((
-            sel.used.clone(),
-            eigen::NoiseWhitening::new(&cn, sel.used.len())?,
-        ))
+        let n = sel.used.len();
+        let w = if defer {
+            eigen::NoiseWhitening::deferred(cn, n)
+        } else {
+            eigen::NoiseWhitening::new(cn, n)?
+        };
+        Ok((sel.used, w))
     };
     let mut early = None;
     let t_stats = Instant::now();

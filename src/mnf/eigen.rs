@@ -5,46 +5,120 @@
 //! transform as the paper's P = U D_N^(-1/2) route (both whiten the noise; the eigenvectors of the
 //! whitened data covariance then agree up to sign) and as LAPACK's `sygv` used by SciPy's
 //! `eigh(S, N)`, but it needs one symmetric eigen-decomposition instead of two. The noise half
-//! (`NoiseWhitening::new`) depends only on C_N, so it can run while a device computes C_D.
+//! (`NoiseWhitening::new`) depends only on C_N, so it can run while a device computes C_D; where a
+//! device solves the whole problem (`GeneralizedEigenSolver`, Cholesky factor included),
+//! `NoiseWhitening::deferred` leaves the factorisation to it and the host does no linear algebra.
 //!
 //! The linear algebra is faer's (blocked, SIMD): at 224 bands the Cholesky factor, three triangular
 //! solves and the symmetric eigendecomposition take ~5 ms, where nalgebra's took ~31 ms, and on the GPU
 //! path this host step was longer than all the device work. The tests check it against an independent
 //! nalgebra implementation of the paper's route (tests/mnf_reference.rs).
 
-use faer::{Mat, Side};
+use faer::{Mat, MatRef, Side};
 
 use super::MnfError;
 
-/// The Cholesky factor of the (scaled) noise covariance of the bands used.
+/// The noise half of the eigenproblem: the (scaled) noise covariance C_N of the bands used and, once
+/// computed, its Cholesky factor L (C_N = L Lᵀ).
+///
+/// Two forms, with the same answers: [`NoiseWhitening::new`] factors C_N at once (the host path: the
+/// factorisation then overlaps the device's data covariance), [`NoiseWhitening::deferred`] only keeps
+/// C_N, for a [`GeneralizedEigenSolver`] that factors it itself (the CUDA backend, with cuSOLVER's
+/// `potrf`); the host computes L from it only if it has to solve the problem after all (no solver, or
+/// the solver failed), with exactly the operations `new` would have used.
 pub struct NoiseWhitening {
-    l: Mat<f64>,
+    /// n × n row-major (symmetric, so column-major too).
+    cn: Vec<f64>,
+    l: Option<Mat<f64>>,
     n: usize,
 }
 
+/// The message of a noise covariance that is not positive definite.
+fn not_positive_definite() -> MnfError {
+    MnfError::Degenerate(
+        "the noise covariance is singular: some bands are exact linear combinations of others \
+         in their noise (duplicated or synthetic bands?); exclude them with bad bands"
+            .into(),
+    )
+}
+
+/// The lower Cholesky factor of the row-major n × n `cn`.
+fn cholesky(cn: &[f64], n: usize) -> Result<Mat<f64>, MnfError> {
+    let m = Mat::<f64>::from_fn(n, n, |i, j| cn[i * n + j]);
+    let llt = m.llt(Side::Lower).map_err(|_| not_positive_definite())?;
+    Ok(llt.L().to_owned())
+}
+
 impl NoiseWhitening {
-    /// `cn`: n × n row-major, symmetric. Fails when it is not positive definite (bands that are linear
-    /// combinations of others in their noise, e.g. duplicated bands).
-    pub fn new(cn: &[f64], n: usize) -> Result<Self, MnfError> {
-        let m = Mat::<f64>::from_fn(n, n, |i, j| cn[i * n + j]);
-        let llt = m.llt(Side::Lower).map_err(|_| {
-            MnfError::Degenerate(
-                "the noise covariance is singular: some bands are exact linear combinations of others \
-                 in their noise (duplicated or synthetic bands?); exclude them with bad bands"
-                    .into(),
-            )
-        })?;
-        Ok(NoiseWhitening { l: llt.L().to_owned(), n })
+    /// `cn`: n × n row-major, symmetric. Factors it now; fails when it is not positive definite (bands
+    /// that are linear combinations of others in their noise, e.g. duplicated bands).
+    pub fn new(cn: Vec<f64>, n: usize) -> Result<Self, MnfError> {
+        assert_eq!(cn.len(), n * n, "C_N must be n × n");
+        let l = cholesky(&cn, n)?;
+        Ok(NoiseWhitening { cn, l: Some(l), n })
+    }
+
+    /// `cn` as in [`new`](Self::new), not factored yet: [`solve_with`] hands it to the device solver,
+    /// or factors it on the host (reporting a C_N that is not positive definite as `new` would).
+    pub fn deferred(cn: Vec<f64>, n: usize) -> Self {
+        assert_eq!(cn.len(), n * n, "C_N must be n × n");
+        NoiseWhitening { cn, l: None, n }
+    }
+
+    /// The number of bands.
+    pub fn bands(&self) -> usize {
+        self.n
+    }
+
+    /// C_N, n × n row-major.
+    pub fn noise_covariance(&self) -> &[f64] {
+        &self.cn
+    }
+
+    /// C_N, n × n row-major, given back.
+    pub fn into_noise_covariance(self) -> Vec<f64> {
+        self.cn
+    }
+
+    /// Whether L has been computed (by `new`).
+    pub fn is_factored(&self) -> bool {
+        self.l.is_some()
     }
 }
 
-/// The whitened eigenproblem solved elsewhere than in faer on this thread (the CUDA backend: cuBLAS
-/// triangular solves and cuSOLVER `syevd` on the device). Given the Cholesky factor L of C_N (n × n,
-/// lower, column-major) and C_D (n × n, symmetric), it returns the eigenvalues of A = L⁻¹ C_D L⁻ᵀ in any
-/// order and W = L⁻ᵀ V (the eigenvectors V of A as columns; n × n column-major) in the same order.
+/// Why a [`GeneralizedEigenSolver`] gave no answer. Either way [`solve_with`] solves on the host
+/// instead, which reports a C_N that is not positive definite as [`MnfError::Degenerate`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum SolverError {
+    /// The Cholesky factorisation of C_N failed: its leading minor of this order (1-based, as LAPACK's
+    /// `info`) is not positive definite.
+    NotPositiveDefinite(usize),
+    /// Anything else (a library or driver error, a non-convergence).
+    Failed(String),
+}
+
+impl std::fmt::Display for SolverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SolverError::NotPositiveDefinite(k) => {
+                write!(f, "the noise covariance is not positive definite (leading minor of order {k})")
+            }
+            SolverError::Failed(e) => f.write_str(e),
+        }
+    }
+}
+
+/// The generalized eigenproblem solved elsewhere than in faer on this thread (the CUDA backend:
+/// cuSOLVER `potrf`, cuBLAS triangular solves and cuSOLVER `syevd` on the device).
+///
+/// Given the scaled noise covariance C_N and the data covariance C_D (both n × n and symmetric, so
+/// their row- and column-major layouts are the same), it factors C_N = L Lᵀ (L lower) and returns the
+/// eigenvalues of A = L⁻¹ C_D L⁻ᵀ in any order and W = L⁻ᵀ V (the eigenvectors V of A as columns;
+/// n × n column-major) in the same order. A C_N that is not positive definite is
+/// [`SolverError::NotPositiveDefinite`], never a result.
 pub trait GeneralizedEigenSolver: Send + Sync {
     fn name(&self) -> &'static str;
-    fn solve(&self, l: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), String>;
+    fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError>;
 }
 
 /// Eigenvalues (descending) and the transform W (n × n, row-major; column c = component c).
@@ -61,64 +135,76 @@ pub fn solve(whitening: &NoiseWhitening, cd: &[f64]) -> Result<EigenPairs, MnfEr
     solve_with(whitening, cd, None)
 }
 
-/// [`solve`], with the symmetric eigendecomposition done by `device` when given (falling back to faer,
-/// with a warning, if it fails: the answer is the same within rounding either way).
+/// [`solve`], with the whole problem (Cholesky factor included) solved by `device` when given, falling
+/// back to faer if it fails: with a warning, or quietly when the device found C_N not positive definite
+/// (the host then factors C_N itself and reports it as `NoiseWhitening::new` does). The answer is the
+/// same within rounding either way.
 pub fn solve_with(
     whitening: &NoiseWhitening,
     cd: &[f64],
     device: Option<&dyn GeneralizedEigenSolver>,
 ) -> Result<EigenPairs, MnfError> {
     let n = whitening.n;
-    let l = whitening.l.as_ref();
-    let on_device = device.and_then(|d| {
-        let l_cols: Vec<f64> = (0..n)
-            .flat_map(|j| (0..n).map(move |i| l[(i, j)]))
-            .collect();
-        match d.solve(&l_cols, cd, n) {
+    if let Some(d) = device {
+        let t = std::time::Instant::now();
+        match d.solve(&whitening.cn, cd, n) {
             Ok((values, w)) if values.len() == n && w.len() == n * n => {
+                let t_solved = std::time::Instant::now();
                 if values.iter().chain(&w).all(|v| v.is_finite()) {
-                    Some((values, Mat::<f64>::from_fn(n, n, |i, j| w[j * n + i])))
-                } else {
-                    tracing::warn!("{}: non-finite result; solving on the host", d.name());
-                    None
+                    // W is column-major: column c is w[c n .. (c + 1) n].
+                    let pairs = order_and_sign(n, &values, |r, c| w[c * n + r]);
+                    tracing::debug!(
+                        target: "hypermnf::timing",
+                        n,
+                        device_solve_ms = (t_solved - t).as_secs_f64() * 1e3,
+                        check_order_sign_ms = t_solved.elapsed().as_secs_f64() * 1e3,
+                        "eigen step: device solve, then the host's checks, ordering and signs"
+                    );
+                    return pairs;
                 }
+                tracing::warn!("{}: non-finite result; solving on the host", d.name());
             }
-            Ok(_) => {
-                tracing::warn!("{}: wrong result shape; solving on the host", d.name());
-                None
+            Ok(_) => tracing::warn!("{}: wrong result shape; solving on the host", d.name()),
+            Err(e @ SolverError::NotPositiveDefinite(_)) => {
+                tracing::debug!("{}: {e}; solving on the host", d.name())
             }
-            Err(e) => {
-                tracing::warn!("{}: {e}; solving on the host", d.name());
-                None
-            }
+            Err(e) => tracing::warn!("{}: {e}; solving on the host", d.name()),
         }
-    });
-    let (values, w) = match on_device {
-        Some(vw) => vw,
+    }
+    let factored;
+    let l: MatRef<'_, f64> = match &whitening.l {
+        Some(l) => l.as_ref(),
         None => {
-            // Y = L⁻¹ C_D, then A = L⁻¹ Yᵀ = L⁻¹ C_D L⁻ᵀ (C_D is symmetric).
-            let mut y = Mat::<f64>::from_fn(n, n, |i, j| cd[i * n + j]);
-            l.solve_lower_triangular_in_place(y.as_mut());
-            let mut a = y.transpose().to_owned();
-            l.solve_lower_triangular_in_place(a.as_mut());
-            // Symmetrise away rounding so the symmetric solver sees an exactly symmetric matrix.
-            let a = Mat::<f64>::from_fn(n, n, |i, j| 0.5 * (a[(i, j)] + a[(j, i)]));
-            if (0..n).any(|j| (0..n).any(|i| !a[(i, j)].is_finite())) {
-                return Err(MnfError::Degenerate(
-                    "the whitened data covariance is not finite".into(),
-                ));
-            }
-            let evd = a.self_adjoint_eigen(Side::Lower).map_err(|e| {
-                MnfError::Degenerate(format!(
-                    "the symmetric eigendecomposition did not converge: {e:?}"
-                ))
-            })?;
-            let mut w = evd.U().to_owned();
-            l.transpose().solve_upper_triangular_in_place(w.as_mut());
-            ((0..n).map(|i| evd.S()[i]).collect::<Vec<f64>>(), w)
+            factored = cholesky(&whitening.cn, n)?;
+            factored.as_ref()
         }
     };
+    // Y = L⁻¹ C_D, then A = L⁻¹ Yᵀ = L⁻¹ C_D L⁻ᵀ (C_D is symmetric).
+    let mut y = Mat::<f64>::from_fn(n, n, |i, j| cd[i * n + j]);
+    l.solve_lower_triangular_in_place(y.as_mut());
+    let mut a = y.transpose().to_owned();
+    l.solve_lower_triangular_in_place(a.as_mut());
+    // Symmetrise away rounding so the symmetric solver sees an exactly symmetric matrix.
+    let a = Mat::<f64>::from_fn(n, n, |i, j| 0.5 * (a[(i, j)] + a[(j, i)]));
+    if (0..n).any(|j| (0..n).any(|i| !a[(i, j)].is_finite())) {
+        return Err(MnfError::Degenerate(
+            "the whitened data covariance is not finite".into(),
+        ));
+    }
+    let evd = a.self_adjoint_eigen(Side::Lower).map_err(|e| {
+        MnfError::Degenerate(format!(
+            "the symmetric eigendecomposition did not converge: {e:?}"
+        ))
+    })?;
+    let mut w = evd.U().to_owned();
+    l.transpose().solve_upper_triangular_in_place(w.as_mut());
+    let values: Vec<f64> = (0..n).map(|i| evd.S()[i]).collect();
+    order_and_sign(n, &values, |r, c| w[(r, c)])
+}
 
+/// Eigenpairs in descending order of the eigenvalue, each column of W (`w(row, column)`) signed so that
+/// its largest-magnitude loading is positive; W row-major.
+fn order_and_sign(n: usize, values: &[f64], w: impl Fn(usize, usize) -> f64) -> Result<EigenPairs, MnfError> {
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(|&i, &j| values[j].total_cmp(&values[i]));
     let eigenvalues: Vec<f64> = order.iter().map(|&i| values[i]).collect();
@@ -127,13 +213,13 @@ pub fn solve_with(
         // Largest |loading| positive; ties go to the first band, so the choice is deterministic.
         let mut best = 0;
         for r in 1..n {
-            if w[(r, src)].abs() > w[(best, src)].abs() {
+            if w(r, src).abs() > w(best, src).abs() {
                 best = r;
             }
         }
-        let sign = if w[(best, src)] < 0.0 { -1.0 } else { 1.0 };
+        let sign = if w(best, src) < 0.0 { -1.0 } else { 1.0 };
         for r in 0..n {
-            transform[r * n + c] = sign * w[(r, src)];
+            transform[r * n + c] = sign * w(r, src);
         }
     }
     if transform.iter().any(|v| !v.is_finite()) {
@@ -163,7 +249,7 @@ mod tests {
         let cd = &ga * ga.transpose();
         let cn = &gb * gb.transpose() + DMatrix::identity(n, n) * 0.1;
         let flat = |m: &DMatrix<f64>| m.transpose().as_slice().to_vec(); // row-major
-        let wh = NoiseWhitening::new(&flat(&cn), n).unwrap();
+        let wh = NoiseWhitening::new(flat(&cn), n).unwrap();
         let ep = solve(&wh, &flat(&cd)).unwrap();
         let w = DMatrix::from_row_slice(n, n, &ep.transform);
         let lam = DMatrix::from_diagonal(&nalgebra::DVector::from_vec(ep.eigenvalues.clone()));
@@ -182,6 +268,110 @@ mod tests {
     #[test]
     fn singular_noise_is_a_clear_error() {
         let cn = vec![1.0, 1.0, 1.0, 1.0];
-        assert!(matches!(NoiseWhitening::new(&cn, 2), Err(MnfError::Degenerate(_))));
+        assert!(matches!(NoiseWhitening::new(cn.clone(), 2), Err(MnfError::Degenerate(_))));
+        // Deferred, the host reports it when it factors C_N in `solve`, with the same message.
+        let eager = NoiseWhitening::new(cn.clone(), 2).err().unwrap().to_string();
+        let late = solve(&NoiseWhitening::deferred(cn, 2), &[2.0, 0.0, 0.0, 3.0]).unwrap_err();
+        assert!(matches!(late, MnfError::Degenerate(_)));
+        assert_eq!(late.to_string(), eager);
+    }
+
+    /// A random n × n positive definite pair (C_D, C_N), row-major.
+    fn random_pair(n: usize, mut s: u64) -> (Vec<f64>, Vec<f64>) {
+        let mut rnd = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 1_000_003) as f64 / 500_000.0 - 1.0
+        };
+        let ga = DMatrix::from_fn(n, n + 5, |_, _| rnd());
+        let gb = DMatrix::from_fn(n, n + 5, |_, _| rnd());
+        let cd = &ga * ga.transpose();
+        let cn = &gb * gb.transpose() + DMatrix::identity(n, n) * 0.01;
+        (cd.transpose().as_slice().to_vec(), cn.transpose().as_slice().to_vec())
+    }
+
+    fn bits(v: &[f64]) -> Vec<u64> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// The deferred form factors C_N on the host exactly as the eager one: the same bits.
+    #[test]
+    fn deferred_whitening_is_bit_identical_on_the_host() {
+        for (n, seed) in [(1, 3u64), (7, 0x1234_5678), (64, 0x9e37_79b9_7f4a_7c15), (224, 42)] {
+            let (cd, cn) = random_pair(n, seed);
+            let eager = solve(&NoiseWhitening::new(cn.clone(), n).unwrap(), &cd).unwrap();
+            let deferred = NoiseWhitening::deferred(cn.clone(), n);
+            assert!(!deferred.is_factored());
+            let late = solve(&deferred, &cd).unwrap();
+            assert_eq!(bits(&eager.eigenvalues), bits(&late.eigenvalues), "n = {n}: eigenvalues");
+            assert_eq!(bits(&eager.transform), bits(&late.transform), "n = {n}: transform");
+            assert_eq!(bits(deferred.noise_covariance()), bits(&cn));
+        }
+    }
+
+    /// A device solver that always fails in the given way.
+    struct Failing(SolverError);
+    impl GeneralizedEigenSolver for Failing {
+        fn name(&self) -> &'static str {
+            "failing test solver"
+        }
+        fn solve(&self, _: &[f64], _: &[f64], _: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
+            Err(self.0.clone())
+        }
+    }
+
+    /// A device solver that solves on the host through nalgebra (column-major W, eigenvalues unordered).
+    struct Nalgebra;
+    impl GeneralizedEigenSolver for Nalgebra {
+        fn name(&self) -> &'static str {
+            "nalgebra test solver"
+        }
+        fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
+            let cn = DMatrix::from_row_slice(n, n, cn);
+            let cd = DMatrix::from_row_slice(n, n, cd);
+            let l = cn.cholesky().ok_or(SolverError::NotPositiveDefinite(1))?.l();
+            let li = l.clone().try_inverse().unwrap();
+            let a = &li * cd * li.transpose();
+            let e = nalgebra::SymmetricEigen::new(0.5 * (&a + a.transpose()));
+            let w = li.transpose() * e.eigenvectors;
+            Ok((e.eigenvalues.as_slice().to_vec(), w.as_slice().to_vec()))
+        }
+    }
+
+    /// A failing device solver falls back to the host: the same bits as the host path, and a C_N that
+    /// is not positive definite is the host's clear error.
+    #[test]
+    fn failing_device_solver_falls_back_to_the_host() {
+        let n = 12;
+        let (cd, cn) = random_pair(n, 77);
+        let host = solve(&NoiseWhitening::new(cn.clone(), n).unwrap(), &cd).unwrap();
+        for e in [SolverError::Failed("boom".into()), SolverError::NotPositiveDefinite(3)] {
+            let dev = Failing(e);
+            let got = solve_with(&NoiseWhitening::deferred(cn.clone(), n), &cd, Some(&dev)).unwrap();
+            assert_eq!(bits(&host.eigenvalues), bits(&got.eigenvalues));
+            assert_eq!(bits(&host.transform), bits(&got.transform));
+        }
+        let singular = vec![4.0, 4.0, 0.0, 4.0, 4.0, 0.0, 0.0, 0.0, 1.0];
+        let dev = Failing(SolverError::NotPositiveDefinite(2));
+        let err = solve_with(&NoiseWhitening::deferred(singular, 3), &cd[..9], Some(&dev)).unwrap_err();
+        assert!(matches!(err, MnfError::Degenerate(ref m) if m.contains("singular")), "{err}");
+    }
+
+    /// A device solver's column-major W and unordered eigenvalues come out ordered and signed like the
+    /// host's, equal within rounding.
+    #[test]
+    fn device_solver_results_are_ordered_and_signed_like_the_host() {
+        let n = 9;
+        let (cd, cn) = random_pair(n, 5);
+        let host = solve(&NoiseWhitening::new(cn.clone(), n).unwrap(), &cd).unwrap();
+        let dev = solve_with(&NoiseWhitening::deferred(cn, n), &cd, Some(&Nalgebra)).unwrap();
+        for (a, b) in dev.eigenvalues.iter().zip(&host.eigenvalues) {
+            assert!((a - b).abs() <= 1e-9 * b.abs(), "{a} vs {b}");
+        }
+        let scale = host.transform.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        for (a, b) in dev.transform.iter().zip(&host.transform) {
+            assert!((a - b).abs() <= 1e-8 * scale, "{a} vs {b}");
+        }
     }
 }

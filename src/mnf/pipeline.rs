@@ -82,14 +82,17 @@ pub fn analyse_on(
     let scale = params.noise.scale();
 
     // Band selection and the noise half of the eigenproblem run as soon as the noise moments exist
-    // (on the GPU, while the data covariance is still being computed).
+    // (on the GPU, while the data covariance is still being computed). Where the backend solves the
+    // eigenproblem on its device, it factors C_N there too, and the host only selects bands and scales
+    // C_N here (the callback is on the critical path: the device is about to finish C_D).
+    let defer = prepared.eigen_solver().is_some();
     let t0 = Instant::now();
-    let mut early: Option<(Result<(BandSelection, NoiseWhitening, Vec<f64>), MnfError>, f64)> = None;
+    let mut early: Option<(Whitened, f64)> = None;
     let stats = prepared.statistics(
         &spec,
         &mut |noise: &Moments| {
             let t = Instant::now();
-            early = Some((whiten(&pre, noise, None, scale), t.elapsed().as_secs_f64() * 1e3));
+            early = Some((whiten(&pre, noise, None, scale, defer), t.elapsed().as_secs_f64() * 1e3));
         },
         monitor,
     )?;
@@ -103,18 +106,31 @@ pub fn analyse_on(
     };
     // The early selection could only tell "no noise"; with the data moments, say whether it was constant.
     let sel = bands::drop_noiseless(&pre, &stats.noise, Some(&stats.data));
-    if sel_whitening.as_ref().is_none_or(|(s, _, _)| s.used != sel.used) {
+    if sel_whitening.as_ref().is_none_or(|(s, _)| s.used != sel.used) {
         let t = Instant::now();
-        sel_whitening = Some(whiten(&pre, &stats.noise, Some(&stats.data), scale)?);
+        sel_whitening = Some(whiten(&pre, &stats.noise, Some(&stats.data), scale, defer)?);
         noise_ms += t.elapsed().as_secs_f64() * 1e3;
     }
-    let (_, whitening, cn) = sel_whitening.expect("set above");
+    let (_, whitening) = sel_whitening.expect("set above");
     if sel.used.is_empty() {
         return Err(MnfError::Degenerate("every band is constant or noise-free".into()));
     }
+    let t_cd = Instant::now();
     let cd = bands::submatrix(&stats.data.covariance().expect("checked n >= 2"), cube.bands(), &sel.used);
+    let t_solve = Instant::now();
     let pairs = eigen::solve_with(&whitening, &cd, prepared.eigen_solver())?;
     let eigen_ms = t1.elapsed().as_secs_f64() * 1e3 + noise_ms;
+    tracing::debug!(
+        target: "hypermnf::timing",
+        bands = sel.used.len(),
+        deferred = defer,
+        on_noise_ms = noise_ms,
+        selection_ms = (t_cd - t1).as_secs_f64() * 1e3,
+        data_covariance_ms = (t_solve - t_cd).as_secs_f64() * 1e3,
+        solve_ms = t_solve.elapsed().as_secs_f64() * 1e3,
+        eigen_ms,
+        "eigen phase"
+    );
     timings.insert("statistics".into(), stats_ms - noise_ms.min(stats_ms));
     timings.insert("eigen".into(), eigen_ms);
 
@@ -124,27 +140,34 @@ pub fn analyse_on(
         dropped_bands: sel.dropped,
         eigenvalues: pairs.eigenvalues,
         transform: pairs.transform,
-        noise_covariance: cn,
+        noise_covariance: whitening.into_noise_covariance(),
         noise_samples: stats.noise.n,
         pixels_used: stats.data.n,
         pixels_masked: stats.masked_pixels,
     })
 }
 
-/// Band selection from the noise moments, then the Cholesky factor of the scaled noise covariance.
+/// The band selection and the noise half of the eigenproblem, or why there is none.
+type Whitened = Result<(BandSelection, NoiseWhitening), MnfError>;
+
+/// Band selection from the noise moments and the scaled noise covariance C_N of the bands used, with
+/// its Cholesky factor computed now, or left to the device solver when `defer` (see
+/// [`NoiseWhitening::deferred`]).
 fn whiten(
     pre: &BandSelection,
     noise: &Moments,
     data: Option<&Moments>,
     scale: f64,
-) -> Result<(BandSelection, NoiseWhitening, Vec<f64>), MnfError> {
+    defer: bool,
+) -> Whitened {
     let sel = bands::drop_noiseless(pre, noise, data);
     let cov = noise
         .covariance()
         .ok_or_else(|| MnfError::Degenerate("too few pixels for the noise estimate".into()))?;
     let cn: Vec<f64> = bands::submatrix(&cov, noise.bands, &sel.used).iter().map(|v| v / scale).collect();
-    let w = NoiseWhitening::new(&cn, sel.used.len())?;
-    Ok((sel, w, cn))
+    let n = sel.used.len();
+    let w = if defer { NoiseWhitening::deferred(cn, n) } else { NoiseWhitening::new(cn, n)? };
+    Ok((sel, w))
 }
 
 fn check_counts(data: &Moments, noise: &Moments, params: &MnfParams) -> Result<(), MnfError> {

@@ -1,27 +1,54 @@
-//! The whitened eigenproblem of the MNF on the device: A = L⁻¹ C_D L⁻ᵀ by two cuBLAS triangular
-//! solves, A = V Λ Vᵀ by cuSOLVER's `syevd` (float64, divide and conquer), W = L⁻ᵀ V by a third.
+//! The generalized eigenproblem of the MNF on the device: C_N = L Lᵀ by cuSOLVER's `potrf`,
+//! A = L⁻¹ C_D L⁻ᵀ by two cuBLAS triangular solves, A = V Λ Vᵀ by cuSOLVER's `syevd` (float64, divide
+//! and conquer), W = L⁻ᵀ V by a third triangular solve.
 //!
 //! Why on the device: at 224 bands this host step (faer, one core) took ~9 ms on the H100's host,
 //! longer than all the device work of a 299 MB cube, and nothing can overlap it (the projection needs
-//! its result). The Cholesky factor L of the noise covariance is still computed on the host, early,
-//! while the device finishes the data covariance; ordering and signs stay in `mnf::eigen`, so both
-//! backends share one convention. libcusolver and libcublas are loaded dynamically like the other CUDA
-//! libraries; where either is missing or fails, the host solver is used and nothing else changes.
+//! its result). The Cholesky factor is computed here too, so that the host's `on_noise` callback (on
+//! the critical path: the device finishes C_D ~0.1 ms after the noise moments) only selects bands and
+//! scales C_N. Ordering and signs stay in `mnf::eigen`, so both backends share one convention.
+//!
+//! One solve is one host → device copy (C_N and C_D side by side, from page-locked staging), the five
+//! library calls, one device → host copy (W, the eigenvalues and both `info`s, adjacent on the device)
+//! and one synchronize. The device buffers, the `syevd`/`potrf` workspace and the staging are kept
+//! between solves (behind the Mutex) and grow when more bands arrive: no allocation, zero-fill or
+//! workspace query per solve at a size seen before.
+//!
+//! libcusolver and libcublas are loaded dynamically like the other CUDA libraries; where either is
+//! missing or fails, the host solver is used and nothing else changes. A C_N that `potrf` finds not
+//! positive definite is `SolverError::NotPositiveDefinite`: the caller then factors C_N on the host,
+//! which reports it with the host path's message.
 
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use cudarc::cusolver::sys as sol;
-use cudarc::driver::{CudaContext, CudaStream, DevicePtrMut};
+use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream};
 
 use crate::backend::BackendError;
-use crate::mnf::eigen::GeneralizedEigenSolver;
+use crate::mnf::eigen::{GeneralizedEigenSolver, SolverError};
 
 use super::cublas::Blas;
+use super::device::{cuda, dtoh_async, htod_async, DevBuf, PinnedBuf};
+
+/// Bands the workspace is sized for (and the warm-up solve run at) when the solver is created: more
+/// than the 224 of AVIRIS, so the first job neither allocates nor loads kernels the warm-up missed.
+const WARM_BANDS: usize = 256;
+
+/// Device events of one timed solve (`hypermnf::timing` at debug level): before the upload, after the
+/// upload, potrf, the two whitening trsm, syevd, the back-transform trsm, and the download.
+const TIMED_STEPS: [&str; 6] = ["h2d", "potrf", "trsm_whiten", "syevd", "trsm_back", "d2h"];
 
 pub(crate) struct DeviceEigen {
-    /// cuSOLVER and cuBLAS handles, used by one solve at a time.
-    handles: Mutex<(Handle, Blas)>,
+    /// The library handles and the workspace, used by one solve at a time.
+    inner: Mutex<Inner>,
     stream: Arc<CudaStream>,
+}
+
+struct Inner {
+    handle: Handle,
+    blas: Blas,
+    ws: Workspace,
 }
 
 struct Handle(sol::cusolverDnHandle_t);
@@ -45,6 +72,149 @@ fn check(what: &'static str, s: sol::cusolverStatus_t) -> Result<(), BackendErro
     }
 }
 
+/// Offsets (in float64 elements) of one solve of n bands in the device buffer `mats` and the
+/// page-locked `staging`.
+///
+/// `mats`: C_N, factored in place into L (n², column-major) | C_D, whitened in place into A, then
+/// overwritten by V and by W (n²) | the eigenvalues (n) | potrf's and syevd's `info` (two i32 in one
+/// float64 slot). `staging`: the inputs as uploaded (2 n²) | the outputs as downloaded (n² + n + 1:
+/// the tail of `mats` from W on, in one copy).
+#[derive(Clone, Copy)]
+struct Layout {
+    n: usize,
+}
+
+impl Layout {
+    fn nn(self) -> usize {
+        self.n * self.n
+    }
+    fn l(self) -> usize {
+        0
+    }
+    fn a(self) -> usize {
+        self.nn()
+    }
+    fn values(self) -> usize {
+        2 * self.nn()
+    }
+    fn info(self) -> usize {
+        2 * self.nn() + self.n
+    }
+    /// float64 elements of `mats`.
+    fn mats_len(self) -> usize {
+        2 * self.nn() + self.n + 1
+    }
+    /// Elements uploaded (C_N, C_D), from `mats` offset 0 and staging offset 0.
+    fn upload_len(self) -> usize {
+        2 * self.nn()
+    }
+    /// Elements downloaded (W, the eigenvalues, the infos), from `mats` offset `a()` to staging offset
+    /// `upload_len()`.
+    fn download_len(self) -> usize {
+        self.nn() + self.n + 1
+    }
+    /// float64 elements of `staging`.
+    fn staging_len(self) -> usize {
+        self.upload_len() + self.download_len()
+    }
+}
+
+/// What the solver keeps between solves.
+#[derive(Default)]
+struct Workspace {
+    /// Bands `mats` and `staging` are sized for.
+    capacity: usize,
+    mats: Option<DevBuf>,
+    staging: Option<PinnedBuf>,
+    /// The potrf/syevd workspace, `work_len` float64.
+    work: Option<DevBuf>,
+    work_len: usize,
+    /// (n, potrf lwork, syevd lwork) of the last size queried.
+    lwork: Option<(usize, i32, i32)>,
+    /// Timing events, made at the first timed solve.
+    events: Vec<CudaEvent>,
+}
+
+const F64: usize = std::mem::size_of::<f64>();
+
+impl Workspace {
+    /// Buffers for n bands (grown if needed) and the two workspace sizes; returns (lwork potrf,
+    /// lwork syevd).
+    fn ensure(&mut self, ctx: &Arc<CudaContext>, handle: sol::cusolverDnHandle_t, n: usize) -> Result<(i32, i32), BackendError> {
+        let lay = Layout { n };
+        if n > self.capacity || self.mats.is_none() || self.staging.is_none() {
+            let cap = Layout { n: n.max(self.capacity) };
+            // Free the old buffers first (the previous solve has synchronized).
+            self.mats = None;
+            self.staging = None;
+            self.lwork = None;
+            self.mats = Some(DevBuf::alloc(ctx, cap.mats_len() * F64)?);
+            self.staging = Some(PinnedBuf::alloc(ctx, cap.staging_len() * F64)?);
+            self.capacity = cap.n;
+        }
+        let (lp, ls) = match self.lwork {
+            Some((m, lp, ls)) if m == n => (lp, ls),
+            _ => {
+                let ni = i32::try_from(n).map_err(|_| BackendError::Invalid(format!("{n} bands is too many for cuSOLVER")))?;
+                let mats = self.mats.as_ref().expect("allocated above");
+                let (pl, pa, pw) = (
+                    mats.at(lay.l() * F64) as *mut f64,
+                    mats.at(lay.a() * F64) as *const f64,
+                    mats.at(lay.values() * F64) as *const f64,
+                );
+                let (mut lp, mut ls) = (0i32, 0i32);
+                // SAFETY: a valid handle; the matrices lie in `mats` (n × n, lda = n), which the queries
+                // do not read; out-pointers to locals.
+                check("cusolverDnDpotrf_bufferSize", unsafe {
+                    sol::cusolverDnDpotrf_bufferSize(handle, sol::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER, ni, pl, ni, &mut lp)
+                })?;
+                check("cusolverDnDsyevd_bufferSize", unsafe {
+                    sol::cusolverDnDsyevd_bufferSize(
+                        handle,
+                        sol::cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR,
+                        sol::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER,
+                        ni,
+                        pa,
+                        ni,
+                        pw,
+                        &mut ls,
+                    )
+                })?;
+                if lp < 0 || ls < 0 {
+                    return Err(BackendError::Cuda(format!("cuSOLVER asked for a negative workspace ({lp}, {ls})")));
+                }
+                self.lwork = Some((n, lp, ls));
+                (lp, ls)
+            }
+        };
+        let need = (lp.max(ls) as usize).max(1);
+        if self.work.is_none() || need > self.work_len {
+            self.work = None;
+            self.work = Some(DevBuf::alloc(ctx, need * F64)?);
+            self.work_len = need;
+        }
+        Ok((lp, ls))
+    }
+}
+
+/// The page-locked staging as float64 (cuMemHostAlloc returns page-aligned memory).
+fn as_f64_mut(bytes: &mut [u8]) -> &mut [f64] {
+    // SAFETY: every bit pattern is a valid f64; the alignment is checked.
+    let (head, body, _) = unsafe { bytes.align_to_mut::<f64>() };
+    assert!(head.is_empty(), "pinned staging is not 8-byte aligned");
+    body
+}
+
+fn as_bytes(v: &[f64]) -> &[u8] {
+    // SAFETY: plain data, u8 has no alignment requirement.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+fn as_bytes_mut(v: &mut [f64]) -> &mut [u8] {
+    // SAFETY: as above; any bytes written form valid f64s.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v)) }
+}
+
 impl DeviceEigen {
     /// A solver on its own stream of `ctx`, or `Unavailable` where libcusolver cannot be loaded.
     pub(crate) fn new(ctx: &Arc<CudaContext>) -> Result<DeviceEigen, BackendError> {
@@ -52,136 +222,217 @@ impl DeviceEigen {
         if !unsafe { sol::is_culib_present() } {
             return Err(BackendError::Unavailable("libcusolver not found".into()));
         }
-        ctx.bind_to_thread()
-            .map_err(super::device::cuda("cuCtxSetCurrent"))?;
-        let stream = ctx
-            .new_stream()
-            .map_err(super::device::cuda("cuStreamCreate"))?;
+        ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent"))?;
+        let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
         let created = std::panic::catch_unwind(|| {
             let mut h: sol::cusolverDnHandle_t = std::ptr::null_mut();
             // SAFETY: out-pointer to a local.
             let s = unsafe { sol::cusolverDnCreate(&mut h) };
             (s, h)
         });
-        let (s, h) = created
-            .map_err(|_| BackendError::Unavailable("libcusolver could not be loaded".into()))?;
+        let (s, h) = created.map_err(|_| BackendError::Unavailable("libcusolver could not be loaded".into()))?;
         check("cusolverDnCreate", s)?;
         let handle = Handle(h);
         // SAFETY: valid handle and stream.
-        check("cusolverDnSetStream", unsafe {
-            sol::cusolverDnSetStream(handle.0, stream.cu_stream() as _)
-        })?;
+        check("cusolverDnSetStream", unsafe { sol::cusolverDnSetStream(handle.0, stream.cu_stream() as _) })?;
         let blas = Blas::new()?;
         let solver = DeviceEigen {
-            handles: Mutex::new((handle, blas)),
+            inner: Mutex::new(Inner {
+                handle,
+                blas,
+                ws: Workspace::default(),
+            }),
             stream,
         };
-        // One tiny solve now: cuBLAS allocates its workspace (32 MiB on sm_90) and cuSOLVER loads its
-        // kernels at first use, which would otherwise land on the first job's time and device memory.
-        solver.solve(&[1.0, 0.0, 0.0, 1.0], &[2.0, 0.0, 0.0, 3.0], 2)?;
+        // One solve now, at more bands than most cubes have: the workspace is allocated, cuBLAS
+        // allocates its own (32 MiB on sm_90) and cuSOLVER loads its kernels at first use (lazy module
+        // loading), which would otherwise land on the first job's time and device memory.
+        let n = WARM_BANDS;
+        // C_N: a positive definite Toeplitz matrix; C_D: distinct eigenvalues, all coupled (a diagonal
+        // matrix would let syevd's divide and conquer deflate everything and skip kernels).
+        let cn: Vec<f64> = (0..n * n).map(|k| {
+            let d = (k / n).abs_diff(k % n) as f64;
+            if d == 0.0 { 2.0 } else { 0.5f64.powf(d) * 0.5 }
+        }).collect();
+        let cd: Vec<f64> = (0..n * n).map(|k| {
+            let (i, j) = (k / n, k % n);
+            1.0 / (1.0 + i.abs_diff(j) as f64) + if i == j { i as f64 } else { 0.0 }
+        }).collect();
+        // cudarc resolves each library function at its first call and panics where one is missing.
+        let warm = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| solver.solve(&cn, &cd, n)))
+            .map_err(|_| BackendError::Unavailable("libcusolver lacks a function the eigen step needs".into()))?;
+        warm.map_err(|e| match e {
+            SolverError::NotPositiveDefinite(k) => BackendError::Cuda(format!("warm-up solve: potrf info = {k}")),
+            SolverError::Failed(m) => BackendError::Cuda(format!("warm-up solve: {m}")),
+        })?;
         Ok(solver)
     }
 
-    fn solve(&self, l: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), BackendError> {
-        let cuda = super::device::cuda;
-        let started = std::time::Instant::now();
-        let guard = self.handles.lock().unwrap_or_else(|e| e.into_inner());
-        let (handle, blas) = (&guard.0, &guard.1);
-        self.stream
-            .context()
-            .bind_to_thread()
-            .map_err(cuda("cuCtxSetCurrent"))?;
-        let ni = i32::try_from(n)
-            .map_err(|_| BackendError::Invalid(format!("{n} bands is too many for cuSOLVER")))?;
-        let mut dl = self.stream.clone_htod(l).map_err(cuda("cuMemcpyHtoD"))?;
-        // C_D is symmetric: its row-major and column-major layouts are the same.
-        let mut da = self.stream.clone_htod(cd).map_err(cuda("cuMemcpyHtoD"))?;
-        let mut dw = self
-            .stream
-            .alloc_zeros::<f64>(n)
-            .map_err(cuda("cuMemAlloc"))?;
-        let mut info = self
-            .stream
-            .alloc_zeros::<i32>(1)
-            .map_err(cuda("cuMemAlloc"))?;
-        let jobz = sol::cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR;
-        let uplo = sol::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER;
-        let mut lwork: i32 = 0;
-        {
-            let (pl, _gl) = dl.device_ptr_mut(&self.stream);
-            let (pa, _ga) = da.device_ptr_mut(&self.stream);
-            let (pw, _gw) = dw.device_ptr_mut(&self.stream);
-            // A = L⁻¹ C_D, then A L⁻ᵀ.
-            blas.dtrsm_lower(&self.stream, true, false, n, pl, pa)?;
-            blas.dtrsm_lower(&self.stream, false, true, n, pl, pa)?;
-            // SAFETY: n × n and n float64 buffers on this stream; out-pointer to a local.
-            check("cusolverDnDsyevd_bufferSize", unsafe {
-                sol::cusolverDnDsyevd_bufferSize(
-                    handle.0,
-                    jobz,
-                    uplo,
-                    ni,
-                    pa as *const f64,
-                    ni,
-                    pw as *const f64,
-                    &mut lwork,
-                )
-            })?;
+    fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
+        let failed = |e: BackendError| SolverError::Failed(e.to_string());
+        if n == 0 || cn.len() != n * n || cd.len() != n * n {
+            return Err(SolverError::Failed(format!("bad shapes: n = {n}, C_N {} and C_D {} values", cn.len(), cd.len())));
         }
-        let mut work = self
-            .stream
-            .alloc_zeros::<f64>(lwork.max(1) as usize)
-            .map_err(cuda("cuMemAlloc"))?;
-        {
-            let (pl, _gl) = dl.device_ptr_mut(&self.stream);
-            let (pa, _ga) = da.device_ptr_mut(&self.stream);
-            let (pw, _gw) = dw.device_ptr_mut(&self.stream);
-            let (pk, _gk) = work.device_ptr_mut(&self.stream);
-            let (pi, _gi) = info.device_ptr_mut(&self.stream);
-            // SAFETY: buffers of the sizes cuSOLVER asked for, all on the handle's stream. syevd reads
-            // the lower triangle only, so A needs no symmetrising.
-            check("cusolverDnDsyevd", unsafe {
-                sol::cusolverDnDsyevd(
-                    handle.0,
-                    jobz,
-                    uplo,
-                    ni,
-                    pa as *mut f64,
-                    ni,
-                    pw as *mut f64,
-                    pk as *mut f64,
-                    lwork,
-                    pi as *mut i32,
-                )
-            })?;
-            // W = L⁻ᵀ V.
-            blas.dtrsm_lower(&self.stream, true, true, n, pl, pa)?;
+        let t0 = Instant::now();
+        let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Inner { handle, blas, ws } = &mut *guard;
+        let ctx = self.stream.context();
+        ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent")).map_err(failed)?;
+        let (lwork_potrf, lwork_syevd) = ws.ensure(ctx, handle.0, n).map_err(failed)?;
+        let timed = tracing::enabled!(target: "hypermnf::timing", tracing::Level::DEBUG);
+        if timed && ws.events.len() < TIMED_STEPS.len() + 1 {
+            ws.events.clear();
+            for _ in 0..=TIMED_STEPS.len() {
+                ws.events.push(super::device::event(ctx, true).map_err(failed)?);
+            }
         }
-        let w = self.stream.clone_dtoh(&da).map_err(cuda("cuMemcpyDtoH"))?;
-        let values = self.stream.clone_dtoh(&dw).map_err(cuda("cuMemcpyDtoH"))?;
-        let info = self
-            .stream
-            .clone_dtoh(&info)
-            .map_err(cuda("cuMemcpyDtoH"))?;
-        self.stream
-            .synchronize()
-            .map_err(cuda("cuStreamSynchronize"))?;
-        tracing::debug!(target: "hypermnf::timing", n, device_solve_ms = started.elapsed().as_secs_f64() * 1e3, "eigen step on the device");
-        if info[0] != 0 {
-            return Err(BackendError::Cuda(format!(
-                "cusolverDnDsyevd: info = {} (did not converge)",
-                info[0]
-            )));
+        let t_ready = Instant::now();
+
+        let lay = Layout { n };
+        let nn = lay.nn();
+        let staging = as_f64_mut(ws.staging.as_mut().expect("ensured").as_mut_slice());
+        let (up, down) = staging[..lay.staging_len()].split_at_mut(lay.upload_len());
+        // Both are symmetric: row-major is column-major.
+        up[..nn].copy_from_slice(cn);
+        up[nn..].copy_from_slice(cd);
+        let t_staged = Instant::now();
+
+        let mats = ws.mats.as_ref().expect("ensured");
+        let work = ws.work.as_ref().expect("ensured");
+        let events = if timed { &ws.events[..] } else { &[][..] };
+        let enqueued = self.enqueue(handle.0, blas, mats, work, (lwork_potrf, lwork_syevd), lay, up, down, events);
+        let t_enqueued = Instant::now();
+        // Synchronize even after a failed enqueue: copies already queued must not outlive this call's
+        // use of the staging.
+        let synced = self.stream.synchronize().map_err(cuda("cuStreamSynchronize"));
+        enqueued.map_err(failed)?;
+        synced.map_err(failed)?;
+        let t_done = Instant::now();
+
+        // down: W (n², column-major) | eigenvalues (n) | infos.
+        let info_bits = down[nn + n].to_ne_bytes();
+        let potrf_info = i32::from_ne_bytes(info_bits[..4].try_into().expect("4 bytes"));
+        let syevd_info = i32::from_ne_bytes(info_bits[4..].try_into().expect("4 bytes"));
+        let result = if potrf_info > 0 {
+            Err(SolverError::NotPositiveDefinite(potrf_info as usize))
+        } else if potrf_info < 0 {
+            Err(SolverError::Failed(format!("cusolverDnDpotrf: info = {potrf_info} (invalid argument)")))
+        } else if syevd_info != 0 {
+            Err(SolverError::Failed(format!("cusolverDnDsyevd: info = {syevd_info} (did not converge or invalid argument)")))
+        } else {
+            Ok((down[nn..nn + n].to_vec(), down[..nn].to_vec()))
+        };
+        let t_end = Instant::now();
+        let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+        tracing::debug!(
+            target: "hypermnf::timing",
+            n,
+            total_ms = ms(t0, t_end),
+            lock_and_workspace_ms = ms(t0, t_ready),
+            stage_inputs_ms = ms(t_ready, t_staged),
+            enqueue_ms = ms(t_staged, t_enqueued),
+            wait_ms = ms(t_enqueued, t_done),
+            unpack_ms = ms(t_done, t_end),
+            "eigen step on the device (host clock)"
+        );
+        if timed && events.len() > TIMED_STEPS.len() {
+            let steps: Vec<String> = TIMED_STEPS
+                .iter()
+                .enumerate()
+                .map(|(i, name)| match events[i].elapsed_ms(&events[i + 1]) {
+                    Ok(t) => format!("{name}={t:.3}"),
+                    Err(e) => format!("{name}=({e})"),
+                })
+                .collect();
+            tracing::debug!(target: "hypermnf::timing", n, device_ms = %steps.join(" "), "eigen step on the device (device clock, ms)");
         }
-        Ok((values, w))
+        result
+    }
+
+    /// Queues the upload, the five library calls and the download on the solver's stream. `events`
+    /// (empty or `TIMED_STEPS.len() + 1`) are recorded between the steps.
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue(
+        &self,
+        handle: sol::cusolverDnHandle_t,
+        blas: &Blas,
+        mats: &DevBuf,
+        work: &DevBuf,
+        (lwork_potrf, lwork_syevd): (i32, i32),
+        lay: Layout,
+        up: &[f64],
+        down: &mut [f64],
+        events: &[CudaEvent],
+    ) -> Result<(), BackendError> {
+        let stream = &*self.stream;
+        let n = lay.n;
+        let ni = i32::try_from(n).map_err(|_| BackendError::Invalid(format!("{n} bands is too many for cuSOLVER")))?;
+        let mark = |i: usize| -> Result<(), BackendError> {
+            match events.get(i) {
+                Some(e) => e.record(stream).map_err(cuda("cuEventRecord")),
+                None => Ok(()),
+            }
+        };
+        let (pl, pa, pw) = (mats.at(lay.l() * F64), mats.at(lay.a() * F64), mats.at(lay.values() * F64));
+        let pinfo = mats.at(lay.info() * F64);
+        let lower = sol::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER;
+
+        mark(0)?;
+        // SAFETY: `up` is page-locked staging that outlives the copy (the caller synchronizes before
+        // releasing it); mats holds at least upload_len float64 from offset 0.
+        unsafe { htod_async(mats.ptr(), as_bytes(&up[..lay.upload_len()]), stream)? };
+        // Both infos to 0, so a stale value can never be read (potrf and syevd overwrite them anyway).
+        // SAFETY: 8 bytes at the info slot, inside mats.
+        unsafe { result::memset_d8_async(pinfo, 0, F64, stream.cu_stream()) }.map_err(cuda("cuMemsetD8Async"))?;
+        mark(1)?;
+        // C_N = L Lᵀ, L in the lower triangle (column-major) of the first n × n block; the strict upper
+        // triangle keeps C_N's values, which the triangular solves below never read (FILL_MODE_LOWER).
+        // SAFETY: n × n float64 at pl (lda = n), lwork_potrf float64 of workspace, one i32 info, all on
+        // the handle's stream (set in new()).
+        check("cusolverDnDpotrf", unsafe {
+            sol::cusolverDnDpotrf(handle, lower, ni, pl as *mut f64, ni, work.ptr() as *mut f64, lwork_potrf, pinfo as *mut i32)
+        })?;
+        mark(2)?;
+        // A = L⁻¹ C_D, then A L⁻ᵀ. (After a failed potrf these compute garbage that is never read:
+        // potrf's info is checked first.)
+        blas.dtrsm_lower(stream, true, false, n, pl, pa)?;
+        blas.dtrsm_lower(stream, false, true, n, pl, pa)?;
+        mark(3)?;
+        // SAFETY: n × n float64 at pa (lda = n), n eigenvalues at pw, lwork_syevd float64 of workspace
+        // (queried for this n), the second i32 of the info slot; all on the handle's stream. syevd reads
+        // the lower triangle only, so A needs no symmetrising.
+        check("cusolverDnDsyevd", unsafe {
+            sol::cusolverDnDsyevd(
+                handle,
+                sol::cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR,
+                lower,
+                ni,
+                pa as *mut f64,
+                ni,
+                pw as *mut f64,
+                work.ptr() as *mut f64,
+                lwork_syevd,
+                (pinfo + 4) as *mut i32,
+            )
+        })?;
+        mark(4)?;
+        // W = L⁻ᵀ V.
+        blas.dtrsm_lower(stream, true, true, n, pl, pa)?;
+        mark(5)?;
+        // W, the eigenvalues and the infos are adjacent: one copy.
+        // SAFETY: `down` is page-locked staging that outlives the copy (the caller synchronizes);
+        // download_len float64 from offset a() lie inside mats.
+        unsafe { dtoh_async(as_bytes_mut(&mut down[..lay.download_len()]), pa, stream)? };
+        mark(6)?;
+        Ok(())
     }
 }
 
 impl GeneralizedEigenSolver for DeviceEigen {
     fn name(&self) -> &'static str {
-        "cuBLAS trsm + cuSOLVER syevd (device)"
+        "cuSOLVER potrf + cuBLAS trsm + cuSOLVER syevd (device)"
     }
-    fn solve(&self, l: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), String> {
-        DeviceEigen::solve(self, l, cd, n).map_err(|e| e.to_string())
+    fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
+        DeviceEigen::solve(self, cn, cd, n)
     }
 }
