@@ -867,3 +867,45 @@ fn device_eigen_singular_noise_is_a_clear_error() {
         assert!((v[0] - 1.0 / 3.0).abs() < 1e-14 && (v[1] - 0.5).abs() < 1e-14, "{v:?}");
     }
 }
+
+/// Components projected into page-locked output memory (downloaded straight into it, no host copy)
+/// are bit-identical to those projected into ordinary memory, resident and streamed, and the inverse
+/// into a registered buffer too.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn projection_into_page_locked_output_matches_ordinary_memory() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let mut sp = SyntheticSpec::small(301, 67, 40);
+    sp.seed = rng.random();
+    let cube = synthetic::generate(&sp);
+    let params = MnfParams { components: Some(7), ..Default::default() };
+    for budget in [None, Some(cube.raw().len() / 5)] {
+        let mut g = gpu(Route::Kernels);
+        if let Some(b) = budget {
+            g = g.with_memory_budget(b);
+        }
+        let system = mnf::pipeline::analyse(&cube, &params, &g, &Monitor::silent()).expect("analyse");
+        let proj = Projection {
+            bands_used: system.bands_used.clone(),
+            means: system.means.clone(),
+            transform: system.transform_k(7),
+            k: 7,
+            ignore_value: None,
+            mask_bands: (0..40).collect(),
+        };
+        let n = cube.pixels() * 7;
+        let mut plain = vec![0f32; n];
+        g.prepare(&cube, &Monitor::silent()).unwrap().project(&proj, &mut plain, &Monitor::silent()).unwrap();
+        let mut store = vec![f32::INFINITY; n];
+        // SAFETY: a byte view of the f32 buffer for the registration; back to f32 below.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(store.as_mut_ptr() as *mut u8, n * 4) };
+        let (reg, pinned) = g.register_host_mut(bytes).expect("cuMemHostRegister");
+        let pinned = unsafe { std::slice::from_raw_parts_mut(pinned.as_mut_ptr() as *mut f32, n) };
+        g.prepare(&cube, &Monitor::silent()).unwrap().project(&proj, pinned, &Monitor::silent()).unwrap();
+        drop(reg);
+        assert!(
+            plain.iter().zip(&store).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "budget {budget:?}: page-locked output differs"
+        );
+    }
+}

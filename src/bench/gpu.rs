@@ -5,7 +5,8 @@
 //! - `pcie`: the raw cube host → device alone, from page-locked memory (the floor of any end-to-end run);
 //! - per route (custom kernels, cuBLAS): `backend` = prepare + statistics (+ the host's noise whitening
 //!   overlapped, as the pipeline does it) + eigen + projection into a preallocated output, the cube's
-//!   memory page-locked beforehand (as PyTorch's pinned input); `backend-pageable` the same from
+//!   memory page-locked beforehand (as PyTorch's pinned input); `pinned input and output` the same
+//!   with the output page-locked too (as PyTorch's pinned output), so the downloads land in it; `backend-pageable` the same from
 //!   ordinary memory (through the pinned staging buffers); `pipeline` = `mnf::run` as the CLI calls it
 //!   (it also allocates and NaN-fills the output and builds the metadata);
 //! - the CPU backend through `mnf::run`.
@@ -272,6 +273,43 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                         timeline: be.last_timeline(),
                         eigen_ms: Some(eigen_ms),
                     });
+                    // The same with the components written into page-locked memory, as the PyTorch
+                    // reference does (pinned output): the downloads land in it, no host copy.
+                    {
+                        let len = std::mem::size_of_val(out.as_slice());
+                        // SAFETY: a byte view of the f32 output, only for the registration below.
+                        let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, len) };
+                        match be.register_host_mut(bytes) {
+                            Err(e) => eprintln!("bench gpu: cannot page-lock the output ({e}); pinned-output row skipped"),
+                            Ok((_out_reg, pinned)) => {
+                                // SAFETY: the same memory as f32 again (it came from a Vec<f32>, so aligned).
+                                let pinned_out = unsafe { std::slice::from_raw_parts_mut(pinned.as_mut_ptr() as *mut f32, len / 4) };
+                                let mut phases: Vec<[f64; 4]> = Vec::new();
+                                let (m, lo) = time_runs(args.warmup, args.runs, || {
+                                    phases.push(backend_mnf_phases(&be, &cube, k, pinned_out)?);
+                                    Ok(())
+                                })?;
+                                let phase = |i: usize| median(phases.iter().map(|p| p[i]).collect()).0;
+                                eprintln!(
+                                    "bench gpu: {scale}x {label} pinned output, wall phases (medians, ms): prepare {:.2}, statistics {:.2}, eigen {:.2}, projection {:.2}",
+                                    phase(0),
+                                    phase(1),
+                                    phase(2),
+                                    phase(3)
+                                );
+                                rows.push(Row {
+                                    scale,
+                                    lines: cube.lines(),
+                                    what: format!("{label}: backend, pinned input and output"),
+                                    median_ms: m,
+                                    min_ms: lo,
+                                    runs: args.runs,
+                                    timeline: be.last_timeline(),
+                                    eigen_ms: Some(phase(2)),
+                                });
+                            }
+                        }
+                    }
                     let params = MnfParams {
                         components: Some(k),
                         ..Default::default()

@@ -155,16 +155,36 @@ impl<'a> HostRegistration<'a> {
         registry: &Arc<std::sync::Mutex<Vec<(usize, usize)>>>,
         bytes: &'a [u8],
     ) -> Result<Self, BackendError> {
+        Self::pin(ctx, registry, bytes.as_ptr() as *mut std::ffi::c_void, bytes.len())
+    }
+
+    /// A writable buffer (an output): the registration holds no borrow of the bytes, only their
+    /// lifetime, so the caller keeps writing through the slice it gets back.
+    pub(crate) fn new_mut(
+        ctx: &Arc<CudaContext>,
+        registry: &Arc<std::sync::Mutex<Vec<(usize, usize)>>>,
+        bytes: &'a mut [u8],
+    ) -> Result<(Self, &'a mut [u8]), BackendError> {
+        let reg = Self::pin(ctx, registry, bytes.as_mut_ptr() as *mut std::ffi::c_void, bytes.len())?;
+        Ok((reg, bytes))
+    }
+
+    fn pin(
+        ctx: &Arc<CudaContext>,
+        registry: &Arc<std::sync::Mutex<Vec<(usize, usize)>>>,
+        ptr: *mut std::ffi::c_void,
+        len: usize,
+    ) -> Result<Self, BackendError> {
         ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent"))?;
-        let ptr = bytes.as_ptr() as *mut std::ffi::c_void;
-        // SAFETY: the borrow keeps the memory alive while it is registered; the driver only pins pages.
-        unsafe { sys::cuMemHostRegister_v2(ptr, bytes.len(), 0) }
+        // SAFETY: the caller's borrow (lifetime 'a) keeps the memory alive while it is registered; the
+        // driver only pins the pages.
+        unsafe { sys::cuMemHostRegister_v2(ptr, len, 0) }
             .result()
-            .map_err(|e| BackendError::Cuda(format!("cuMemHostRegister of {} bytes: {e}", bytes.len())))?;
+            .map_err(|e| BackendError::Cuda(format!("cuMemHostRegister of {len} bytes: {e}")))?;
         registry
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((ptr as usize, bytes.len()));
+            .push((ptr as usize, len));
         Ok(HostRegistration {
             ptr,
             ctx: ctx.clone(),

@@ -205,6 +205,12 @@ impl CudaBackend {
         HostRegistration::new(&self.ctx, &self.registry, bytes)
     }
 
+    /// Page-locks an output buffer the caller keeps writing through the returned slice (the benchmark's
+    /// components, as PyTorch's pinned output): projections into it download straight into it.
+    pub fn register_host_mut<'a>(&self, bytes: &'a mut [u8]) -> Result<(HostRegistration<'a>, &'a mut [u8]), BackendError> {
+        HostRegistration::new_mut(&self.ctx, &self.registry, bytes)
+    }
+
     /// Prepares a cube and returns the concrete type (the benchmark reads its timeline).
     pub fn prepare_cuda<'c>(&'c self, cube: &'c Cube) -> Result<CudaCube<'c>, BackendError> {
         CudaCube::new(self, cube)
