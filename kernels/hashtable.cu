@@ -56,6 +56,16 @@ typedef unsigned __int128 u128;
 #define OP_INSERT 1u
 #define OP_ERASE 2u
 
+// Launch bounds of the batch kernels (256 threads per block). HT_MIN_BLOCKS, when the host defines it
+// (HYPERMNF_HT_MIN_BLOCKS, a development knob), also asks for that many resident blocks per SM, which
+// caps the registers per thread: ncu showed ht_insert at 66 registers, 3 blocks per SM (37.5%
+// occupancy) and latency-bound (0.37 eligible warps per scheduler).
+#ifdef HT_MIN_BLOCKS
+#define HT_BOUNDS __launch_bounds__(256, HT_MIN_BLOCKS)
+#else
+#define HT_BOUNDS __launch_bounds__(256)
+#endif
+
 struct __align__(16) Cell {
     u64 key;
     u64 val;
@@ -550,10 +560,72 @@ __device__ u32 group_insert_fast(const Group& g, Cell* table, const Target& t, u
 // Insert-or-assign a batch of inserts only. Lock-free fast path (group_insert_fast), the locked
 // group_insert when the key is absent and b1 is full. Must never run concurrently with an erase on
 // the same table (all launches go to one stream, see src/hashtable/gpu.rs).
-extern "C" __global__ void ht_insert(Cell* table, u64 bucket_mask, const u64* keys, const u64* vals, u64 n,
+extern "C" __global__ void HT_BOUNDS ht_insert(Cell* table, u64 bucket_mask, const u64* keys, const u64* vals, u64 n,
                                      u32 clk, u32* status, u64* out_key, u64* out_val) {
     GROUP_PROLOGUE(n)
     u64 myval = active ? vals[my] : 0ull;
+    // Phase 1, pipelined claims. The group reads each pending operation's bucket(s) cooperatively, as
+    // group_insert_fast does, and hands the owning lane its target: the slot holding its key (an
+    // update) or the lowest empty slot of b1 (a claim). Then every lane issues its own 128-bit CAS at
+    // once, so a group has up to 8 CASes in flight instead of one after the other (ncu: the one-at-a-
+    // time kernel was latency-bound, 0.37 eligible warps per scheduler, and more occupancy did not
+    // help). No key can be stored twice for the same reason as in group_insert_fast: each claim takes
+    // the lowest slot of b1 that was empty when it was read, and no slot empties during this kernel.
+    // A lane whose CAS fails, or whose key is absent from a full b1, goes to phase 2.
+    Cell* my_bucket = nullptr;  // bucket of this lane's target slot (null: no target)
+    u32 my_s = 0;
+    u64 my_ek = 0, my_ev = 0;   // the slot's contents as read
+    {
+        u32 todo = pending;
+        while (todo) {
+            u32 j = __ffs(todo) - 1;
+            todo &= todo - 1;
+            Target t;
+            t.key = gshfl(g, mykey, j);
+            t.b1 = gshfl(g, myb1, j);
+            t.own_b2 = myb2;
+            t.src = j;
+            Cell* bucket = table + (u64)t.b1 * GROUP;
+            Cell c = ld_cell(bucket + g.lane);
+            // Bit 0: b1's overflow bit (lane 0 holds the metadata); bits 1..7: slots holding the key.
+            u32 m = gballot(g, g.lane == 0 ? (c.key & CTL_OVERFLOW) != 0 : c.key == t.key);
+            u32 empty = gballot(g, g.lane != 0 && c.key == EMPTY_KEY);
+            u32 hit = m & 0xfeu;
+            if (!hit && (m & 1u)) {  // b1 overflowed: the key may live in b2
+                Cell* B2 = table + (u64)target_b2(g, t) * GROUP;
+                Cell c2 = ld_cell(B2 + g.lane);
+                u32 hit2 = gballot(g, g.lane != 0 && c2.key == t.key);
+                if (hit2) {
+                    bucket = B2;
+                    c = c2;
+                    hit = hit2;
+                }
+            }
+            if (hit || empty) {
+                u32 s = __ffs(hit ? hit : empty) - 1;
+                u64 ev = gshfl(g, c.val, s);
+                if (g.lane == j) {
+                    my_bucket = bucket;
+                    my_s = s;
+                    my_ek = hit ? t.key : EMPTY_KEY;
+                    my_ev = hit ? ev : 0ull;
+                }
+            }
+        }
+    }
+    bool done = false;
+    if (my_bucket != nullptr) {
+        Cell prev = cas_cell_prev(my_bucket + my_s, my_ek, my_ev, mykey, myval);
+        if (prev.key == my_ek && prev.val == my_ev) {
+            store_stamp(my_bucket, my_s, clk);
+            my_st = my_ek == EMPTY_KEY ? ST_INSERTED : ST_UPDATED;
+            my_ok = 0;
+            my_ov = my_ev;
+            done = true;
+        }
+    }
+    // Phase 2: the rest one at a time (the fast path, then the locked slow path).
+    pending = gballot(g, valid && !done);
     FOR_EACH_PENDING
         u64 val = gshfl(g, myval, j);
         u64 ok = 0, ov = 0;
@@ -582,7 +654,7 @@ __device__ __forceinline__ void find_batch(Cell* table, u64 bucket_mask, const u
     (void)my_ok;
 }
 
-extern "C" __global__ void ht_find(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32 clk, u32 touch,
+extern "C" __global__ void HT_BOUNDS ht_find(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32 clk, u32 touch,
                                    u32* status, u64* out_val) {
     if (touch)
         find_batch<true, false>(table, bucket_mask, keys, n, clk, status, out_val);
@@ -590,7 +662,7 @@ extern "C" __global__ void ht_find(Cell* table, u64 bucket_mask, const u64* keys
         find_batch<false, false>(table, bucket_mask, keys, n, clk, status, out_val);
 }
 
-extern "C" __global__ void ht_erase(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32* status,
+extern "C" __global__ void HT_BOUNDS ht_erase(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32* status,
                                     u64* out_val) {
     GROUP_PROLOGUE(n)
     FOR_EACH_PENDING
@@ -606,7 +678,7 @@ extern "C" __global__ void ht_erase(Cell* table, u64 bucket_mask, const u64* key
 
 // Interleaved finds, inserts and erases of one batch, all running concurrently. Inserts always take
 // the locked path here (the lock-free fast path of ht_insert is wrong next to concurrent erases).
-extern "C" __global__ void ht_mixed(Cell* table, u64 bucket_mask, const u32* ops, const u64* keys,
+extern "C" __global__ void HT_BOUNDS ht_mixed(Cell* table, u64 bucket_mask, const u32* ops, const u64* keys,
                                     const u64* vals, u64 n, u32 clk, u32 touch, u32* status, u64* out_key,
                                     u64* out_val) {
     GROUP_PROLOGUE(n)
@@ -639,7 +711,7 @@ extern "C" __global__ void ht_mixed(Cell* table, u64 bucket_mask, const u32* ops
 // touch (touch == 0 only: they never write) and the same results.
 
 // ht_find with the non-coherent 16-byte loads of ld_cell_nc instead of ld.relaxed.gpu.
-extern "C" __global__ void ht_find_nc(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32* status,
+extern "C" __global__ void HT_BOUNDS ht_find_nc(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32* status,
                                       u64* out_val) {
     find_batch<false, true>(table, bucket_mask, keys, n, 0u, status, out_val);
 }
@@ -685,12 +757,12 @@ __device__ __forceinline__ void find_lane_batch(const Cell* table, u64 bucket_ma
     out_val[i] = v;
 }
 
-extern "C" __global__ void ht_find_lane(const Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32* status,
+extern "C" __global__ void HT_BOUNDS ht_find_lane(const Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32* status,
                                         u64* out_val) {
     find_lane_batch<false>(table, bucket_mask, keys, n, status, out_val);
 }
 
-extern "C" __global__ void ht_find_lane_nc(const Cell* table, u64 bucket_mask, const u64* keys, u64 n,
+extern "C" __global__ void HT_BOUNDS ht_find_lane_nc(const Cell* table, u64 bucket_mask, const u64* keys, u64 n,
                                            u32* status, u64* out_val) {
     find_lane_batch<true>(table, bucket_mask, keys, n, status, out_val);
 }

@@ -127,7 +127,14 @@ impl Device {
         }
         let opts = CompileOptions {
             arch: Some("compute_90"),
-            options: vec!["--device-int128".into(), "-std=c++17".into()],
+            options: {
+                let mut o = vec!["--device-int128".to_string(), "-std=c++17".to_string()];
+                // Development knob: resident blocks per SM the batch kernels ask for (HT_BOUNDS).
+                if let Some(n) = std::env::var("HYPERMNF_HT_MIN_BLOCKS").ok().and_then(|v| v.trim().parse::<u32>().ok()).filter(|&n| (1..=8).contains(&n)) {
+                    o.push(format!("-DHT_MIN_BLOCKS={n}"));
+                }
+                o
+            },
             name: Some("hashtable.cu".into()),
             ..Default::default()
         };
