@@ -109,6 +109,17 @@ __device__ __forceinline__ u32 bucket2(u64 key, u64 bucket_mask, u32 b1) {
     return b2 == b1 ? (b1 ^ 1u) : b2;
 }
 
+// The overflow tag of a key: one of the control word's bits 2..15, chosen by bits 48.. of its hash
+// (the bucket index uses at most the low 29). Before a key is placed in its b2, b1's control word gets
+// CTL_OVERFLOW and the key's tag; a lookup that misses in b1 reads b2 only when its own tag is set
+// there. With one bit for all overflowed keys, every miss in an overflowed bucket (a third of them at
+// load 0.8) cost a second bucket read; with 14 tags most of those reads are skipped. Tags are sticky
+// like the overflow bit (an evicted or erased key's tag stays: a wasted read, never a missed key).
+// src/hashtable/mod.rs `overflow_tag` is the same function.
+__device__ __forceinline__ u32 overflow_tag(u64 hash) {
+    return 1u << (2u + (u32)((hash >> 48) % 14u));
+}
+
 // Single-copy-atomic 16-byte load that bypasses the (incoherent) L1.
 __device__ __forceinline__ Cell ld_cell(const Cell* p) {
     Cell c;
@@ -232,6 +243,7 @@ __device__ __forceinline__ View read_bucket(const Group& g, Cell* bucket, u64 ke
 struct Target {
     u64 key;
     u32 b1;
+    u32 tag;     // overflow_tag of the key
     u32 own_b2;  // the calling lane's own b2, not the target's
     u32 src;
 };
@@ -253,7 +265,7 @@ __device__ __forceinline__ u32 group_find(const Group& g, Cell* table, const Tar
     Cell c = ld_cell_as<NC>(bucket + g.lane);
     // One vote answers both questions: bit 0 = b1's overflow bit (lane 0 holds the metadata
     // cell, whose low 16 bits are the control word), bits 1..7 = the slots holding the key.
-    u32 m = gballot(g, g.lane == 0 ? (c.key & CTL_OVERFLOW) != 0 : c.key == t.key);
+    u32 m = gballot(g, g.lane == 0 ? (c.key & t.tag) != 0 : c.key == t.key);
     if (m <= 1u) {                    // not in b1
         if (m == 0u) return ST_MISS;  // overflow bit clear: no key of this primary bucket lives elsewhere
         bucket = table + (u64)target_b2(g, t) * GROUP;
@@ -289,7 +301,7 @@ __device__ u32 group_erase(const Group& g, Cell* table, const Target& t, u64& ou
                 retry = true;  // the slot changed under us: read again
                 break;
             }
-            if (r == 0 && !(v.meta_lo & CTL_OVERFLOW)) break;
+            if (r == 0 && !(v.meta_lo & t.tag)) break;
         }
         if (!retry) return ST_MISS;
     }
@@ -323,9 +335,10 @@ __device__ bool group_lock(const Group& g, Cell* bucket, u16& held) {
 
 // Lane 0, holding the lock: set the overflow bit (only the holder changes the word, so the CAS
 // succeeds), then fence so that the bit is visible before the key can appear in b2.
-__device__ __forceinline__ void set_overflow(const Group& g, Cell* bucket, u16& held) {
-    if (g.lane == 0 && !(held & CTL_OVERFLOW)) {
-        u16 next = (u16)(held | CTL_OVERFLOW);
+__device__ __forceinline__ void set_overflow(const Group& g, Cell* bucket, u16& held, u32 tag) {
+    const u16 bits = (u16)(CTL_OVERFLOW | tag);
+    if (g.lane == 0 && (held & bits) != bits) {
+        u16 next = (u16)(held | bits);
         atomicCAS(reinterpret_cast<u16*>(bucket), held, next);
         held = next;
         __threadfence();
@@ -352,7 +365,7 @@ __device__ u32 group_insert(const Group& g, Cell* table, const Target& t, u64 va
         View v1 = read_bucket(g, B1, key);
         bool have2 = false;
         View v2 = {};
-        if (!v1.hit && (v1.meta_lo & CTL_OVERFLOW)) {
+        if (!v1.hit && (v1.meta_lo & t.tag)) {
             v2 = read_bucket(g, B2, key);
             have2 = true;
         }
@@ -395,7 +408,7 @@ __device__ u32 group_insert(const Group& g, Cell* table, const Target& t, u64 va
         // 3. Else the lowest empty slot of b2, the overflow bit published first.
         if (v2.empty) {
             u32 s = __ffs(v2.empty) - 1;
-            set_overflow(g, B1, held);
+            set_overflow(g, B1, held, t.tag);
             bool ok = false;
             if (g.lane == s) {
                 ok = cas_cell(B2 + s, EMPTY_KEY, 0ull, key, val);
@@ -429,7 +442,7 @@ __device__ u32 group_insert(const Group& g, Cell* table, const Target& t, u64 va
         u64 vk = gshfl(g, in2 ? v2.c.key : v1.c.key, s);
         u64 vv = gshfl(g, in2 ? v2.c.val : v1.c.val, s);
         Cell* bucket = in2 ? B2 : B1;
-        if (in2) set_overflow(g, B1, held);
+        if (in2) set_overflow(g, B1, held, t.tag);
         bool ok = false;
         if (g.lane == s) {
             ok = cas_cell(bucket + s, vk, vv, key, val);
@@ -462,7 +475,7 @@ __device__ u32 group_insert_fast(const Group& g, Cell* table, const Target& t, u
     for (int attempt = 0; attempt < MAX_ATTEMPTS; ++attempt) {
         Cell c = ld_cell(B1 + g.lane);
         // Bit 0: b1's overflow bit (lane 0 holds the metadata); bits 1..7: slots holding the key.
-        u32 m = gballot(g, g.lane == 0 ? (c.key & CTL_OVERFLOW) != 0 : c.key == t.key);
+        u32 m = gballot(g, g.lane == 0 ? (c.key & t.tag) != 0 : c.key == t.key);
         u32 empty = gballot(g, g.lane != 0 && c.key == EMPTY_KEY);
         u32 hit = m & 0xfeu;
         Cell* bucket = B1;
@@ -532,7 +545,9 @@ __device__ u32 group_insert_fast(const Group& g, Cell* table, const Target& t, u
     bool active = my < (n);                                                    \
     u64 mykey = active ? keys[my] : EMPTY_KEY;                                 \
     bool valid = active && mykey != EMPTY_KEY && mykey != RESERVED_KEY;        \
-    u32 myb1 = bucket1(mykey, bucket_mask);                                    \
+    u64 myh = mix64(mykey);                                                    \
+    u32 myb1 = (u32)(myh & bucket_mask);                                       \
+    u32 mytag = overflow_tag(myh);                                             \
     u32 myb2 = bucket2(mykey, bucket_mask, myb1);                              \
     if (valid) prefetch_l2(table + (u64)myb1 * GROUP);                         \
     u32 pending = gballot(g, valid);                                           \
@@ -547,7 +562,8 @@ __device__ u32 group_insert_fast(const Group& g, Cell* table, const Target& t, u
         t.key = gshfl(g, mykey, j);                                            \
         t.b1 = gshfl(g, myb1, j);                                              \
         t.own_b2 = myb2;                                                       \
-        t.src = j;
+        t.src = j;                                                             \
+        t.tag = gshfl(g, mytag, j);
 
 #define KEEP_RESULT(st, ok, ov)                                                \
         if (g.lane == j) {                                                     \
@@ -585,10 +601,11 @@ extern "C" __global__ void HT_BOUNDS ht_insert(Cell* table, u64 bucket_mask, con
             t.b1 = gshfl(g, myb1, j);
             t.own_b2 = myb2;
             t.src = j;
+            t.tag = gshfl(g, mytag, j);
             Cell* bucket = table + (u64)t.b1 * GROUP;
             Cell c = ld_cell(bucket + g.lane);
             // Bit 0: b1's overflow bit (lane 0 holds the metadata); bits 1..7: slots holding the key.
-            u32 m = gballot(g, g.lane == 0 ? (c.key & CTL_OVERFLOW) != 0 : c.key == t.key);
+            u32 m = gballot(g, g.lane == 0 ? (c.key & t.tag) != 0 : c.key == t.key);
             u32 empty = gballot(g, g.lane != 0 && c.key == EMPTY_KEY);
             u32 hit = m & 0xfeu;
             if (!hit && (m & 1u)) {  // b1 overflowed: the key may live in b2
@@ -749,7 +766,7 @@ __device__ __forceinline__ void find_lane_batch(const Cell* table, u64 bucket_ma
                 st = ST_FOUND;
                 break;
             }
-            if (r == 1 || !(c[0].key & CTL_OVERFLOW)) break;
+            if (r == 1 || !(c[0].key & overflow_tag(mix64(key)))) break;
             bucket = table + (u64)bucket2(key, bucket_mask, b1) * GROUP;
         }
     }
@@ -787,8 +804,10 @@ extern "C" __global__ void ht_audit(const Cell* table, u64 bucket_mask, u64 nbuc
             u64 other = b[r] * GROUP + t;
             if (other != cell && table[other].key == key && other < cell) dup = 1;
         }
-    // A key stored outside both of its candidate buckets is as wrong as a duplicate.
+    // A key stored outside both of its candidate buckets is as wrong as a duplicate, and so is a key in
+    // its b2 whose b1 lacks its overflow tag (lookups would not find it).
     if ((cell >> 3) != b[0] && (cell >> 3) != b[1]) dup = 1;
+    if ((cell >> 3) == b[1] && (cell >> 3) != b[0] && !(table[b[0] * GROUP].key & overflow_tag(mix64(key)))) dup = 1;
     if (dup) atomicAdd(&counters[0], 1ull);
 }
 

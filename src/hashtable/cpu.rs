@@ -4,7 +4,7 @@
 
 use super::{
     bucket_pair, check_key, EraseOutcome, Geometry, HashTableError, InsertOutcome, Op, OpResult,
-    BUCKET_CELLS, CTL_OVERFLOW, EMPTY_KEY,
+    overflow_tag, BUCKET_CELLS, CTL_OVERFLOW, EMPTY_KEY,
 };
 
 /// Sequential twin of [`super::GpuHashTable`].
@@ -152,8 +152,10 @@ impl CpuHashTable {
         self.cells[Self::base(bucket)][0] as u16
     }
 
-    fn set_overflow(&mut self, bucket: u64) {
-        self.cells[Self::base(bucket)][0] |= CTL_OVERFLOW as u64;
+    /// Marks that `key` (whose primary bucket this is) now lives in its b2: the overflow bit and the
+    /// key's overflow tag.
+    fn set_overflow(&mut self, bucket: u64, key: u64) {
+        self.cells[Self::base(bucket)][0] |= (CTL_OVERFLOW | overflow_tag(key)) as u64;
     }
 
     fn stamp(&self, bucket: u64, s: usize) -> u32 {
@@ -187,7 +189,7 @@ impl CpuHashTable {
         if let Some(s) = self.slot_of(b1, key) {
             return Some((b1, s));
         }
-        if self.ctl(b1) & CTL_OVERFLOW != 0 {
+        if self.ctl(b1) & overflow_tag(key) != 0 {
             if let Some(s) = self.slot_of(b2, key) {
                 return Some((b2, s));
             }
@@ -233,7 +235,7 @@ impl CpuHashTable {
             return InsertOutcome::Inserted;
         }
         if let Some(s) = empty(self, b2) {
-            self.set_overflow(b1);
+            self.set_overflow(b1, key);
             self.cells[Self::base(b2) + s] = [key, value];
             self.set_stamp(b2, s, clk);
             return InsertOutcome::Inserted;
@@ -250,7 +252,7 @@ impl CpuHashTable {
         }
         let (_, vb, vs) = best.expect("14 candidates");
         if vb != b1 {
-            self.set_overflow(b1);
+            self.set_overflow(b1, key);
         }
         let cell = &mut self.cells[Self::base(vb) + vs];
         let [vk, vv] = *cell;

@@ -49,6 +49,11 @@
 //! * **erase**: find the key and CAS its slot back to all zeros. No tombstones: an erased slot is
 //!   plain empty and reusable at once. The overflow bit is sticky (cleared only by `clear`), which
 //!   keeps lookups correct after erases at the price of a second bucket read.
+//! * **overflow tags** (session 3): next to the overflow bit, the control word's bits 2..15 hold
+//!   one tag per overflowed key ([`overflow_tag`]: a bit chosen by the key's hash), set together with
+//!   the overflow bit before the key can appear in b2. Every lookup, erase and insert that misses in
+//!   b1 reads b2 only when the key's own tag is set, so a miss in an overflowed bucket rarely costs a
+//!   second read. Sticky like the bit; the audits check that every key in its b2 has its tag in b1.
 //!
 //! Why primary-first rather than "the emptier of the two" (power of two choices): with the
 //! overflow bit, primary-first lets most lookups — hits *and* misses — read a single 128-byte
@@ -328,6 +333,15 @@ pub fn bucket_pair(key: u64, bucket_mask: u64) -> (u64, u64) {
     (b1, b2)
 }
 
+/// The overflow tag of a key: one of the control word's bits 2..15, from bits 48.. of `fmix64(key)`
+/// (bucket indices use at most the low 29). Before a key is placed in its b2, b1's control word gets
+/// [`CTL_OVERFLOW`] and this tag; a lookup that misses in b1 reads b2 only when its tag is set there.
+/// kernels/hashtable.cu `overflow_tag` is the same function.
+#[inline]
+pub fn overflow_tag(key: u64) -> u16 {
+    1u16 << (2 + ((fmix64(key) >> 48) % 14) as u16)
+}
+
 /// Rejects the reserved keys.
 pub fn check_key(index: usize, key: u64) -> Result<(), HashTableError> {
     if key == EMPTY_KEY || key == RESERVED_KEY {
@@ -348,8 +362,9 @@ pub fn digest_key(digest: &[u8; 32]) -> u64 {
     }
 }
 
-/// Checks a table dump (cells as `[key, value]`) for keys stored twice or outside both of their
-/// candidate buckets; returns (problems, occupied slots). Used by tests of both twins.
+/// Checks a table dump (cells as `[key, value]`) for keys stored twice, outside both of their
+/// candidate buckets, or in their b2 without their overflow tag in b1; returns (problems, occupied
+/// slots). Used by tests of both twins.
 pub fn audit_cells(geometry: Geometry, cells: &[[u64; 2]]) -> (u64, u64) {
     let mut seen = std::collections::HashSet::new();
     let (mut bad, mut occupied) = (0, 0);
@@ -360,7 +375,9 @@ pub fn audit_cells(geometry: Geometry, cells: &[[u64; 2]]) -> (u64, u64) {
         occupied += 1;
         let (b1, b2) = geometry.bucket_pair(c[0]);
         let b = (i / BUCKET_CELLS) as u64;
-        if !seen.insert(c[0]) || (b != b1 && b != b2) {
+        // A key in its b2 whose b1 lacks its overflow tag would be invisible to lookups.
+        let untagged = b == b2 && b != b1 && cells[b1 as usize * BUCKET_CELLS][0] as u16 & overflow_tag(c[0]) == 0;
+        if !seen.insert(c[0]) || (b != b1 && b != b2) || untagged {
             bad += 1;
         }
     }
