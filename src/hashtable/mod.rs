@@ -79,10 +79,11 @@
 //! then every lane hashes its own key once in the kernel prologue and the group broadcasts 32-bit
 //! bucket indices (b2 only on demand), finds are specialised on `touch` at compile time and read
 //! the overflow bit and the hits in one vote, reserved keys are answered in the prologue, and
-//! `ht_insert` has the lock-free fast path. Measured after (session 3, same device): at load 0.8
-//! 16.6 G finds/s with hits and 14.8 with misses, inserts unchanged at 3.5 G/s (5.3 when building
-//! to 0.5): the goals are still not met. The benchmark also prints rows of find variants
-//! (non-coherent loads; one lane per lookup): neither is faster than `ht_find`.
+//! `ht_insert` has the lock-free fast path with pipelined claims (every lane's CAS in flight at
+//! once), and misses consult per-key overflow tags. Measured after (session 3, same device), at load
+//! 0.8: 16.8 G finds/s with hits (goal 20, not met), 16.2 with misses (goal 15, met), 5.8 G
+//! inserts/s (goal 10, not met). The benchmark also prints rows of find variants (non-coherent
+//! loads; one lane per lookup): neither is faster than `ht_find`.
 //!
 //! Every loop is bounded (64 attempts, 2^20 lock spins); an operation that runs out reports
 //! [`InsertOutcome::Failed`] / [`EraseOutcome::Failed`] instead of spinning for ever.
