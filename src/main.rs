@@ -73,27 +73,7 @@ struct RunArgs {
     out: PathBuf,
 }
 
-/// Keeps freed mid-sized buffers (the eigen step's n × n matrices, the moments, per-job vectors) in the
-/// heap for the next job instead of returning them to the OS and faulting them back in: glibc's default
-/// hands every allocation above 128 KB–32 MB to mmap and trims freed heap tops eagerly, and on the GPU
-/// host each 400 KB matrix then cost ~0.2 ms of first-touch page faults per job. Allocations above
-/// 32 MB (cubes, outputs) still get their own mappings and go back to the OS when freed; up to 256 MB of
-/// freed heap is kept. `HYPERMNF_MALLOC_TUNING=off` keeps glibc's defaults (the benchmark compares).
-fn tune_allocator() {
-    if std::env::var("HYPERMNF_MALLOC_TUNING").is_ok_and(|v| v.trim() == "off") {
-        return;
-    }
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator parameters; called first thing in main, before any
-    // other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
-    }
-}
-
 fn main() -> ExitCode {
-    tune_allocator();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
