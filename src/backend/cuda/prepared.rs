@@ -1195,31 +1195,9 @@ impl CudaCube<'_> {
         let unused_dev = self.dev_from(&unused)?;
         let cublas = self.be.route == Route::Cublas && !pass.denoise;
         // Components per pass of project_px and T padded with zero columns to a multiple of it.
-        let kp = PX_KP.iter().copied().find(|&p| p >= k).unwrap_or(16);
-        let kpad = k.div_ceil(kp) * kp;
-        // The project_px kernels (T staged in shared memory, or in constant memory) where T fits.
-        let use_px = !cublas && !pass.denoise && u * kpad <= MAX_CONST_T;
-        let t_padded: Vec<f32> = if use_px {
-            let mut v = vec![0f32; u * kpad];
-            for r in 0..u {
-                v[r * kpad..r * kpad + k].copy_from_slice(&pass.matrix[r * k..(r + 1) * k]);
-            }
-            v
-        } else {
-            Vec::new()
-        };
-        let t_dev = self.dev_from(pass.matrix)?;
-        // T in shared memory (copied per block from device memory) where the kernels exist, else in
-        // constant memory (see transform.cu).
-        let smem_t = use_px && !kern.project_pxs.is_empty() && !self.be.constant_projection;
-        let t_pad_dev = if smem_t {
-            Some(self.dev_from(&t_padded)?)
-        } else {
-            None
-        };
-        let t_pad_ptr = t_pad_dev.as_ref().map(|d| d.ptr());
         // The 2-byte integer fast path (project_w16): T' with T's rows at the used bands' positions,
-        // integer centres m_b = round(μ_b), and the correction Σ_r T[r,c] (μ_r − m_r) in float64.
+        // integer centres m_b = round(μ_b), and the correction Σ_r T[r,c] (μ_r − m_r) in float64. Chunk rows
+        // start on 16-byte boundaries wherever it applies (bands % 8 == 0, buffers from cuMemAlloc).
         let w16 = match kernels::w16_project_kp(k, b) {
             Some(kw) if !cublas && !pass.denoise && kern.wide && kernels::w16_eligible(t, b) && !self.be.constant_projection => {
                 let mut t_full = vec![0f32; b * kw];
@@ -1239,6 +1217,29 @@ impl CudaCube<'_> {
             }
             _ => None,
         };
+        let kp = PX_KP.iter().copied().find(|&p| p >= k).unwrap_or(16);
+        let kpad = k.div_ceil(kp) * kp;
+        // Otherwise the project_px kernels (T staged in shared memory, or in constant memory) where T fits.
+        let use_px = w16.is_none() && !cublas && !pass.denoise && u * kpad <= MAX_CONST_T;
+        let t_padded: Vec<f32> = if use_px {
+            let mut v = vec![0f32; u * kpad];
+            for r in 0..u {
+                v[r * kpad..r * kpad + k].copy_from_slice(&pass.matrix[r * k..(r + 1) * k]);
+            }
+            v
+        } else {
+            Vec::new()
+        };
+        let t_dev = self.dev_from(pass.matrix)?;
+        // T in shared memory (copied per block from device memory) where the kernels exist, else in
+        // constant memory (see transform.cu).
+        let smem_t = use_px && !kern.project_pxs.is_empty() && !self.be.constant_projection;
+        let t_pad_dev = if smem_t {
+            Some(self.dev_from(&t_padded)?)
+        } else {
+            None
+        };
+        let t_pad_ptr = t_pad_dev.as_ref().map(|d| d.ptr());
         // The constant-memory T is shared by every user of the module: hold the lock for the pass.
         let _const_guard = if use_px && !smem_t {
             let g = self.be.const_lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -1399,7 +1400,8 @@ impl CudaCube<'_> {
                 let blas = self.be.blas.as_ref().expect("cuBLAS route has a handle");
                 let blas = blas.lock().unwrap_or_else(|e| e.into_inner());
                 blas.gemm_project(&self.compute, xu, npix, u, t_dev.ptr(), k, dst)?;
-            } else if let Some((kw, t_full, centre, corr)) = w16.as_ref().filter(|_| raw % 16 == 0) {
+            } else if let Some((kw, t_full, centre, corr)) = w16.as_ref() {
+                debug_assert_eq!(raw % 16, 0, "project_w16 reads 16-byte words");
                 kern.project_w16(
                     &self.compute,
                     *kw,
