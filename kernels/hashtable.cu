@@ -22,7 +22,7 @@
 // read every lower slot full and without k (so a copy of k placed there earlier was already
 // evicted), and the locked path puts k into b2 or over a victim only after reading all of b1 full
 // without k, after which b1 takes no fast claim. A copy in b2 from earlier kernels is found via
-// b1's sticky overflow bit. Each slot is reasoned about separately: the 8 lanes' loads are each
+// the key's sticky overflow tag in b1. Each slot is reasoned about separately: the 8 lanes' loads are each
 // atomic, the bucket read is no snapshot. Never use the fast path where erases can run (ht_mixed).
 
 typedef unsigned long long u64;
@@ -248,6 +248,17 @@ struct Target {
     u32 src;
 };
 
+// Operation j of the group (the key, b1 and tag its lane computed in the prologue), as every lane sees it.
+__device__ __forceinline__ Target target_of(const Group& g, u32 j, u64 mykey, u32 myb1, u32 myb2, u32 mytag) {
+    Target t;
+    t.key = gshfl(g, mykey, j);
+    t.b1 = gshfl(g, myb1, j);
+    t.tag = gshfl(g, mytag, j);
+    t.own_b2 = myb2;
+    t.src = j;
+    return t;
+}
+
 __device__ __forceinline__ u32 target_b2(const Group& g, const Target& t) {
     return gshfl(g, t.own_b2, t.src);
 }
@@ -263,11 +274,11 @@ template <bool TOUCH, bool NC>
 __device__ __forceinline__ u32 group_find(const Group& g, Cell* table, const Target& t, u32 clk, u64& out_val) {
     Cell* bucket = table + (u64)t.b1 * GROUP;
     Cell c = ld_cell_as<NC>(bucket + g.lane);
-    // One vote answers both questions: bit 0 = b1's overflow bit (lane 0 holds the metadata
-    // cell, whose low 16 bits are the control word), bits 1..7 = the slots holding the key.
+    // One vote answers both questions: bit 0 = the key's overflow tag in b1 (lane 0 holds the
+    // metadata cell, whose low 16 bits are the control word), bits 1..7 = the slots holding the key.
     u32 m = gballot(g, g.lane == 0 ? (c.key & t.tag) != 0 : c.key == t.key);
     if (m <= 1u) {                    // not in b1
-        if (m == 0u) return ST_MISS;  // overflow bit clear: no key of this primary bucket lives elsewhere
+        if (m == 0u) return ST_MISS;  // tag clear: the key does not live in b2
         bucket = table + (u64)target_b2(g, t) * GROUP;
         c = ld_cell_as<NC>(bucket + g.lane);
         m = gballot(g, g.lane != 0 && c.key == t.key);
@@ -333,8 +344,8 @@ __device__ bool group_lock(const Group& g, Cell* bucket, u16& held) {
     return got;
 }
 
-// Lane 0, holding the lock: set the overflow bit (only the holder changes the word, so the CAS
-// succeeds), then fence so that the bit is visible before the key can appear in b2.
+// Lane 0, holding the lock: set the overflow bit and the key's tag (only the holder changes the word,
+// so the CAS succeeds), then fence so that they are visible before the key can appear in b2.
 __device__ __forceinline__ void set_overflow(const Group& g, Cell* bucket, u16& held, u32 tag) {
     const u16 bits = (u16)(CTL_OVERFLOW | tag);
     if (g.lane == 0 && (held & bits) != bits) {
@@ -463,40 +474,56 @@ __device__ u32 group_insert(const Group& g, Cell* table, const Target& t, u64 va
 // Internal status of group_insert_fast: "leave this insert to the locked slow path". Never stored.
 #define ST_SLOW 0xffu
 
+// Where a lock-free insert of t.key writes, read cooperatively: the slot holding the key (in b1, or
+// in b2 when b1 carries the key's overflow tag) or, when the key is absent, the lowest empty slot of
+// b1. Returns false when the key is absent and b1 is full (the locked path's case). On true, every lane
+// holds the bucket, the slot and its contents as read (ek: the key or EMPTY_KEY, ev: its value or 0),
+// which the CAS must find unchanged.
+struct Claim {
+    Cell* bucket;
+    u32 s;
+    u64 ek;
+    u64 ev;
+};
+
+__device__ __forceinline__ bool insert_claim(const Group& g, Cell* table, const Target& t, Claim& out) {
+    Cell* bucket = table + (u64)t.b1 * GROUP;
+    Cell c = ld_cell(bucket + g.lane);
+    // Bit 0: the key's overflow tag in b1 (lane 0 holds the metadata); bits 1..7: slots holding the key.
+    u32 m = gballot(g, g.lane == 0 ? (c.key & t.tag) != 0 : c.key == t.key);
+    u32 empty = gballot(g, g.lane != 0 && c.key == EMPTY_KEY);
+    u32 hit = m & 0xfeu;
+    if (!hit && (m & 1u)) {  // the key may live in b2
+        Cell* B2 = table + (u64)target_b2(g, t) * GROUP;
+        Cell c2 = ld_cell(B2 + g.lane);
+        u32 hit2 = gballot(g, g.lane != 0 && c2.key == t.key);
+        if (hit2) {
+            bucket = B2;
+            c = c2;
+            hit = hit2;
+        }
+    }
+    if (!hit && !empty) return false;
+    out.bucket = bucket;
+    out.s = __ffs(hit ? hit : empty) - 1;
+    out.ek = hit ? t.key : EMPTY_KEY;
+    out.ev = hit ? gshfl(g, c.val, out.s) : 0ull;
+    return true;
+}
+
 // Lock-free fast path of the insert-only kernel ht_insert (never of ht_mixed: it is correct only
 // while no erase runs, see "Why a key is never stored twice" in src/hashtable/mod.rs). Reads b1
-// (and b2 if b1's overflow bit is set); a present key gets its value replaced in place, an absent
+// (and b2 if b1 carries the key's overflow tag), through insert_claim; a present key gets its value replaced in place, an absent
 // key is claimed into the LOWEST empty slot of b1, both with one 128-bit CAS from the exact
 // contents read. Returns ST_INSERTED / ST_UPDATED (out_val = previous value), or ST_SLOW when the
 // key is absent and b1 is full (the slow path then claims in b2 or evicts) or the bounded retries
 // ran out. Sequentially it does exactly what group_insert does in those two cases.
 __device__ u32 group_insert_fast(const Group& g, Cell* table, const Target& t, u64 val, u32 clk, u64& out_val) {
-    Cell* B1 = table + (u64)t.b1 * GROUP;
     for (int attempt = 0; attempt < MAX_ATTEMPTS; ++attempt) {
-        Cell c = ld_cell(B1 + g.lane);
-        // Bit 0: b1's overflow bit (lane 0 holds the metadata); bits 1..7: slots holding the key.
-        u32 m = gballot(g, g.lane == 0 ? (c.key & t.tag) != 0 : c.key == t.key);
-        u32 empty = gballot(g, g.lane != 0 && c.key == EMPTY_KEY);
-        u32 hit = m & 0xfeu;
-        Cell* bucket = B1;
-        if (!hit && (m & 1u)) {  // b1 overflowed: the key may live in b2
-            Cell* B2 = table + (u64)target_b2(g, t) * GROUP;
-            Cell c2 = ld_cell(B2 + g.lane);
-            u32 hit2 = gballot(g, g.lane != 0 && c2.key == t.key);
-            if (hit2) {
-                bucket = B2;
-                c = c2;
-                hit = hit2;
-            }
-        }
-        u32 s;
-        if (hit) {
-            s = __ffs(hit) - 1;
-        } else if (empty) {
-            s = __ffs(empty) - 1;
-        } else {
-            return ST_SLOW;  // absent and b1 full
-        }
+        Claim cl;
+        if (!insert_claim(g, table, t, cl)) return ST_SLOW;  // absent and b1 full
+        Cell* bucket = cl.bucket;
+        const u32 s = cl.s;
         // Lane s owns the slot: CAS from what it read. A claim that finds the key already there
         // (an insert of the same key got in first) turns into an update of that entry; an entry
         // whose value changed is updated from the value the CAS returned. Any other change (the
@@ -504,8 +531,8 @@ __device__ u32 group_insert_fast(const Group& g, Cell* table, const Target& t, u
         u32 st = ST_SLOW;
         u64 old = 0;
         if (g.lane == s) {
-            u64 ek = hit ? t.key : EMPTY_KEY;
-            u64 ev = hit ? c.val : 0ull;
+            u64 ek = cl.ek;
+            u64 ev = cl.ev;
             for (int i = 0; i < MAX_ATTEMPTS; ++i) {
                 Cell prev = cas_cell_prev(bucket + s, ek, ev, t.key, val);
                 if (prev.key == ek && prev.val == ev) {
@@ -558,12 +585,7 @@ __device__ u32 group_insert_fast(const Group& g, Cell* table, const Target& t, u
     while (pending) {                                                          \
         u32 j = __ffs(pending) - 1;                                            \
         pending &= pending - 1;                                                \
-        Target t;                                                              \
-        t.key = gshfl(g, mykey, j);                                            \
-        t.b1 = gshfl(g, myb1, j);                                              \
-        t.own_b2 = myb2;                                                       \
-        t.src = j;                                                             \
-        t.tag = gshfl(g, mytag, j);
+        Target t = target_of(g, j, mykey, myb1, myb2, mytag);
 
 #define KEEP_RESULT(st, ok, ov)                                                \
         if (g.lane == j) {                                                     \
@@ -588,56 +610,30 @@ extern "C" __global__ void HT_BOUNDS ht_insert(Cell* table, u64 bucket_mask, con
     // help). No key can be stored twice for the same reason as in group_insert_fast: each claim takes
     // the lowest slot of b1 that was empty when it was read, and no slot empties during this kernel.
     // A lane whose CAS fails, or whose key is absent from a full b1, goes to phase 2.
-    Cell* my_bucket = nullptr;  // bucket of this lane's target slot (null: no target)
-    u32 my_s = 0;
-    u64 my_ek = 0, my_ev = 0;   // the slot's contents as read
+    Claim mine = {};  // this lane's target (valid when `have`)
+    bool have = false;
     {
         u32 todo = pending;
         while (todo) {
             u32 j = __ffs(todo) - 1;
             todo &= todo - 1;
-            Target t;
-            t.key = gshfl(g, mykey, j);
-            t.b1 = gshfl(g, myb1, j);
-            t.own_b2 = myb2;
-            t.src = j;
-            t.tag = gshfl(g, mytag, j);
-            Cell* bucket = table + (u64)t.b1 * GROUP;
-            Cell c = ld_cell(bucket + g.lane);
-            // Bit 0: b1's overflow bit (lane 0 holds the metadata); bits 1..7: slots holding the key.
-            u32 m = gballot(g, g.lane == 0 ? (c.key & t.tag) != 0 : c.key == t.key);
-            u32 empty = gballot(g, g.lane != 0 && c.key == EMPTY_KEY);
-            u32 hit = m & 0xfeu;
-            if (!hit && (m & 1u)) {  // b1 overflowed: the key may live in b2
-                Cell* B2 = table + (u64)target_b2(g, t) * GROUP;
-                Cell c2 = ld_cell(B2 + g.lane);
-                u32 hit2 = gballot(g, g.lane != 0 && c2.key == t.key);
-                if (hit2) {
-                    bucket = B2;
-                    c = c2;
-                    hit = hit2;
-                }
-            }
-            if (hit || empty) {
-                u32 s = __ffs(hit ? hit : empty) - 1;
-                u64 ev = gshfl(g, c.val, s);
-                if (g.lane == j) {
-                    my_bucket = bucket;
-                    my_s = s;
-                    my_ek = hit ? t.key : EMPTY_KEY;
-                    my_ev = hit ? ev : 0ull;
-                }
+            Target t = target_of(g, j, mykey, myb1, myb2, mytag);
+            Claim cl;
+            // insert_claim first: all 8 lanes take part in it.
+            if (insert_claim(g, table, t, cl) && g.lane == j) {
+                mine = cl;
+                have = true;
             }
         }
     }
     bool done = false;
-    if (my_bucket != nullptr) {
-        Cell prev = cas_cell_prev(my_bucket + my_s, my_ek, my_ev, mykey, myval);
-        if (prev.key == my_ek && prev.val == my_ev) {
-            store_stamp(my_bucket, my_s, clk);
-            my_st = my_ek == EMPTY_KEY ? ST_INSERTED : ST_UPDATED;
+    if (have) {
+        Cell prev = cas_cell_prev(mine.bucket + mine.s, mine.ek, mine.ev, mykey, myval);
+        if (prev.key == mine.ek && prev.val == mine.ev) {
+            store_stamp(mine.bucket, mine.s, clk);
+            my_st = mine.ek == EMPTY_KEY ? ST_INSERTED : ST_UPDATED;
             my_ok = 0;
-            my_ov = my_ev;
+            my_ov = mine.ev;
             done = true;
         }
     }
