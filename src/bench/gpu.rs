@@ -168,6 +168,32 @@ fn backend_mnf_phases(
     ])
 }
 
+/// Times [`backend_mnf_phases`] (median and minimum of `runs` after `warmup`), prints the median of
+/// each wall phase under `label` and returns (median, minimum, median eigen phase) in ms.
+fn timed_phases(
+    be: &CudaBackend,
+    cube: &Cube,
+    k: usize,
+    out: &mut [f32],
+    args: &Args,
+    label: &str,
+) -> anyhow::Result<(f64, f64, f64)> {
+    let mut phases: Vec<[f64; 4]> = Vec::new();
+    let (m, lo) = time_runs(args.warmup, args.runs, || {
+        phases.push(backend_mnf_phases(be, cube, k, out)?);
+        Ok(())
+    })?;
+    let phase = |i: usize| median(phases.iter().map(|p| p[i]).collect()).0;
+    eprintln!(
+        "bench gpu: {label} wall phases (medians, ms): prepare {:.2}, statistics {:.2}, eigen {:.2}, projection {:.2}",
+        phase(0),
+        phase(1),
+        phase(2),
+        phase(3)
+    );
+    Ok((m, lo, phase(2)))
+}
+
 /// Host → device copy of the whole raw cube from page-locked memory, timed alone.
 fn pcie_ms(be: &CudaBackend, cube: &Cube, warmup: usize, runs: usize) -> anyhow::Result<(f64, f64)> {
     be.time_upload(cube.raw(), warmup, runs).map_err(Into::into)
@@ -249,20 +275,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                             });
                         }
                     }
-                    let mut phases: Vec<[f64; 4]> = Vec::new();
-                    let (m, lo) = time_runs(args.warmup, args.runs, || {
-                        phases.push(backend_mnf_phases(&be, &cube, k, &mut out)?);
-                        Ok(())
-                    })?;
-                    let phase = |i: usize| median(phases.iter().map(|p| p[i]).collect()).0;
-                    let eigen_ms = phase(2);
-                    eprintln!(
-                        "bench gpu: {scale}x {label} wall phases (medians, ms): prepare {:.2}, statistics {:.2}, eigen {:.2}, projection {:.2}",
-                        phase(0),
-                        phase(1),
-                        phase(2),
-                        phase(3)
-                    );
+                    let (m, lo, eigen_ms) = timed_phases(&be, &cube, k, &mut out, args, &format!("{scale}x {label}"))?;
                     rows.push(Row {
                         scale,
                         lines: cube.lines(),
@@ -284,19 +297,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                             Ok((_out_reg, pinned)) => {
                                 // SAFETY: the same memory as f32 again (it came from a Vec<f32>, so aligned).
                                 let pinned_out = unsafe { std::slice::from_raw_parts_mut(pinned.as_mut_ptr() as *mut f32, len / 4) };
-                                let mut phases: Vec<[f64; 4]> = Vec::new();
-                                let (m, lo) = time_runs(args.warmup, args.runs, || {
-                                    phases.push(backend_mnf_phases(&be, &cube, k, pinned_out)?);
-                                    Ok(())
-                                })?;
-                                let phase = |i: usize| median(phases.iter().map(|p| p[i]).collect()).0;
-                                eprintln!(
-                                    "bench gpu: {scale}x {label} pinned output, wall phases (medians, ms): prepare {:.2}, statistics {:.2}, eigen {:.2}, projection {:.2}",
-                                    phase(0),
-                                    phase(1),
-                                    phase(2),
-                                    phase(3)
-                                );
+                                let what = format!("{scale}x {label} pinned output,");
+                                let (m, lo, eigen_ms) = timed_phases(&be, &cube, k, pinned_out, args, &what)?;
                                 rows.push(Row {
                                     scale,
                                     lines: cube.lines(),
@@ -305,7 +307,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                                     min_ms: lo,
                                     runs: args.runs,
                                     timeline: be.last_timeline(),
-                                    eigen_ms: Some(phase(2)),
+                                    eigen_ms: Some(eigen_ms),
                                 });
                             }
                         }

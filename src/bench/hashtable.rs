@@ -387,7 +387,7 @@ impl Bench {
     }
 
     /// A find variant (`ht_find_nc`, `ht_find_lane`, `ht_find_lane_nc`): ht_find's arguments
-    /// without clk and touch (they never touch).
+    /// without clk and touch (they never touch); also `ht_erase`, whose arguments are the same.
     fn find_variant(
         &self,
         kernel: &cudarc::driver::CudaFunction,
@@ -415,18 +415,8 @@ impl Bench {
         keys: &CudaView<u64>,
         r: &mut Results,
     ) -> anyhow::Result<()> {
-        let n = keys.len() as u64;
-        let mask = t.geometry().bucket_mask();
-        t.next_clock();
-        let mut l = self.s.launch_builder(&self.dev.k.ht_erase);
-        l.arg(t.cells_mut())
-            .arg(&mask)
-            .arg(keys)
-            .arg(&n)
-            .arg(&mut r.status)
-            .arg(&mut r.oval);
-        unsafe { l.launch(cfg(n)) }.map_err(dbg_err)?;
-        Ok(())
+        // ht_erase takes the find variants' arguments.
+        self.find_variant(&self.dev.k.ht_erase, t, keys, r)
     }
 
     fn tally(&self, r: &Results, keys: &CudaView<u64>, lp: bool) -> anyhow::Result<Tally> {
