@@ -3,7 +3,7 @@
 //! change to a device function must be mirrored here; `tests/gpu_hashtable` compares cell dumps.
 
 use super::{
-    bucket_pair, check_key, EraseOutcome, Geometry, HashTableError, InsertOutcome, Op, OpResult,
+    bucket_pair, check_insert_batch, check_key, EraseOutcome, Geometry, HashTableError, InsertOutcome, Op, OpResult,
     overflow_tag, BUCKET_CELLS, CTL_OVERFLOW, EMPTY_KEY,
 };
 
@@ -88,15 +88,7 @@ impl CpuHashTable {
         keys: &[u64],
         values: &[u64],
     ) -> Result<Vec<InsertOutcome>, HashTableError> {
-        if keys.len() != values.len() {
-            return Err(HashTableError::LengthMismatch {
-                keys: keys.len(),
-                values: values.len(),
-            });
-        }
-        keys.iter()
-            .enumerate()
-            .try_for_each(|(i, &k)| check_key(i, k))?;
+        check_insert_batch(keys, values)?;
         let clk = self.next_clock();
         Ok(keys
             .iter()

@@ -15,7 +15,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::CompileOptions;
 
 use super::{
-    check_key, status, EraseOutcome, Geometry, HashTableError, InsertOutcome, Op, OpResult,
+    check_insert_batch, check_key, status, EraseOutcome, Geometry, HashTableError, InsertOutcome, Op, OpResult,
     BUCKET_CELLS,
 };
 
@@ -334,15 +334,7 @@ impl GpuHashTable {
         keys: &[u64],
         values: &[u64],
     ) -> Result<Vec<InsertOutcome>, HashTableError> {
-        if keys.len() != values.len() {
-            return Err(HashTableError::LengthMismatch {
-                keys: keys.len(),
-                values: values.len(),
-            });
-        }
-        keys.iter()
-            .enumerate()
-            .try_for_each(|(i, &k)| check_key(i, k))?;
+        check_insert_batch(keys, values)?;
         let clk = self.next_clock();
         if keys.is_empty() {
             return Ok(Vec::new());

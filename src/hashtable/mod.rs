@@ -343,6 +343,19 @@ pub fn overflow_tag(key: u64) -> u16 {
     1u16 << (2 + ((fmix64(key) >> 48) % 14) as u16)
 }
 
+/// Checks a batch of inserts: as many values as keys, and no reserved key.
+pub fn check_insert_batch(keys: &[u64], values: &[u64]) -> Result<(), HashTableError> {
+    if keys.len() != values.len() {
+        return Err(HashTableError::LengthMismatch {
+            keys: keys.len(),
+            values: values.len(),
+        });
+    }
+    keys.iter()
+        .enumerate()
+        .try_for_each(|(i, &k)| check_key(i, k))
+}
+
 /// Rejects the reserved keys.
 pub fn check_key(index: usize, key: u64) -> Result<(), HashTableError> {
     if key == EMPTY_KEY || key == RESERVED_KEY {
