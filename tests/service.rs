@@ -12,6 +12,9 @@ use serde_json::{json, Value};
 
 use hypermnf::mnf::MnfParams;
 
+mod common;
+use common::TestServer;
+
 /// Each real cube through each upload form gives the bytes `hypermnf run` (that is, `write_result` on
 /// the same cube and parameters) gives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -742,55 +745,7 @@ fn test_data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").canonicalize().unwrap()
 }
 
-struct TestServer {
-    server: hypermnf::api::Server,
-    base: String,
-    client: reqwest::Client,
-}
-
 impl TestServer {
-    /// The server as `hypermnf serve` runs it, on a free loopback port, on the CPU backend (the
-    /// references are computed on the CPU).
-    async fn start(mut args: hypermnf::config::ServeArgs) -> TestServer {
-        args.backend = hypermnf::mnf::BackendChoice::Cpu;
-        let server = hypermnf::api::start(args).await.expect("server starts");
-        let base = format!("http://{}", server.addr);
-        // No connection reuse: a refused upload's connection is closed by the server, and a pooled
-        // client could pick it up just before it sees the close.
-        let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
-        TestServer { server, base, client }
-    }
-    fn url(&self, p: &str) -> String {
-        format!("{}{p}", self.base)
-    }
-    async fn post_npy(&self, body: &[u8], query: &str) -> (StatusCode, Value) {
-        let r = self.client.post(self.url(&format!("/v1/jobs?{query}"))).header("content-type", "application/x-npy")
-            .body(body.to_vec()).send().await.unwrap();
-        (r.status(), r.json().await.unwrap())
-    }
-    async fn get_json(&self, p: &str) -> (StatusCode, Value) {
-        let r = self.client.get(self.url(p)).send().await.unwrap();
-        (r.status(), r.json().await.unwrap())
-    }
-    async fn get_bytes(&self, p: &str) -> (StatusCode, Vec<u8>) {
-        let r = self.client.get(self.url(p)).send().await.unwrap();
-        (r.status(), r.bytes().await.unwrap().to_vec())
-    }
-    /// Polls until the job is finished.
-    async fn wait(&self, id: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(150);
-        loop {
-            let (s, j) = self.get_json(&format!("/v1/jobs/{id}")).await;
-            assert_eq!(s, StatusCode::OK, "{j}");
-            let p = j["progress"].as_f64().unwrap();
-            assert!((0.0..=1.0).contains(&p), "{j}");
-            if !matches!(j["status"].as_str(), Some("queued") | Some("running")) {
-                return j;
-            }
-            assert!(Instant::now() < deadline, "job {id} did not finish: {j}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
     async fn wait_status(&self, id: &str, status: &str) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -801,9 +756,6 @@ impl TestServer {
             assert!(Instant::now() < deadline && !j["finished_at"].is_string(), "job {id} never became {status}: {j}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-    }
-    async fn stop(self) {
-        self.server.stop().await.unwrap();
     }
 }
 

@@ -10,10 +10,12 @@
 //! * `/metrics` counts hits and misses per level.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+
+mod common;
+use common::TestServer;
 
 /// A statistics-level hit gives the bytes of a cold run of the same request, says that it reused
 /// the statistics (and of which job), and takes less time than the cold run.
@@ -198,27 +200,7 @@ fn args(dir: &Path) -> hypermnf::config::ServeArgs {
     a
 }
 
-struct TestServer {
-    server: hypermnf::api::Server,
-    base: String,
-    client: reqwest::Client,
-}
-
 impl TestServer {
-    async fn start(args: hypermnf::config::ServeArgs) -> TestServer {
-        let server = hypermnf::api::start(args).await.expect("server starts");
-        let base = format!("http://{}", server.addr);
-        let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
-        TestServer { server, base, client }
-    }
-    fn url(&self, p: &str) -> String {
-        format!("{}{p}", self.base)
-    }
-    async fn post_npy(&self, body: &[u8], query: &str) -> (StatusCode, Value) {
-        let r = self.client.post(self.url(&format!("/v1/jobs?{query}"))).header("content-type", "application/x-npy")
-            .body(body.to_vec()).send().await.unwrap();
-        (r.status(), r.json().await.unwrap())
-    }
     /// Posts a new job and waits until it has succeeded; its id.
     async fn run_npy(&self, body: &[u8], query: &str) -> String {
         let (s, j) = self.post_npy(body, query).await;
@@ -228,34 +210,8 @@ impl TestServer {
         assert_eq!(done["status"], "succeeded", "{query}: {done}");
         id
     }
-    async fn get_json(&self, p: &str) -> (StatusCode, Value) {
-        let r = self.client.get(self.url(p)).send().await.unwrap();
-        (r.status(), r.json().await.unwrap())
-    }
     async fn result(&self, id: &str, query: &str) -> (StatusCode, Vec<u8>) {
-        let r = self.client.get(self.url(&format!("/v1/jobs/{id}/result{query}"))).send().await.unwrap();
-        (r.status(), r.bytes().await.unwrap().to_vec())
-    }
-    async fn wait(&self, id: &str) -> Value {
-        self.wait_with(id, None).await
-    }
-    async fn wait_as(&self, id: &str, key: &str) -> Value {
-        self.wait_with(id, Some(key)).await
-    }
-    async fn wait_with(&self, id: &str, key: Option<&str>) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(150);
-        loop {
-            let mut req = self.client.get(self.url(&format!("/v1/jobs/{id}")));
-            if let Some(k) = key {
-                req = req.bearer_auth(k);
-            }
-            let j: Value = req.send().await.unwrap().json().await.unwrap();
-            if !matches!(j["status"].as_str(), Some("queued") | Some("running")) {
-                return j;
-            }
-            assert!(Instant::now() < deadline, "job {id} did not finish: {j}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.get_bytes(&format!("/v1/jobs/{id}/result{query}")).await
     }
     /// The job's wall time from start to end, as the service recorded it (milliseconds).
     async fn job_ms(&self, id: &str) -> f64 {
@@ -275,9 +231,6 @@ impl TestServer {
             .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
             .parse()
             .unwrap()
-    }
-    async fn stop(self) {
-        self.server.stop().await.unwrap();
     }
 }
 

@@ -1,0 +1,84 @@
+//! The in-process server the service test binaries share (tests/service.rs, tests/service_cache.rs):
+//! `hypermnf serve` on a free loopback port, on the CPU backend, with a client and the requests every
+//! test needs. Test-specific requests are added by each binary in its own `impl TestServer` block.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+pub struct TestServer {
+    pub server: hypermnf::api::Server,
+    pub base: String,
+    pub client: reqwest::Client,
+}
+
+impl TestServer {
+    /// The server as `hypermnf serve` runs it, on a free loopback port, on the CPU backend (the
+    /// references are computed on the CPU).
+    pub async fn start(mut args: hypermnf::config::ServeArgs) -> TestServer {
+        args.backend = hypermnf::mnf::BackendChoice::Cpu;
+        let server = hypermnf::api::start(args).await.expect("server starts");
+        let base = format!("http://{}", server.addr);
+        // No connection reuse: a refused upload's connection is closed by the server, and a pooled
+        // client could pick it up just before it sees the close.
+        let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+        TestServer { server, base, client }
+    }
+
+    pub fn url(&self, p: &str) -> String {
+        format!("{}{p}", self.base)
+    }
+
+    pub async fn post_npy(&self, body: &[u8], query: &str) -> (StatusCode, Value) {
+        let r = self.client.post(self.url(&format!("/v1/jobs?{query}"))).header("content-type", "application/x-npy")
+            .body(body.to_vec()).send().await.unwrap();
+        (r.status(), r.json().await.unwrap())
+    }
+
+    pub async fn get_json(&self, p: &str) -> (StatusCode, Value) {
+        let r = self.client.get(self.url(p)).send().await.unwrap();
+        (r.status(), r.json().await.unwrap())
+    }
+
+    pub async fn get_bytes(&self, p: &str) -> (StatusCode, Vec<u8>) {
+        let r = self.client.get(self.url(p)).send().await.unwrap();
+        (r.status(), r.bytes().await.unwrap().to_vec())
+    }
+
+    /// Polls until the job is finished (its progress must stay within 0..=1 meanwhile).
+    pub async fn wait(&self, id: &str) -> Value {
+        self.wait_with(id, None).await
+    }
+
+    /// [`Self::wait`] as the owner of API key `key`.
+    pub async fn wait_as(&self, id: &str, key: &str) -> Value {
+        self.wait_with(id, Some(key)).await
+    }
+
+    async fn wait_with(&self, id: &str, key: Option<&str>) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(150);
+        loop {
+            let mut req = self.client.get(self.url(&format!("/v1/jobs/{id}")));
+            if let Some(k) = key {
+                req = req.bearer_auth(k);
+            }
+            let r = req.send().await.unwrap();
+            let s = r.status();
+            let j: Value = r.json().await.unwrap();
+            assert_eq!(s, StatusCode::OK, "{j}");
+            let p = j["progress"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&p), "{j}");
+            if !matches!(j["status"].as_str(), Some("queued") | Some("running")) {
+                return j;
+            }
+            assert!(Instant::now() < deadline, "job {id} did not finish: {j}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn stop(self) {
+        self.server.stop().await.unwrap();
+    }
+}
