@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use hypermnf::mnf::MnfParams;
 
 mod common;
-use common::TestServer;
+use common::{npy_bytes, synthetic_cube, TestServer};
 
 /// Each real cube through each upload form gives the bytes `hypermnf run` (that is, `write_result` on
 /// the same cube and parameters) gives.
@@ -806,21 +806,6 @@ fn npy_header(descr: &str, shape: &str) -> Vec<u8> {
     v
 }
 
-/// The cube as a C-order (lines, samples, bands) `.npy` in its own data type and byte order, as the
-/// project's writer makes it.
-fn npy_bytes(cube: &hypermnf::cube::Cube) -> Vec<u8> {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("c.npy");
-    hypermnf::cube::npy::write_cube(&p, cube).unwrap();
-    std::fs::read(&p).unwrap()
-}
-
-/// A synthetic int16 cube with a 5-dimensional signal plus white noise (`seed` makes different cubes).
-fn synthetic_cube(lines: usize, samples: usize, bands: usize, seed: u64) -> hypermnf::cube::Cube {
-    let mut spec = hypermnf::cube::synthetic::SyntheticSpec::small(lines, samples, bands);
-    spec.seed = seed;
-    hypermnf::cube::synthetic::generate(&spec)
-}
 
 fn without_timings(mut v: Value) -> Value {
     if let Some(o) = v.as_object_mut() {

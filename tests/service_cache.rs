@@ -15,7 +15,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 mod common;
-use common::TestServer;
+use common::{npy_bytes, synthetic_cube, TestServer};
 
 /// A statistics-level hit gives the bytes of a cold run of the same request, says that it reused
 /// the statistics (and of which job), and takes less time than the cold run.
@@ -261,17 +261,4 @@ fn unzip_values(bytes: &[u8]) -> Vec<Vec<u8>> {
         out.push(buf);
     }
     out
-}
-
-fn npy_bytes(cube: &hypermnf::cube::Cube) -> Vec<u8> {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("c.npy");
-    hypermnf::cube::npy::write_cube(&p, cube).unwrap();
-    std::fs::read(&p).unwrap()
-}
-
-fn synthetic_cube(lines: usize, samples: usize, bands: usize, seed: u64) -> hypermnf::cube::Cube {
-    let mut spec = hypermnf::cube::synthetic::SyntheticSpec::small(lines, samples, bands);
-    spec.seed = seed;
-    hypermnf::cube::synthetic::generate(&spec)
 }

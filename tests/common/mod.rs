@@ -82,3 +82,19 @@ impl TestServer {
         self.server.stop().await.unwrap();
     }
 }
+
+/// The cube as a C-order (lines, samples, bands) `.npy` in its own data type and byte order, as the
+/// project's writer makes it.
+pub fn npy_bytes(cube: &hypermnf::cube::Cube) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("c.npy");
+    hypermnf::cube::npy::write_cube(&p, cube).unwrap();
+    std::fs::read(&p).unwrap()
+}
+
+/// A synthetic int16 cube with a 5-dimensional signal plus white noise (`seed` makes different cubes).
+pub fn synthetic_cube(lines: usize, samples: usize, bands: usize, seed: u64) -> hypermnf::cube::Cube {
+    let mut spec = hypermnf::cube::synthetic::SyntheticSpec::small(lines, samples, bands);
+    spec.seed = seed;
+    hypermnf::cube::synthetic::generate(&spec)
+}
