@@ -6,33 +6,38 @@
 // src/hashtable/mod.rs; src/hashtable/cpu.rs is the sequential twin of every device function here
 // and must be changed together with it.
 //
-// Layout: the table is an array of 16-byte cells, 8 cells (128 bytes, one cache line) per bucket.
-//   cell 0 of a bucket = metadata: u16 ctl (bit 0 lock, bit 1 overflow) then u16 stamp[1..7]
-//   cells 1..7         = slots {u64 key, u64 value}; key 0 = empty; the empty slot is all zeros.
-// A group of 8 consecutive lanes reads a whole bucket with one coalesced 128-byte access
-// (lane j reads cell j).
+// Layout: the table is an array of 16-byte cells, 4 cells (64 bytes, half a cache line) per bucket.
+//   cell 0 of a bucket = metadata: u16 ctl (bit 0: insert lock) then u16 stamp[1..3]; then
+//                        u32 overflow tags (one bit per tag, see overflow_tag), then 4 zero bytes
+//   cells 1..3         = slots {u64 key, u64 value}; key 0 = empty; the empty slot is all zeros.
+// A group of 4 consecutive lanes reads a whole bucket with one coalesced 64-byte access
+// (lane j reads cell j). Why 64 and not 128 bytes: a random 64-byte read costs the H100 about 2/3 of
+// a random 128-byte one (31.8 vs 22.0 G/s over 4 GiB), and the finds and claims are bound by them.
 //
 // Insert paths: ht_mixed (and so every insert of the host API) takes b1's lock for every insert
-// (group_insert). ht_insert, the insert-only batch kernel, first tries group_insert_fast without
-// the lock: update a present key in place, else CAS into the LOWEST empty slot of b1, else (b1
-// full) group_insert. Why that never stores a key twice (full argument in src/hashtable/mod.rs,
-// points F1, F2, 5-7): all kernels of a table go to one stream (src/hashtable/gpu.rs), so no erase
-// runs during ht_insert and no slot ever becomes empty in it; hence every successful claim takes
-// the lowest empty slot of its bucket at that moment, an inserter of k that claims slot q of b1
-// read every lower slot full and without k (so a copy of k placed there earlier was already
-// evicted), and the locked path puts k into b2 or over a victim only after reading all of b1 full
-// without k, after which b1 takes no fast claim. A copy in b2 from earlier kernels is found via
-// the key's sticky overflow tag in b1. Each slot is reasoned about separately: the 8 lanes' loads are each
-// atomic, the bucket read is no snapshot. Never use the fast path where erases can run (ht_mixed).
+// (group_insert). An insert-only batch is two kernels: ht_insert does without the lock everything
+// that needs none (update a present key in place; else CAS into the LOWEST empty slot of b1; else,
+// b1 full, set the key's tag and CAS into the lowest empty slot of b2) and queues the rest (both
+// buckets full: an eviction; or a lost CAS race) for ht_insert_rest, which takes the lock where it
+// must. Why that never stores a key twice (full argument in src/hashtable/mod.rs, points F1-F3 and
+// 5-8): all kernels of a table go to one stream (src/hashtable/gpu.rs), so no erase runs during
+// them and no slot ever becomes empty in them; hence every successful claim takes the lowest empty
+// slot of its bucket at that moment, an inserter of k that claims slot q read every lower slot
+// full and without k, and any placement of k outside b1's empty slots (a b2 claim, an eviction)
+// follows a read of all of b1 full without k, after which b1 takes no claim. A copy in b2 from
+// earlier kernels is found via the key's sticky overflow tag in b1. Each slot is reasoned about
+// separately: the 4 lanes' loads are each atomic, the bucket read is no snapshot. Never use the
+// lock-free paths where erases can run (ht_mixed).
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
 typedef unsigned short u16;
 typedef unsigned __int128 u128;
 
-#define GROUP 8
+#define GROUP 4
+// Ballot bits of the slot lanes 1..GROUP-1 (lane 0 holds the metadata cell).
+#define SLOT_LANES (((1u << GROUP) - 1u) & ~1u)
 #define CTL_LOCK 1u
-#define CTL_OVERFLOW 2u
 #define EMPTY_KEY 0ull
 #define RESERVED_KEY 0xffffffffffffffffull
 #define SALT2 0x9e3779b97f4a7c15ull
@@ -64,6 +69,13 @@ typedef unsigned __int128 u128;
 #define HT_BOUNDS __launch_bounds__(256, HT_MIN_BLOCKS)
 #else
 #define HT_BOUNDS __launch_bounds__(256)
+#endif
+// ht_insert: at most 64 registers, so that 4 blocks (32 warps) fit on an SM; its memory round trips
+// are hidden only by other warps (66 registers would allow 3 blocks).
+#ifdef HT_MIN_BLOCKS
+#define HT_INSERT_BOUNDS HT_BOUNDS
+#else
+#define HT_INSERT_BOUNDS __launch_bounds__(256, 4)
 #endif
 
 struct __align__(16) Cell {
@@ -97,7 +109,7 @@ __device__ __forceinline__ void bucket_pair(u64 key, u64 bucket_mask, u64& b1, u
     if (b2 == b1) b2 = b1 ^ 1ull;
 }
 
-// The same pair as 32-bit indices: a table has at most 2^32 cells = 2^29 buckets (MAX_CELLS in
+// The same pair as 32-bit indices: a table has at most 2^32 cells = 2^30 buckets (MAX_CELLS in
 // src/hashtable/mod.rs), so bucket indices fit in a u32 and a group broadcasts one with a single
 // shuffle. The batch kernels compute both once per lane, in the prologue (see GROUP_PROLOGUE).
 __device__ __forceinline__ u32 bucket1(u64 key, u64 bucket_mask) {
@@ -109,15 +121,20 @@ __device__ __forceinline__ u32 bucket2(u64 key, u64 bucket_mask, u32 b1) {
     return b2 == b1 ? (b1 ^ 1u) : b2;
 }
 
-// The overflow tag of a key: one of the control word's bits 2..15, chosen by bits 48.. of its hash
-// (the bucket index uses at most the low 29). Before a key is placed in its b2, b1's control word gets
-// CTL_OVERFLOW and the key's tag; a lookup that misses in b1 reads b2 only when its own tag is set
-// there. With one bit for all overflowed keys, every miss in an overflowed bucket (a third of them at
-// load 0.8) cost a second bucket read; with 14 tags most of those reads are skipped. Tags are sticky
-// like the overflow bit (an evicted or erased key's tag stays: a wasted read, never a missed key).
-// src/hashtable/mod.rs `overflow_tag` is the same function.
+// The overflow tag of a key: one of 32 bits, chosen by bits 48..52 of its hash (the bucket index
+// uses at most the low 30). Before a key is placed in its b2, b1's tag word (the metadata cell's
+// second half) gets the key's tag; a lookup that misses in b1 reads b2 only when its own tag is set
+// there. Tags are only ever set (atomicOr; cleared by `clear` alone), so an evicted or erased key's
+// tag stays: a wasted read, never a missed key. The tag word is apart from the lock word so that
+// setting a tag never races the lock's CASes: ht_insert's lock-free b2 claims set tags with a
+// fire-and-forget reduction. src/hashtable/mod.rs `overflow_tag` is the same function.
 __device__ __forceinline__ u32 overflow_tag(u64 hash) {
-    return 1u << (2u + (u32)((hash >> 48) % 14u));
+    return 1u << (u32)((hash >> 48) & 31u);
+}
+
+// The tag word of a bucket (bytes 8..11 of its metadata cell).
+__device__ __forceinline__ u32* tag_word(Cell* bucket) {
+    return reinterpret_cast<u32*>(bucket) + 2;
 }
 
 // Single-copy-atomic 16-byte load that bypasses the (incoherent) L1.
@@ -163,9 +180,9 @@ __device__ __forceinline__ Cell cas_cell_prev(Cell* p, u64 ek, u64 ev, u64 nk, u
     return c;
 }
 
-// Stamp of slot s (1..7) out of the two 64-bit halves of a metadata cell.
-__device__ __forceinline__ u32 stamp_of(u64 meta_lo, u64 meta_hi, u32 s) {
-    return s < 4 ? (u32)((meta_lo >> (16 * s)) & 0xffffu) : (u32)((meta_hi >> (16 * (s - 4))) & 0xffffu);
+// Stamp of slot s (1..3) out of the metadata cell's first 64-bit word (ctl in bits 0..15).
+__device__ __forceinline__ u32 stamp_of(u64 meta_lo, u32 s) {
+    return (u32)((meta_lo >> (16 * s)) & 0xffffu);
 }
 
 __device__ __forceinline__ void store_stamp(Cell* bucket, u32 s, u32 clk) {
@@ -188,7 +205,7 @@ __device__ __forceinline__ u16 cas16_release(u16* p, u16 cmp, u16 val) {
 }
 
 // Start fetching a bucket's line into L2 (fire and forget): each lane prefetches the primary
-// bucket of its own operation, so the group's 8 operations overlap their DRAM latency instead of
+// bucket of its own operation, so the group's operations overlap their DRAM latency instead of
 // paying it one after the other.
 __device__ __forceinline__ void prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
@@ -203,14 +220,14 @@ struct Group {
 __device__ __forceinline__ Group make_group() {
     Group g;
     u32 wl = threadIdx.x & 31u;
-    g.lane = wl & 7u;
-    g.base = wl & ~7u;
-    g.mask = 0xffu << g.base;
+    g.lane = wl & (GROUP - 1u);
+    g.base = wl & ~(GROUP - 1u);
+    g.mask = ((1u << GROUP) - 1u) << g.base;
     return g;
 }
 
 __device__ __forceinline__ u32 gballot(const Group& g, bool p) {
-    return (__ballot_sync(g.mask, p) >> g.base) & 0xffu;
+    return (__ballot_sync(g.mask, p) >> g.base) & ((1u << GROUP) - 1u);
 }
 
 template <typename T>
@@ -218,20 +235,35 @@ __device__ __forceinline__ T gshfl(const Group& g, T v, u32 src) {
     return __shfl_sync(g.mask, v, (int)src, GROUP);
 }
 
+// The same votes and shuffles with the whole warp's mask, for the batched rounds (read_round,
+// find_round, ht_insert's claims), which every lane of the warp executes together whatever its
+// group's operations: with a group's mask inside code whose control flow differs between the
+// warp's groups, the compiler cannot assume convergence and wraps every shuffle and vote in a
+// WARPSYNC.COLLECTIVE fallback (ptxas output: 68 such blocks in ht_insert, ~900 instructions per
+// warp), which cost more than the work. Each group still reads only its own lanes (width GROUP).
+__device__ __forceinline__ u32 wballot(const Group& g, bool p) {
+    return (__ballot_sync(0xffffffffu, p) >> g.base) & ((1u << GROUP) - 1u);
+}
+
+template <typename T>
+__device__ __forceinline__ T wshfl(T v, u32 src) {
+    return __shfl_sync(0xffffffffu, v, (int)src, GROUP);
+}
+
 // One bucket as seen by a group: every lane holds its cell, plus the metadata broadcast.
 struct View {
     Cell c;
-    u64 meta_lo;
-    u64 meta_hi;
-    u32 hit;    // lanes (1..7) whose key equals the probed key
-    u32 empty;  // lanes (1..7) whose slot is empty
+    u64 meta_lo;  // the metadata cell's first word: ctl and stamps
+    u32 tags;     // the metadata cell's tag word
+    u32 hit;    // slot lanes (1..GROUP-1) whose key equals the probed key
+    u32 empty;  // slot lanes whose slot is empty
 };
 
 __device__ __forceinline__ View read_bucket(const Group& g, Cell* bucket, u64 key) {
     View v;
     v.c = ld_cell(bucket + g.lane);
     v.meta_lo = gshfl(g, v.c.key, 0);
-    v.meta_hi = gshfl(g, v.c.val, 0);
+    v.tags = gshfl(g, (u32)v.c.val, 0);
     v.hit = gballot(g, g.lane != 0 && v.c.key == key);
     v.empty = gballot(g, g.lane != 0 && v.c.key == EMPTY_KEY);
     return v;
@@ -264,7 +296,7 @@ __device__ __forceinline__ u32 target_b2(const Group& g, const Target& t) {
 }
 
 // ---------------------------------------------------------------- cooperative operations
-// Every function below is called by all 8 lanes of a group with the same arguments and
+// Every function below is called by all lanes of a group with the same arguments and
 // returns the same status in every lane; control flow depends only on broadcast values.
 // Reserved keys never get here: the prologue answers them with ST_REJECTED.
 
@@ -275,8 +307,8 @@ __device__ __forceinline__ u32 group_find(const Group& g, Cell* table, const Tar
     Cell* bucket = table + (u64)t.b1 * GROUP;
     Cell c = ld_cell_as<NC>(bucket + g.lane);
     // One vote answers both questions: bit 0 = the key's overflow tag in b1 (lane 0 holds the
-    // metadata cell, whose low 16 bits are the control word), bits 1..7 = the slots holding the key.
-    u32 m = gballot(g, g.lane == 0 ? (c.key & t.tag) != 0 : c.key == t.key);
+    // metadata cell, whose second half holds the tag word), other bits = the slots holding the key.
+    u32 m = gballot(g, g.lane == 0 ? ((u32)c.val & t.tag) != 0 : c.key == t.key);
     if (m <= 1u) {                    // not in b1
         if (m == 0u) return ST_MISS;  // tag clear: the key does not live in b2
         bucket = table + (u64)target_b2(g, t) * GROUP;
@@ -284,10 +316,10 @@ __device__ __forceinline__ u32 group_find(const Group& g, Cell* table, const Tar
         m = gballot(g, g.lane != 0 && c.key == t.key);
         if (m == 0u) return ST_MISS;
     }
-    u32 s = __ffs(m & 0xfeu) - 1;
+    u32 s = __ffs(m & SLOT_LANES) - 1;
     out_val = gshfl(g, c.val, s);
     // Lane 0 holds the metadata of the bucket that hit, so it refreshes the stamp (only if it changes).
-    if (TOUCH && g.lane == 0 && stamp_of(c.key, c.val, s) != (clk & 0xffffu)) store_stamp(bucket, s, clk);
+    if (TOUCH && g.lane == 0 && stamp_of(c.key, s) != (clk & 0xffffu)) store_stamp(bucket, s, clk);
     return ST_FOUND;
 }
 
@@ -312,7 +344,7 @@ __device__ u32 group_erase(const Group& g, Cell* table, const Target& t, u64& ou
                 retry = true;  // the slot changed under us: read again
                 break;
             }
-            if (r == 0 && !(v.meta_lo & t.tag)) break;
+            if (r == 0 && !(v.tags & t.tag)) break;
         }
         if (!retry) return ST_MISS;
     }
@@ -344,15 +376,16 @@ __device__ bool group_lock(const Group& g, Cell* bucket, u16& held) {
     return got;
 }
 
-// Lane 0, holding the lock: set the overflow bit and the key's tag (only the holder changes the word,
-// so the CAS succeeds), then fence so that they are visible before the key can appear in b2.
-__device__ __forceinline__ void set_overflow(const Group& g, Cell* bucket, u16& held, u32 tag) {
-    const u16 bits = (u16)(CTL_OVERFLOW | tag);
-    if (g.lane == 0 && (held & bits) != bits) {
-        u16 next = (u16)(held | bits);
-        atomicCAS(reinterpret_cast<u16*>(bucket), held, next);
-        held = next;
-        __threadfence();
+// Lane 0, holding the lock: set the key's overflow tag in b1 (atomicOr: tags are only ever set, by
+// whoever places a key in its b2). FENCE (ht_mixed, where finds run concurrently): then fence, so that
+// the tag is visible before the key can appear in b2. The insert-only kernels need no fence: in them
+// no find runs, a b1 found full always sends its reader to b2, and the kernel boundary publishes the
+// tag to every later kernel.
+template <bool FENCE>
+__device__ __forceinline__ void set_overflow(const Group& g, Cell* bucket, u32 tag) {
+    if (g.lane == 0) {
+        atomicOr(tag_word(bucket), tag);
+        if (FENCE) __threadfence();
     }
     __syncwarp(g.mask);
 }
@@ -364,6 +397,8 @@ __device__ __forceinline__ void group_unlock(const Group& g, Cell* bucket, u16 h
 
 // Insert-or-assign under the primary bucket's lock (the slow path of ht_insert, the only path of
 // ht_mixed). out_key/out_val: the evicted entry (ST_EVICTED) or the previous value (ST_UPDATED).
+// FENCE: see set_overflow (true in ht_mixed).
+template <bool FENCE>
 __device__ u32 group_insert(const Group& g, Cell* table, const Target& t, u64 val, u32 clk, u64& out_key,
                             u64& out_val) {
     const u64 key = t.key;
@@ -374,12 +409,11 @@ __device__ u32 group_insert(const Group& g, Cell* table, const Target& t, u64 va
     u32 status = ST_FAILED;
     for (int attempt = 0; attempt < MAX_ATTEMPTS; ++attempt) {
         View v1 = read_bucket(g, B1, key);
-        bool have2 = false;
         View v2 = {};
-        if (!v1.hit && (v1.meta_lo & t.tag)) {
-            v2 = read_bucket(g, B2, key);
-            have2 = true;
-        }
+        // b2 is read when the key may live there (its tag in b1) and whenever b1 is full (a claim in
+        // b2 or an eviction follows, and a key that ht_insert's lock-free path put into b2 may not
+        // show its tag to this read yet).
+        if (!v1.hit && ((v1.tags & t.tag) || !v1.empty)) v2 = read_bucket(g, B2, key);
         // 1. The key is present: replace its value in place.
         if (v1.hit || v2.hit) {
             bool in1 = v1.hit != 0;
@@ -414,12 +448,10 @@ __device__ u32 group_insert(const Group& g, Cell* table, const Target& t, u64 va
             }
             continue;
         }
-        if (!have2) v2 = read_bucket(g, B2, key);
-        if (v2.hit) continue;  // cannot happen with the overflow rule; read again to be safe
         // 3. Else the lowest empty slot of b2, the overflow bit published first.
         if (v2.empty) {
             u32 s = __ffs(v2.empty) - 1;
-            set_overflow(g, B1, held, t.tag);
+            set_overflow<FENCE>(g, B1, t.tag);
             bool ok = false;
             if (g.lane == s) {
                 ok = cas_cell(B2 + s, EMPTY_KEY, 0ull, key, val);
@@ -432,28 +464,28 @@ __device__ u32 group_insert(const Group& g, Cell* table, const Target& t, u64 va
             }
             continue;
         }
-        // 4. Both buckets full: evict the least recently used of the 14 entries (largest stamp
-        //    age, ties to the primary bucket, then to the lower slot).
+        // 4. Both buckets full: evict the least recently used of the 2 * (GROUP - 1) entries (largest
+        //    stamp age, ties to the primary bucket, then to the lower slot).
         u32 best = 0;
         if (g.lane != 0) {
-            u32 a1 = (clk - stamp_of(v1.meta_lo, v1.meta_hi, g.lane)) & 0xffffu;
-            u32 a2 = (clk - stamp_of(v2.meta_lo, v2.meta_hi, g.lane)) & 0xffffu;
+            u32 a1 = (clk - stamp_of(v1.meta_lo, g.lane)) & 0xffffu;
+            u32 a2 = (clk - stamp_of(v2.meta_lo, g.lane)) & 0xffffu;
             u32 o1 = (a1 << 8) | (255u - g.lane);
-            u32 o2 = (a2 << 8) | (255u - (8u + g.lane));
+            u32 o2 = (a2 << 8) | (255u - (GROUP + g.lane));
             best = o1 > o2 ? o1 : o2;
         }
 #pragma unroll
-        for (int off = 4; off > 0; off >>= 1) {
+        for (int off = GROUP / 2; off > 0; off >>= 1) {
             u32 other = __shfl_xor_sync(g.mask, best, off, GROUP);
             best = other > best ? other : best;
         }
         u32 order = 255u - (best & 0xffu);
-        bool in2 = order >= 8u;
-        u32 s = order & 7u;
+        bool in2 = order >= GROUP;
+        u32 s = order & (GROUP - 1u);
         u64 vk = gshfl(g, in2 ? v2.c.key : v1.c.key, s);
         u64 vv = gshfl(g, in2 ? v2.c.val : v1.c.val, s);
         Cell* bucket = in2 ? B2 : B1;
-        if (in2) set_overflow(g, B1, held, t.tag);
+        if (in2) set_overflow<FENCE>(g, B1, t.tag);
         bool ok = false;
         if (g.lane == s) {
             ok = cas_cell(bucket + s, vk, vv, key, val);
@@ -471,8 +503,11 @@ __device__ u32 group_insert(const Group& g, Cell* table, const Target& t, u64 va
     return status;
 }
 
-// Internal status of group_insert_fast: "leave this insert to the locked slow path". Never stored.
+// Internal statuses, never seen by the host: ST_SLOW, "leave this insert to the locked slow path"
+// (group_insert_fast; also what ht_insert hands ht_insert_rest after a lost CAS), and ST_FULL, what
+// ht_insert hands ht_insert_rest for a key absent from two full buckets.
 #define ST_SLOW 0xffu
+#define ST_FULL 0xfeu
 
 // Where a lock-free insert of t.key writes, read cooperatively: the slot holding the key (in b1, or
 // in b2 when b1 carries the key's overflow tag) or, when the key is absent, the lowest empty slot of
@@ -489,10 +524,10 @@ struct Claim {
 __device__ __forceinline__ bool insert_claim(const Group& g, Cell* table, const Target& t, Claim& out) {
     Cell* bucket = table + (u64)t.b1 * GROUP;
     Cell c = ld_cell(bucket + g.lane);
-    // Bit 0: the key's overflow tag in b1 (lane 0 holds the metadata); bits 1..7: slots holding the key.
-    u32 m = gballot(g, g.lane == 0 ? (c.key & t.tag) != 0 : c.key == t.key);
+    // Bit 0: the key's overflow tag in b1 (lane 0 holds the metadata); bits 1..: slots holding the key.
+    u32 m = gballot(g, g.lane == 0 ? ((u32)c.val & t.tag) != 0 : c.key == t.key);
     u32 empty = gballot(g, g.lane != 0 && c.key == EMPTY_KEY);
-    u32 hit = m & 0xfeu;
+    u32 hit = m & SLOT_LANES;
     if (!hit && (m & 1u)) {  // the key may live in b2
         Cell* B2 = table + (u64)target_b2(g, t) * GROUP;
         Cell c2 = ld_cell(B2 + g.lane);
@@ -511,8 +546,9 @@ __device__ __forceinline__ bool insert_claim(const Group& g, Cell* table, const 
     return true;
 }
 
-// Lock-free fast path of the insert-only kernel ht_insert (never of ht_mixed: it is correct only
-// while no erase runs, see "Why a key is never stored twice" in src/hashtable/mod.rs). Reads b1
+// Lock-free retry of an insert whose claim lost a CAS race in ht_insert, run by ht_insert_rest (never
+// by ht_mixed: it is correct only while no erase runs, see "Why a key is never stored twice" in
+// src/hashtable/mod.rs). Reads b1
 // (and b2 if b1 carries the key's overflow tag), through insert_claim; a present key gets its value replaced in place, an absent
 // key is claimed into the LOWEST empty slot of b1, both with one 128-bit CAS from the exact
 // contents read. Returns ST_INSERTED / ST_UPDATED (out_val = previous value), or ST_SLOW when the
@@ -555,18 +591,35 @@ __device__ u32 group_insert_fast(const Group& g, Cell* table, const Target& t, u
     return ST_SLOW;
 }
 
+// Batched reads: for each operation j of the group in `todo` (group-uniform), every lane loads its cell
+// of the bucket `gshfl(mybucket, j)` into c[j]. The loads are independent, so a lane has up to GROUP
+// of them in flight and the group pays one memory round trip for all its operations. c[j] is left
+// unread (zero) for operations outside `todo`.
+template <bool NC = false>
+__device__ __forceinline__ void read_round(const Group& g, const Cell* table, u32 todo, u32 mybucket, Cell (&c)[GROUP]) {
+#pragma unroll
+    for (u32 j = 0; j < GROUP; ++j) {
+        const u32 b = wshfl(mybucket, j);
+        c[j].key = 0;
+        c[j].val = 0;
+        if (todo & (1u << j)) c[j] = ld_cell_as<NC>(table + (u64)b * GROUP + g.lane);
+    }
+}
+
 // ---------------------------------------------------------------- batch kernels
-// Warp-cooperative work sharing: each lane brings one operation; the group of 8 lanes serves its
-// lanes' operations one after the other, all 8 lanes cooperating on each. Launch with a block size
-// that is a multiple of 32.
+// Warp-cooperative work sharing: each lane brings one operation; the group of GROUP lanes serves
+// its lanes' operations, all its lanes cooperating on each: one after the other (erase, mixed, and
+// the slow path of inserts), or in rounds that read all the group's buckets at once (find, and the
+// claims of ht_insert; see read_round). Launch with a block size that is a multiple of 32.
 
 // Each lane loads its own operation (coalesced), hashes its key once (both buckets: one fmix64
-// each per lane, i.e. per warp for 32 operations, cheaper than hashing per served operation) and
-// prefetches its primary bucket into L2; a reserved key is answered ST_REJECTED here and never
-// served. The group then serves the pending lanes one after the other, broadcasting key and b1
-// with __shfl_sync (b2 only on demand, target_b2), and the owning lane keeps the result in
-// registers so that all results are written at the end in one coalesced store per array.
-#define GROUP_PROLOGUE(n)                                                      \
+// each per lane, i.e. per warp for 32 operations, cheaper than hashing per served operation) and,
+// in the kernels that serve operations one after the other (PREFETCH), prefetches its primary
+// bucket into L2 so that the group's operations overlap their DRAM latency; a reserved key is
+// answered ST_REJECTED here and never served. The group then serves the pending lanes,
+// broadcasting key and b1 with __shfl_sync (b2 only on demand), and the owning lane keeps the
+// result in registers so that all results are written at the end in one coalesced store per array.
+#define GROUP_PROLOGUE(n, PREFETCH)                                            \
     Group g = make_group();                                                    \
     u64 my = (u64)blockIdx.x * blockDim.x + threadIdx.x;                       \
     bool active = my < (n);                                                    \
@@ -576,7 +629,7 @@ __device__ u32 group_insert_fast(const Group& g, Cell* table, const Target& t, u
     u32 myb1 = (u32)(myh & bucket_mask);                                       \
     u32 mytag = overflow_tag(myh);                                             \
     u32 myb2 = bucket2(mykey, bucket_mask, myb1);                              \
-    if (valid) prefetch_l2(table + (u64)myb1 * GROUP);                         \
+    if (PREFETCH && valid) prefetch_l2(table + (u64)myb1 * GROUP);             \
     u32 pending = gballot(g, valid);                                           \
     u32 my_st = ST_REJECTED;                                                   \
     u64 my_ok = 0, my_ov = 0;
@@ -595,56 +648,132 @@ __device__ u32 group_insert_fast(const Group& g, Cell* table, const Target& t, u
         }                                                                      \
     }
 
-// Insert-or-assign a batch of inserts only. Lock-free fast path (group_insert_fast), the locked
-// group_insert when the key is absent and b1 is full. Must never run concurrently with an erase on
-// the same table (all launches go to one stream, see src/hashtable/gpu.rs).
-extern "C" __global__ void HT_BOUNDS ht_insert(Cell* table, u64 bucket_mask, const u64* keys, const u64* vals, u64 n,
-                                     u32 clk, u32* status, u64* out_key, u64* out_val) {
-    GROUP_PROLOGUE(n)
+// Insert-or-assign a batch of inserts only, phase 1 of 2: every insert that can be done without the
+// lock (an update in place, a claim of the lowest empty slot of b1, or of b2 when b1 is full);
+// ht_insert_rest, launched next with the same arguments, does the rest. Must never run concurrently
+// with an erase on the same table (all launches go to one stream, see src/hashtable/gpu.rs).
+extern "C" __global__ void HT_INSERT_BOUNDS ht_insert(Cell* table, u64 bucket_mask, const u64* keys, const u64* vals, u64 n,
+                                     u32 clk, u32* status, u64* out_key, u64* out_val, u32* rest) {
+    GROUP_PROLOGUE(n, false)
     u64 myval = active ? vals[my] : 0ull;
-    // Phase 1, pipelined claims. The group reads each pending operation's bucket(s) cooperatively, as
-    // group_insert_fast does, and hands the owning lane its target: the slot holding its key (an
-    // update) or the lowest empty slot of b1 (a claim). Then every lane issues its own 128-bit CAS at
-    // once, so a group has up to 8 CASes in flight instead of one after the other (ncu: the one-at-a-
-    // time kernel was latency-bound, 0.37 eligible warps per scheduler, and more occupancy did not
-    // help). No key can be stored twice for the same reason as in group_insert_fast: each claim takes
-    // the lowest slot of b1 that was empty when it was read, and no slot empties during this kernel.
-    // A lane whose CAS fails, or whose key is absent from a full b1, goes to phase 2.
-    Claim mine = {};  // this lane's target (valid when `have`)
-    bool have = false;
+    // Phase 1, pipelined claims. The group reads all its pending operations' primary buckets at once
+    // (read_round) and votes on each; operations that did not find their key in b1 and either see
+    // their overflow tag there or find b1 full read their b2 in a second round. Each owning lane then
+    // holds its target: the slot holding its key (an update, in b1 or b2), else the lowest empty slot
+    // of b1, else (b1 full) the lowest empty slot of b2, for which it first sets its tag in b1's tag
+    // word (a fire-and-forget atomicOr). Every lane issues its own 128-bit CAS; the targets found in
+    // round 1 go out before round 2's reads, so the two overlap. Session 3's one-bucket-at-a-time
+    // reads made the kernel latency-bound (ncu: 0.37 eligible warps per scheduler; more occupancy did
+    // not help), and with 3-slot buckets a fifth of the inserts that build a table to load 0.8 find
+    // b1 full, so the b2 claims are pipelined too; only evictions (both buckets full) take the lock,
+    // in ht_insert_rest. No key can be stored twice (src/hashtable/mod.rs, "The lock-free paths of
+    // ht_insert"): no slot empties during these kernels, each claim takes the lowest slot of its
+    // bucket that was empty when read, and a claim into b2 follows a read of b1 full without the key.
+    Claim mine = {};       // this lane's target (valid when `have` or `have2`)
+    bool have = false;     // found in round 1
+    bool have2 = false;    // found in round 2
+    bool via_b2 = false;   // the target is an empty slot of b2: set the tag first
+    bool both_full = false;  // absent from two full buckets
+    Cell prev = {};        // what the claim's CAS found
     {
-        u32 todo = pending;
-        while (todo) {
-            u32 j = __ffs(todo) - 1;
-            todo &= todo - 1;
-            Target t = target_of(g, j, mykey, myb1, myb2, mytag);
-            Claim cl;
-            // insert_claim first: all 8 lanes take part in it.
-            if (insert_claim(g, table, t, cl) && g.lane == j) {
-                mine = cl;
+        Cell c[GROUP];
+        read_round(g, table, pending, myb1, c);
+        u32 again = 0;      // operations that read their b2 in round 2 (group-uniform)
+        u32 my_empty = 0;   // owner lane: the empty slots of its b1
+        // Every lane of the warp runs every step (warp-wide collectives, see wballot); `live` says
+        // whether operation j of this lane's group is pending.
+#pragma unroll
+        for (u32 j = 0; j < GROUP; ++j) {
+            const bool live = (pending >> j) & 1u;
+            const u64 key = wshfl(mykey, j);
+            const u32 tag = wshfl(mytag, j);
+            const u32 b = wshfl(myb1, j);
+            // Bit 0: the key's overflow tag in b1 (lane 0 holds the metadata); others: slots holding the key.
+            const u32 m = wballot(g, live && (g.lane == 0 ? ((u32)c[j].val & tag) != 0 : c[j].key == key));
+            const u32 empty = wballot(g, live && g.lane != 0 && c[j].key == EMPTY_KEY);
+            const u32 hit = m & SLOT_LANES;
+            const u32 s = (__ffs(hit ? hit : empty) - 1) & (GROUP - 1u);
+            const u64 v = wshfl(c[j].val, s);
+            if (!live) {
+                // not an operation of this round
+            } else if (!hit && ((m & 1u) || !empty)) {  // the key may live in b2, or b1 is full
+                again |= 1u << j;
+                if (g.lane == j) my_empty = empty;
+            } else if (g.lane == j) {
+                mine.bucket = table + (u64)b * GROUP;
+                mine.s = s;
+                mine.ek = hit ? key : EMPTY_KEY;
+                mine.ev = hit ? v : 0ull;
                 have = true;
             }
         }
-    }
-    bool done = false;
-    if (have) {
-        Cell prev = cas_cell_prev(mine.bucket + mine.s, mine.ek, mine.ev, mykey, myval);
-        if (prev.key == mine.ek && prev.val == mine.ev) {
-            store_stamp(mine.bucket, mine.s, clk);
-            my_st = mine.ek == EMPTY_KEY ? ST_INSERTED : ST_UPDATED;
-            my_ok = 0;
-            my_ov = mine.ev;
-            done = true;
+        if (have) prev = cas_cell_prev(mine.bucket + mine.s, mine.ek, mine.ev, mykey, myval);
+        if (__any_sync(0xffffffffu, again != 0)) {  // the whole warp takes part (see wballot)
+            read_round(g, table, again, myb2, c);
+#pragma unroll
+            for (u32 j = 0; j < GROUP; ++j) {
+                const bool live = (again >> j) & 1u;
+                const u64 key = wshfl(mykey, j);
+                const u32 b = wshfl(myb2, j);
+                const u32 hit2 = wballot(g, live && g.lane != 0 && c[j].key == key);
+                const u32 empty2 = wballot(g, live && g.lane != 0 && c[j].key == EMPTY_KEY);
+                const u32 s = (__ffs(hit2 ? hit2 : empty2) - 1) & (GROUP - 1u);
+                const u64 v = wshfl(c[j].val, s);
+                if (live && g.lane == j) {
+                    if (hit2) {  // present in b2: update it there
+                        mine.bucket = table + (u64)b * GROUP;
+                        mine.s = s;
+                        mine.ek = key;
+                        mine.ev = v;
+                        have2 = true;
+                    } else if (my_empty) {  // tagged b1 with room: the key is absent, claim in b1
+                        mine.bucket = table + (u64)myb1 * GROUP;
+                        mine.s = __ffs(my_empty) - 1;
+                        mine.ek = EMPTY_KEY;
+                        mine.ev = 0ull;
+                        have2 = true;
+                    } else if (empty2) {  // b1 full: claim the lowest empty slot of b2
+                        mine.bucket = table + (u64)b * GROUP;
+                        mine.s = s;
+                        mine.ek = EMPTY_KEY;
+                        mine.ev = 0ull;
+                        via_b2 = true;
+                        have2 = true;
+                    } else {
+                        both_full = true;  // ht_insert_rest evicts under the lock
+                    }
+                }
+            }
         }
     }
-    // Phase 2: the rest one at a time (the fast path, then the locked slow path).
-    pending = gballot(g, valid && !done);
-    FOR_EACH_PENDING
-        u64 val = gshfl(g, myval, j);
-        u64 ok = 0, ov = 0;
-        u32 st = group_insert_fast(g, table, t, val, clk, ov);
-        if (st == ST_SLOW) st = group_insert(g, table, t, val, clk, ok, ov);
-    KEEP_RESULT(st, ok, ov)
+    if (have2) {
+        // The tag goes into b1's tag word before the claim; every later kernel sees both (the kernel
+        // boundary), and inside the insert-only kernels nothing relies on the tag (a b1 found full
+        // always sends its reader to b2).
+        if (via_b2) atomicOr(tag_word(table + (u64)myb1 * GROUP), mytag);
+        prev = cas_cell_prev(mine.bucket + mine.s, mine.ek, mine.ev, mykey, myval);
+    }
+    bool done = false;
+    if ((have || have2) && prev.key == mine.ek && prev.val == mine.ev) {
+        store_stamp(mine.bucket, mine.s, clk);
+        my_st = mine.ek == EMPTY_KEY ? ST_INSERTED : ST_UPDATED;
+        my_ok = 0;
+        my_ov = mine.ev;
+        done = true;
+    }
+    // What is left goes to ht_insert_rest, launched next on the same stream: its index is appended
+    // to the queue rest[1..] (rest[0] counts them; the host zeroes it before this kernel), one
+    // atomicAdd per warp. ht_insert_rest then runs over a dense queue instead of the whole batch.
+    const bool left = valid && !done;
+    if (left) my_st = both_full ? ST_FULL : ST_SLOW;
+    const u32 lefts = __ballot_sync(0xffffffffu, left);
+    if (lefts) {
+        const u32 wl = threadIdx.x & 31u;
+        u32 base = 0;
+        if (wl == (u32)(__ffs(lefts) - 1)) base = atomicAdd(&rest[0], (u32)__popc(lefts));
+        base = __shfl_sync(0xffffffffu, base, __ffs(lefts) - 1);
+        if (left) rest[1 + base + __popc(lefts & ((1u << wl) - 1u))] = (u32)my;
+    }
     if (active) {
         status[my] = my_st;
         out_key[my] = my_ok;
@@ -652,14 +781,104 @@ extern "C" __global__ void HT_BOUNDS ht_insert(Cell* table, u64 bucket_mask, con
     }
 }
 
+// Phase 2 of an insert-only batch, launched right after ht_insert with its arguments and queue: the
+// operations it left (rest[1 .. 1 + rest[0]], indices into the batch), one at a time per group.
+// ST_SLOW (the claim's CAS lost a race) retries through the lock-free group_insert_fast first;
+// ST_FULL (absent from two full buckets) goes straight to the locked path, which evicts. A kernel
+// of its own so that ht_insert carries no locked-path code (64 registers instead of 80: more
+// resident warps to overlap its memory round trips), and over a dense queue so that its warps are
+// full of work: run over the whole batch, the few slow operations spread one or two per warp and
+// every wave of blocks waited for them (ncu: 30 % of the build's time for the 6 % of its inserts
+// that evict). Any grid size works (grid-stride loop; the trip count is uniform per block). No
+// erase runs between or during the two kernels (one stream), so the lock-free argument holds.
+extern "C" __global__ void HT_BOUNDS ht_insert_rest(Cell* table, u64 bucket_mask, const u64* keys, const u64* vals,
+                                                    u32 clk, u32* status, u64* out_key, u64* out_val, const u32* rest) {
+    const u32 count = rest[0];
+    Group g = make_group();
+    for (u64 base = (u64)blockIdx.x * blockDim.x; base < count; base += (u64)gridDim.x * blockDim.x) {
+        const u64 q = base + threadIdx.x;
+        const bool valid = q < count;
+        const u64 my = valid ? rest[1 + q] : 0ull;
+        const u32 st0 = valid ? status[my] : ST_INSERTED;
+        const u64 mykey = valid ? keys[my] : EMPTY_KEY;
+        const u64 myval = valid ? vals[my] : 0ull;
+        const u64 myh = mix64(mykey);
+        const u32 myb1 = (u32)(myh & bucket_mask);
+        const u32 mytag = overflow_tag(myh);
+        const u32 myb2 = bucket2(mykey, bucket_mask, myb1);
+        const bool both_full = st0 == ST_FULL;
+        if (valid) prefetch_l2(table + (u64)myb1 * GROUP);
+        if (valid && both_full) prefetch_l2(table + (u64)myb2 * GROUP);  // the eviction reads both
+        u32 pending = gballot(g, valid);
+        u32 my_st = st0;
+        u64 my_ok = 0, my_ov = 0;
+        FOR_EACH_PENDING
+            u64 val = gshfl(g, myval, j);
+            u64 ok = 0, ov = 0;
+            u32 st = gshfl(g, (int)both_full, j) ? ST_SLOW : group_insert_fast(g, table, t, val, clk, ov);
+            if (st == ST_SLOW) st = group_insert<false>(g, table, t, val, clk, ok, ov);
+        KEEP_RESULT(st, ok, ov)
+        if (valid) {
+            status[my] = my_st;
+            out_key[my] = my_ok;
+            out_val[my] = my_ov;
+        }
+    }
+}
+
+// One round of batched lookups: the group's operations in `todo` looked up in the buckets given by
+// each owner's `mybucket`, all loads in flight at once (read_round), one vote each. A hit gives the
+// owner ST_FOUND and the value (and, with TOUCH, lane 0 refreshes the slot's stamp); with CHECK_TAG
+// (round 1, primary buckets) a miss whose key's overflow tag is set in the bucket is returned in the
+// mask of operations that must read their b2; any other miss gives ST_MISS.
+template <bool TOUCH, bool NC, bool CHECK_TAG>
+__device__ __forceinline__ u32 find_round(const Group& g, Cell* table, u32 todo, u32 mybucket, u64 mykey, u32 mytag,
+                                          u32 clk, u32& my_st, u64& my_ov) {
+    Cell c[GROUP];
+    read_round<NC>(g, table, todo, mybucket, c);
+    u32 again = 0;
+    // Every lane of the warp runs every step (warp-wide collectives, see wballot); `live` says
+    // whether operation j of this lane's group is one of this round's.
+#pragma unroll
+    for (u32 j = 0; j < GROUP; ++j) {
+        const bool live = (todo >> j) & 1u;
+        const u64 key = wshfl(mykey, j);
+        bool mine0 = false;
+        if (CHECK_TAG) mine0 = ((u32)c[j].val & wshfl(mytag, j)) != 0;
+        const u32 m = wballot(g, live && (g.lane == 0 ? mine0 : c[j].key == key));
+        const u32 hit = m & SLOT_LANES;
+        const u32 s = (__ffs(hit) - 1) & (GROUP - 1u);
+        const u64 v = wshfl(c[j].val, s);
+        if (TOUCH) {
+            const u32 b = wshfl(mybucket, j);
+            if (hit && g.lane == 0 && stamp_of(c[j].key, s) != (clk & 0xffffu)) store_stamp(table + (u64)b * GROUP, s, clk);
+        }
+        if (hit) {
+            if (g.lane == j) {
+                my_st = ST_FOUND;
+                my_ov = v;
+            }
+        } else if (m & 1u) {
+            again |= 1u << j;
+        } else if (live && g.lane == j) {
+            my_st = ST_MISS;
+        }
+    }
+    return again;
+}
+
+// Batched lookups: round 1 reads all the group's primary buckets at once; round 2 (rare) the b2 of
+// the operations whose b1 lacks the key but carries its overflow tag. One memory round trip per
+// round instead of one per operation (the one-at-a-time version, still group_find for ht_mixed,
+// reached 19 G/s even with the table inside L2: latency, not memory).
 template <bool TOUCH, bool NC>
 __device__ __forceinline__ void find_batch(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32 clk,
                                            u32* status, u64* out_val) {
-    GROUP_PROLOGUE(n)
-    FOR_EACH_PENDING
-        u64 v = 0;
-        u32 st = group_find<TOUCH, NC>(g, table, t, clk, v);
-    KEEP_RESULT(st, 0ull, v)
+    GROUP_PROLOGUE(n, false)
+    u32 again = find_round<TOUCH, NC, true>(g, table, pending, myb1, mykey, mytag, clk, my_st, my_ov);
+    // Round 2 when any group of the warp needs it (the whole warp takes part, see wballot).
+    if (__any_sync(0xffffffffu, again != 0))
+        find_round<TOUCH, NC, false>(g, table, again, myb2, mykey, mytag, clk, my_st, my_ov);
     if (active) {
         status[my] = my_st;
         out_val[my] = my_ov;
@@ -677,7 +896,7 @@ extern "C" __global__ void HT_BOUNDS ht_find(Cell* table, u64 bucket_mask, const
 
 extern "C" __global__ void HT_BOUNDS ht_erase(Cell* table, u64 bucket_mask, const u64* keys, u64 n, u32* status,
                                     u64* out_val) {
-    GROUP_PROLOGUE(n)
+    GROUP_PROLOGUE(n, true)
     FOR_EACH_PENDING
         u64 v = 0;
         u32 st = group_erase(g, table, t, v);
@@ -694,7 +913,7 @@ extern "C" __global__ void HT_BOUNDS ht_erase(Cell* table, u64 bucket_mask, cons
 extern "C" __global__ void HT_BOUNDS ht_mixed(Cell* table, u64 bucket_mask, const u32* ops, const u64* keys,
                                     const u64* vals, u64 n, u32 clk, u32 touch, u32* status, u64* out_key,
                                     u64* out_val) {
-    GROUP_PROLOGUE(n)
+    GROUP_PROLOGUE(n, true)
     u32 myop = active ? ops[my] : OP_FIND;
     u64 myval = active ? vals[my] : 0ull;
     FOR_EACH_PENDING
@@ -705,7 +924,7 @@ extern "C" __global__ void HT_BOUNDS ht_mixed(Cell* table, u64 bucket_mask, cons
         if (op == OP_FIND) {
             st = touch ? group_find<true, false>(g, table, t, clk, ov) : group_find<false, false>(g, table, t, clk, ov);
         } else if (op == OP_INSERT) {
-            st = group_insert(g, table, t, val, clk, ok, ov);
+            st = group_insert<true>(g, table, t, val, clk, ok, ov);
         } else if (op == OP_ERASE) {
             st = group_erase(g, table, t, ov);
         } else {
@@ -729,10 +948,10 @@ extern "C" __global__ void HT_BOUNDS ht_find_nc(Cell* table, u64 bucket_mask, co
     find_batch<false, true>(table, bucket_mask, keys, n, 0u, status, out_val);
 }
 
-// One lane per lookup: each lane reads its own bucket with eight 16-byte loads and compares the
-// seven keys itself; no shuffles, no votes, no serving loop (finds are instruction-bound: the
-// group version spends its instructions on each of 8 operations in turn, this one on its own). The
-// price: 8 load instructions per lookup, each touching 32 different lines per warp.
+// One lane per lookup: each lane reads its own bucket with four 16-byte loads and compares the
+// slot keys itself; no shuffles, no votes, no serving loop (finds are instruction-bound: the
+// group version spends its instructions on each of 4 operations in turn, this one on its own). The
+// price: 4 load instructions per lookup, each touching 32 different lines per warp.
 template <bool NC>
 __device__ __forceinline__ void find_lane_batch(const Cell* table, u64 bucket_mask, const u64* keys, u64 n,
                                                 u32* status, u64* out_val) {
@@ -762,7 +981,7 @@ __device__ __forceinline__ void find_lane_batch(const Cell* table, u64 bucket_ma
                 st = ST_FOUND;
                 break;
             }
-            if (r == 1 || !(c[0].key & overflow_tag(mix64(key)))) break;
+            if (r == 1 || !((u32)c[0].val & overflow_tag(mix64(key)))) break;
             bucket = table + (u64)bucket2(key, bucket_mask, b1) * GROUP;
         }
     }
@@ -787,7 +1006,7 @@ extern "C" __global__ void ht_audit(const Cell* table, u64 bucket_mask, u64 nbuc
                                     unsigned long long* counters) {
     u64 cell = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (cell >= nbuckets * GROUP) return;
-    u32 s = (u32)(cell & 7u);
+    u32 s = (u32)(cell & (GROUP - 1u));
     if (s == 0) return;
     u64 key = table[cell].key;
     if (key == EMPTY_KEY) return;
@@ -802,8 +1021,9 @@ extern "C" __global__ void ht_audit(const Cell* table, u64 bucket_mask, u64 nbuc
         }
     // A key stored outside both of its candidate buckets is as wrong as a duplicate, and so is a key in
     // its b2 whose b1 lacks its overflow tag (lookups would not find it).
-    if ((cell >> 3) != b[0] && (cell >> 3) != b[1]) dup = 1;
-    if ((cell >> 3) == b[1] && (cell >> 3) != b[0] && !(table[b[0] * GROUP].key & overflow_tag(mix64(key)))) dup = 1;
+    const u64 own = cell / GROUP;
+    if (own != b[0] && own != b[1]) dup = 1;
+    if (own == b[1] && own != b[0] && !((u32)table[b[0] * GROUP].val & overflow_tag(mix64(key)))) dup = 1;
     if (dup) atomicAdd(&counters[0], 1ull);
 }
 

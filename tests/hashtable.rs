@@ -1,6 +1,6 @@
 //! The CPU twin of the GPU hash table against an independent model: a `HashMap` of the entries plus
 //! the clock of each key's last use. Eviction is checked precisely: an insert may evict only when
-//! both candidate buckets were full before it, and the victim must be the entry of those 14 with the
+//! both candidate buckets were full before it, and the victim must be the entry of those 6 with the
 //! largest LRU age (ties: primary bucket first, then the lower slot), the ages coming from the model's
 //! own bookkeeping, never from the table's stamps.
 
@@ -35,7 +35,7 @@ struct Model {
     last_use: HashMap<u64, u32>,
 }
 
-/// Keys of the 14 slots of `key`'s two buckets, in tie-break order (None = empty).
+/// Keys of the 6 slots of `key`'s two buckets, in tie-break order (None = empty).
 fn candidates(t: &CpuHashTable, key: u64) -> Vec<Option<u64>> {
     let (b1, b2) = t.geometry().bucket_pair(key);
     let mut out = Vec::new();
@@ -70,7 +70,7 @@ fn apply(t: &mut CpuHashTable, m: &mut Model, s: &Step) -> Result<(), TestCaseEr
                     if has_room {
                         prop_assert_eq!(got, InsertOutcome::Inserted);
                     } else {
-                        // Expected victim: largest age (mod 2^16) among the 14, first in order on ties.
+                        // Expected victim: largest age (mod 2^16) among the 6, first in order on ties.
                         let mut best: Option<(u32, u64)> = None;
                         for c in before.iter().flatten() {
                             let age = clk.wrapping_sub(m.last_use[c]) & 0xffff;
@@ -122,7 +122,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn twin_matches_model(cells in prop_oneof![Just(16u64), Just(32), Just(64)],
+    fn twin_matches_model(cells in prop_oneof![Just(8u64), Just(16), Just(32), Just(64)],
                           steps in prop::collection::vec(step(), 1..300)) {
         let mut t = CpuHashTable::new(cells).unwrap();
         let mut m = Model::default();
@@ -181,13 +181,14 @@ fn reserved_keys_are_rejected_and_nothing_is_written() {
 
 #[test]
 fn bad_capacities_are_rejected() {
-    for c in [0u64, 8, 15, 17, 100, 1 << 33] {
+    for c in [0u64, 4, 15, 17, 100, 1 << 33] {
         assert!(
             matches!(CpuHashTable::new(c), Err(HashTableError::BadCapacity(x)) if x == c),
             "{c}"
         );
     }
-    assert_eq!(Geometry::new(64).unwrap().usable_slots(), 56);
+    assert_eq!(Geometry::new(64).unwrap().usable_slots(), 48);
+    assert_eq!(Geometry::new(8).unwrap().buckets(), 2);
 }
 
 #[test]
@@ -211,12 +212,12 @@ fn digest_keys_avoid_the_reserved_values() {
     assert_ne!(digest_key(&d), RESERVED_KEY);
 }
 
-/// Filling one bucket pair far past its 14 slots keeps exactly 14 entries, evicts the oldest each
+/// Filling one bucket pair far past its 6 slots keeps exactly 6 entries, evicts the oldest each
 /// time, and a key that was looked up (touched) survives the next eviction.
 #[test]
 fn full_pair_evicts_least_recently_used() {
-    let mut t = CpuHashTable::new(16).unwrap(); // 2 buckets: every key has the same pair
-    for k in 1..=14u64 {
+    let mut t = CpuHashTable::new(8).unwrap(); // 2 buckets: every key has the same pair
+    for k in 1..=6u64 {
         assert_eq!(t.insert(k, k * 10).unwrap(), InsertOutcome::Inserted);
     }
     assert_eq!(t.find(1, true).unwrap(), Some(10)); // 1 becomes the most recent
@@ -226,7 +227,7 @@ fn full_pair_evicts_least_recently_used() {
         }
         other => panic!("expected an eviction, got {other:?}"),
     }
-    assert_eq!(t.len(), 14);
+    assert_eq!(t.len(), 6);
     assert_eq!(t.find(1, false).unwrap(), Some(10));
     assert_eq!(t.find(2, false).unwrap(), None);
     // Erase frees a slot that the next insert takes without evicting (no tombstone).
@@ -290,8 +291,8 @@ fn churn_on_a_larger_table_keeps_every_key() {
 /// primary bucket (the GPU's reduction order), read here from the cell layout.
 #[test]
 fn equal_ages_evict_the_primary_buckets_first_slot() {
-    let mut t = CpuHashTable::new(16).unwrap();
-    let keys: Vec<u64> = (1..=14).collect();
+    let mut t = CpuHashTable::new(8).unwrap();
+    let keys: Vec<u64> = (1..=6).collect();
     let vals: Vec<u64> = keys.iter().map(|k| k + 1000).collect();
     assert!(t
         .insert_batch(&keys, &vals)

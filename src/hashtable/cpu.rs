@@ -4,15 +4,16 @@
 
 use super::{
     bucket_pair, check_insert_batch, check_key, EraseOutcome, Geometry, HashTableError, InsertOutcome, Op, OpResult,
-    overflow_tag, BUCKET_CELLS, CTL_OVERFLOW, EMPTY_KEY,
+    overflow_tag, BUCKET_CELLS, EMPTY_KEY,
 };
 
 /// Sequential twin of [`super::GpuHashTable`].
 #[derive(Debug, Clone)]
 pub struct CpuHashTable {
     geometry: Geometry,
-    /// `[key, value]` per cell; cell 0 of each bucket holds the metadata as two little-endian
-    /// words (ctl in bits 0..16 of word 0, stamp of slot `s` in u16 number `s`).
+    /// `[key, value]` per cell; cell 0 of each bucket holds the metadata: in its first word the
+    /// control word (bits 0..16, the lock bit, never set here) and the stamp of slot `s` in u16
+    /// number `s`; in the low 32 bits of its second word the overflow tags.
     cells: Vec<[u64; 2]>,
     clock: u32,
 }
@@ -140,37 +141,27 @@ impl CpuHashTable {
         bucket as usize * BUCKET_CELLS
     }
 
-    fn ctl(&self, bucket: u64) -> u16 {
-        self.cells[Self::base(bucket)][0] as u16
+    fn tags(&self, bucket: u64) -> u32 {
+        self.cells[Self::base(bucket)][1] as u32
     }
 
-    /// Marks that `key` (whose primary bucket this is) now lives in its b2: the overflow bit and the
-    /// key's overflow tag.
+    /// Marks that `key` (whose primary bucket this is) now lives in its b2: the key's overflow tag.
     fn set_overflow(&mut self, bucket: u64, key: u64) {
-        self.cells[Self::base(bucket)][0] |= (CTL_OVERFLOW | overflow_tag(key)) as u64;
+        self.cells[Self::base(bucket)][1] |= overflow_tag(key) as u64;
     }
 
+    /// Stamp of slot `s` (1..=3): u16 number `s` of the metadata cell's first word.
     fn stamp(&self, bucket: u64, s: usize) -> u32 {
-        let m = self.cells[Self::base(bucket)];
-        let word = if s < 4 {
-            m[0] >> (16 * s)
-        } else {
-            m[1] >> (16 * (s - 4))
-        };
-        (word & 0xffff) as u32
+        ((self.cells[Self::base(bucket)][0] >> (16 * s)) & 0xffff) as u32
     }
 
     fn set_stamp(&mut self, bucket: u64, s: usize, clk: u32) {
-        let m = &mut self.cells[Self::base(bucket)];
-        let (w, shift) = if s < 4 {
-            (0, 16 * s)
-        } else {
-            (1, 16 * (s - 4))
-        };
-        m[w] = (m[w] & !(0xffffu64 << shift)) | (((clk & 0xffff) as u64) << shift);
+        let m = &mut self.cells[Self::base(bucket)][0];
+        let shift = 16 * s;
+        *m = (*m & !(0xffffu64 << shift)) | (((clk & 0xffff) as u64) << shift);
     }
 
-    /// Slot (1..=7) of `key` in `bucket`, if present.
+    /// Slot (1..=3) of `key` in `bucket`, if present.
     fn slot_of(&self, bucket: u64, key: u64) -> Option<usize> {
         let b = Self::base(bucket);
         (1..BUCKET_CELLS).find(|&s| self.cells[b + s][0] == key)
@@ -181,7 +172,7 @@ impl CpuHashTable {
         if let Some(s) = self.slot_of(b1, key) {
             return Some((b1, s));
         }
-        if self.ctl(b1) & overflow_tag(key) != 0 {
+        if self.tags(b1) & overflow_tag(key) != 0 {
             if let Some(s) = self.slot_of(b2, key) {
                 return Some((b2, s));
             }
@@ -232,7 +223,7 @@ impl CpuHashTable {
             self.set_stamp(b2, s, clk);
             return InsertOutcome::Inserted;
         }
-        // Least recently used of the 14: largest age modulo 2^16, ties to b1, then the lower slot.
+        // Least recently used of the 6: largest age modulo 2^16, ties to b1, then the lower slot.
         let mut best: Option<(u32, u64, usize)> = None;
         for (bucket, _) in [(b1, 0), (b2, 1)] {
             for s in 1..BUCKET_CELLS {
@@ -242,7 +233,7 @@ impl CpuHashTable {
                 }
             }
         }
-        let (_, vb, vs) = best.expect("14 candidates");
+        let (_, vb, vs) = best.expect("6 candidates");
         if vb != b1 {
             self.set_overflow(b1, key);
         }

@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::CompileOptions;
 
@@ -21,7 +21,7 @@ use super::{
 
 const SOURCE: &str = include_str!("../../kernels/hashtable.cu");
 
-/// Threads per block of every launch (a multiple of the 32-lane warp, which the groups of 8 need).
+/// Threads per block of every launch (a multiple of the 32-lane warp, which the groups of 4 need).
 pub(crate) const BLOCK: u32 = 256;
 
 /// Mixed-kernel operation codes (kernels/hashtable.cu `OP_*`).
@@ -34,6 +34,63 @@ pub(crate) fn drv<E: std::fmt::Debug>(e: E) -> HashTableError {
 }
 
 /// One thread per item.
+/// Most blocks of an `ht_insert_rest` launch (it loops over its queue, so any grid size works; this
+/// one fills an H100 several times over).
+const REST_MAX_BLOCKS: u64 = 4096;
+
+/// Launches an insert-only batch of `keys.len()` operations on `stream`: `ht_insert` (every insert
+/// that needs no lock) and then `ht_insert_rest` (what it left: lost CAS races and evictions), the
+/// second over the queue that the first fills. `rest` holds at least `keys.len() + 1` u32: the
+/// queue's length, then its indices; its first element is zeroed here. The caller has checked the
+/// batch (lengths, reserved keys) and `keys.len() < 2^32` (the queue holds u32 indices).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_insert_only(
+    dev: &Device,
+    stream: &Arc<CudaStream>,
+    cells: &mut CudaSlice<u64>,
+    bucket_mask: u64,
+    keys: &CudaView<u64>,
+    vals: &CudaView<u64>,
+    clk: u32,
+    status: &mut CudaSlice<u32>,
+    out_key: &mut CudaSlice<u64>,
+    out_val: &mut CudaSlice<u64>,
+    rest: &mut CudaSlice<u32>,
+) -> Result<(), HashTableError> {
+    let n = keys.len() as u64;
+    debug_assert!(n < u32::MAX as u64 && rest.len() as u64 > n);
+    stream.memset_zeros(&mut rest.slice_mut(0..1)).map_err(drv)?;
+    let mut b = stream.launch_builder(&dev.k.ht_insert);
+    b.arg(&mut *cells)
+        .arg(&bucket_mask)
+        .arg(keys)
+        .arg(vals)
+        .arg(&n)
+        .arg(&clk)
+        .arg(&mut *status)
+        .arg(&mut *out_key)
+        .arg(&mut *out_val)
+        .arg(&mut *rest);
+    // SAFETY: arguments match ht_insert's signature; keys, vals, status, out_key and out_val hold n
+    // elements, rest n + 1.
+    unsafe { b.launch(cfg(n)) }.map_err(drv)?;
+    let mut b = stream.launch_builder(&dev.k.ht_insert_rest);
+    b.arg(&mut *cells)
+        .arg(&bucket_mask)
+        .arg(keys)
+        .arg(vals)
+        .arg(&clk)
+        .arg(&mut *status)
+        .arg(&mut *out_key)
+        .arg(&mut *out_val)
+        .arg(&*rest);
+    let mut c = cfg(n);
+    c.grid_dim.0 = c.grid_dim.0.min(REST_MAX_BLOCKS as u32);
+    // SAFETY: as above; the kernel reads at most rest[0] queue entries, each an index below n.
+    unsafe { b.launch(c) }.map_err(drv)?;
+    Ok(())
+}
+
 pub(crate) fn cfg(n: u64) -> LaunchConfig {
     let blocks = n.div_ceil(BLOCK as u64).max(1);
     LaunchConfig {
@@ -54,6 +111,7 @@ pub struct Device {
 
 pub(crate) struct Kernels {
     pub ht_insert: CudaFunction,
+    pub ht_insert_rest: CudaFunction,
     pub ht_find: CudaFunction,
     pub ht_find_nc: CudaFunction,
     pub ht_find_lane: CudaFunction,
@@ -148,6 +206,7 @@ impl Device {
         let f = |name: &str| module.load_function(name).map_err(drv);
         let k = Kernels {
             ht_insert: f("ht_insert")?,
+            ht_insert_rest: f("ht_insert_rest")?,
             ht_find: f("ht_find")?,
             ht_find_nc: f("ht_find_nc")?,
             ht_find_lane: f("ht_find_lane")?,
@@ -335,30 +394,33 @@ impl GpuHashTable {
         values: &[u64],
     ) -> Result<Vec<InsertOutcome>, HashTableError> {
         check_insert_batch(keys, values)?;
+        if keys.len() as u64 >= u32::MAX as u64 {
+            return Err(HashTableError::BatchTooLarge(keys.len() as u64));
+        }
         let clk = self.next_clock();
         if keys.is_empty() {
             return Ok(Vec::new());
         }
         let s = self.dev.stream.clone();
-        let n = keys.len() as u64;
         let d_keys = s.clone_htod(keys).map_err(drv)?;
         let d_vals = s.clone_htod(values).map_err(drv)?;
         let mut d_status = s.alloc_zeros::<u32>(keys.len()).map_err(drv)?;
         let mut d_okey = s.alloc_zeros::<u64>(keys.len()).map_err(drv)?;
         let mut d_oval = s.alloc_zeros::<u64>(keys.len()).map_err(drv)?;
-        let mask = self.geometry.bucket_mask();
-        let mut b = s.launch_builder(&self.dev.k.ht_insert);
-        b.arg(&mut self.cells)
-            .arg(&mask)
-            .arg(&d_keys)
-            .arg(&d_vals)
-            .arg(&n)
-            .arg(&clk)
-            .arg(&mut d_status)
-            .arg(&mut d_okey)
-            .arg(&mut d_oval);
-        // SAFETY: arguments match ht_insert's signature; every array holds n elements.
-        unsafe { b.launch(cfg(n)) }.map_err(drv)?;
+        let mut d_rest = s.alloc_zeros::<u32>(keys.len() + 1).map_err(drv)?;
+        launch_insert_only(
+            &self.dev,
+            &s,
+            &mut self.cells,
+            self.geometry.bucket_mask(),
+            &d_keys.as_view(),
+            &d_vals.as_view(),
+            clk,
+            &mut d_status,
+            &mut d_okey,
+            &mut d_oval,
+            &mut d_rest,
+        )?;
         let st = s.clone_dtoh(&d_status).map_err(drv)?;
         let okey = s.clone_dtoh(&d_okey).map_err(drv)?;
         let oval = s.clone_dtoh(&d_oval).map_err(drv)?;
@@ -527,4 +589,4 @@ fn decode(op: &Op, st: u32, okey: u64, oval: u64) -> Result<OpResult, HashTableE
 }
 
 /// Cells per bucket as the kernels see them (compile-time check that the layouts agree).
-const _: () = assert!(BUCKET_CELLS == 8);
+const _: () = assert!(BUCKET_CELLS == 4);

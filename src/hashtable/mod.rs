@@ -4,152 +4,167 @@
 //! hashing, layout, eviction rule and results.
 //!
 //! # Layout
-//! The table is an array of 16-byte cells, grouped into buckets of 8 cells = 128 bytes = one cache
-//! line. Cell 0 of a bucket is its metadata: a `u16` control word (bit 0: insert lock, bit 1:
-//! overflow) followed by seven `u16` LRU stamps, one per slot. Cells 1..=7 are slots
-//! `{u64 key, u64 value}`; key 0 marks an empty slot and an empty slot is all zeros. A group of 8
-//! GPU lanes reads a whole bucket in one coalesced 128-byte access, lane `j` holding cell `j`, and
-//! `__ballot_sync`/`__ffs`/`__shfl_sync` pick the matching, empty or victim slot. The capacity is
-//! given in cells (a power of two, at least 16); 7 of every 8 cells hold entries, so loads are
-//! quoted against [`Geometry::usable_slots`].
+//! The table is an array of 16-byte cells, grouped into buckets of 4 cells = 64 bytes = half a
+//! cache line. Cell 0 of a bucket is its metadata: a `u16` control word (bit 0: the insert lock)
+//! and three `u16` LRU stamps, one per slot, then a `u32` word of overflow tags (see below) and
+//! four zero bytes. Cells 1..=3 are slots `{u64 key, u64 value}`; key 0 marks an empty slot and an
+//! empty slot is all zeros. A group of 4 GPU lanes reads a whole bucket in one coalesced 64-byte
+//! access, lane `j` holding cell `j`, and `__ballot_sync`/`__ffs`/`__shfl_sync` pick the matching,
+//! empty or victim slot. The capacity is given in cells (a power of two, at least 8 = two
+//! buckets); 3 of every 4 cells hold entries, so loads are quoted against
+//! [`Geometry::usable_slots`].
+//!
+//! Why 64-byte buckets (session 4; sessions 1-3 used 128-byte buckets of 7 slots): on the H100 a
+//! random 64-byte read runs at 31.8 G/s over a 4 GiB table, a random 128-byte read at 22.0 G/s, and
+//! a lookup is one such read (two for the few keys that live in their second bucket). With 128-byte
+//! buckets the goal of 20 G hits/s needed 91 % of the line-read ceiling before counting the keys,
+//! results and second-bucket reads that share the same memory; with 64-byte buckets it needs about
+//! 70 %. The price: a quarter of the memory is metadata instead of an eighth, and smaller buckets
+//! overflow sooner (at load 0.8 about 13 % of the keys live in their b2 and 6 % of the inserts
+//! that build the table evict, against 7 % and 2 % with 7 slots).
 //!
 //! Why the stamps live in the bucket: the LRU stamp of a hit must be refreshed, and a stamp inside
 //! the line that the lookup has just read costs a write to a line already in L2 rather than a
 //! second random access (a parallel stamp array) or a CAS on the slot (stamp bits in the value,
-//! which would also take bits away from the 64-bit handles). The price is one slot in eight.
+//! which would also take bits away from the 64-bit handles). The price is one slot in four.
 //!
-//! # Keys, buckets and the reserved keys
+//! # Keys, buckets, overflow tags and the reserved keys
 //! Keys 0 ([`EMPTY_KEY`]) and `u64::MAX` ([`RESERVED_KEY`]) are reserved and rejected at the API.
 //! A key has two candidate buckets, `b1 = fmix64(k) & mask` (its *primary* bucket) and
 //! `b2 = fmix64(k ^ SALT2) & mask` (`b1 ^ 1` if they coincide), so a lookup reads at most two
-//! buckets at any load, and only one when the primary's overflow bit is clear.
+//! buckets at any load. Before a key is placed in its b2, its *overflow tag* ([`overflow_tag`],
+//! one of 32 bits chosen by its hash) is set in b1's tag word; a lookup, erase or insert that
+//! misses in b1 reads b2 only when the key's own tag is set there, so most misses cost one read
+//! even in buckets that overflowed. Tags are only ever set (an `atomicOr`) and cleared by `clear`
+//! alone: an evicted or erased key's tag stays, which costs a wasted read, never a missed key. The
+//! audits (CPU [`audit_cells`], GPU `ht_audit`) check that every key in its b2 has its tag in b1.
+//! The tag word is kept apart from the lock word so that setting a tag never races the lock's
+//! 16-bit CASes (sessions 1-3 kept 14 tags in the control word, which the lock-free b2 claims below
+//! would have had to CAS around the lock).
 //!
 //! # Operations
-//! * **find**: read b1; a hit returns its value (and, for cache lookups, refreshes the slot's stamp);
-//!   a miss in b1 is final unless b1's overflow bit is set, else read b2. Finds never lock.
-//! * **insert-or-assign**: take b1's insert lock (one 16-bit CAS on the control word, which also
-//!   brings the bucket's line into L2), read b1 (and b2 if b1 overflowed); if the key is there, one
-//!   128-bit CAS replaces its value in place. Otherwise claim: the lowest empty slot of b1; else
-//!   the lowest empty slot of b2 (setting b1's overflow bit *before* the key can appear in b2); else
-//!   evict the least recently used of the 14 entries (largest stamp age, ties to b1 then the lower
-//!   slot), again setting the overflow bit first if the victim lies in b2. Every claim is one 128-bit
-//!   CAS that publishes key and value together, from the exact old slot contents, so a slot changed
-//!   by anyone in between makes it fail and re-read. Release the lock. Taking the lock first, rather
-//!   than after a lock-free check, saves two dependent L2 round trips on the common path of a
-//!   cache (insert after a miss); finds and erases never lock. This is the path of every insert in
-//!   a mixed batch (`ht_mixed`, which the host API's `insert`/`insert_batch` use).
-//! * **insert-only batches** (`ht_insert`: the benchmark, [`GpuHashTable::insert_only_batch`]) first
-//!   try a lock-free fast path: read b1 (and b2 if b1's overflow bit is set); a present key gets
-//!   the in-place CAS update; else, if b1 has an empty slot, one 128-bit CAS claims the *lowest*
-//!   empty slot of b1 (re-read and retry on failure, bounded; a claim that finds the key already
-//!   there becomes an update). Only an absent key whose b1 is full falls back to the locked path
-//!   above (which then claims in b2 or evicts). One dependent atomic instead of three, correct
-//!   only because no erase runs during the kernel (see below). Sequentially it does exactly what
-//!   the locked path does, so the CPU twin is the same for both.
+//! * **find**: read b1; a hit returns its value (and, for cache lookups, refreshes the slot's
+//!   stamp); a miss in b1 is final unless the key's tag is set in b1, else read b2. Finds never
+//!   lock.
+//! * **insert-or-assign, locked** (`group_insert`; every insert of a mixed batch, `ht_mixed`, which
+//!   the host API's `insert`/`insert_batch` use): take b1's insert lock (one 16-bit CAS on the
+//!   control word), read b1, and read b2 if the key's tag is set or b1 is full; if the key is
+//!   there, one 128-bit CAS replaces its value in place. Otherwise claim: the lowest empty slot of
+//!   b1; else the lowest empty slot of b2 (setting the key's tag in b1 *before*, and in `ht_mixed`
+//!   fencing, so that no concurrent find can see the key in b2 without its tag); else evict the
+//!   least recently used of the 6 entries (largest stamp age, ties to b1 then the lower slot),
+//!   again setting the tag first if the victim lies in b2. Every claim is one 128-bit CAS that
+//!   publishes key and value together, from the exact old slot contents, so a slot changed by
+//!   anyone in between makes it fail and re-read. Release the lock.
+//! * **insert-only batches** ([`GpuHashTable::insert_only_batch`], the benchmark) are two kernels
+//!   on the table's stream. `ht_insert` does every insert that needs no lock: read b1 (and b2 when
+//!   the key's tag is set in b1 or b1 is full); a present key gets the in-place CAS update; an
+//!   absent key claims the *lowest* empty slot of b1, or, when b1 is full, sets its tag and claims
+//!   the lowest empty slot of b2, each with one 128-bit CAS. What it cannot do (both buckets full:
+//!   an eviction; or its CAS lost a race) it appends to a queue, and `ht_insert_rest` does those
+//!   over the dense queue, one at a time per group: a lost race retries lock-free once more, an
+//!   eviction takes the locked path. Correct only because no erase runs during these kernels (see
+//!   below). Sequentially they do exactly what the locked path does, so the CPU twin is the same
+//!   for both.
 //! * **erase**: find the key and CAS its slot back to all zeros. No tombstones: an erased slot is
-//!   plain empty and reusable at once. The overflow bit is sticky (cleared only by `clear`), which
-//!   keeps lookups correct after erases at the price of a second bucket read.
-//! * **overflow tags** (session 3): next to the overflow bit, the control word's bits 2..15 hold
-//!   one tag per overflowed key ([`overflow_tag`]: a bit chosen by the key's hash), set together with
-//!   the overflow bit before the key can appear in b2. Every lookup, erase and insert that misses in
-//!   b1 reads b2 only when the key's own tag is set, so a miss in an overflowed bucket rarely costs a
-//!   second read. Sticky like the bit; the audits check that every key in its b2 has its tag in b1.
+//!   plain empty and reusable at once.
 //!
-//! Why primary-first rather than "the emptier of the two" (power of two choices): with the
-//! overflow bit, primary-first lets most lookups — hits *and* misses — read a single 128-byte
-//! bucket up to high loads, which the goal of fast misses needs (a miss that must read two
-//! buckets can reach at most half the device's random 128-byte read rate). The price is a less
-//! even fill: pairs fill up earlier, so the table starts evicting at lower loads (measured on an
-//! H100: about 2 % of inserts evict while building to load 0.8, 6 % to 0.95). For a cache that
-//! evicts anyway this was judged the better side of the trade.
+//! Why primary-first rather than "the emptier of the two" (power of two choices): with the tags,
+//! primary-first lets most lookups — hits *and* misses — read a single bucket up to high loads,
+//! which the goal of fast misses needs (a miss that must read two buckets can reach at most half
+//! the device's random read rate). The price is a less even fill: pairs fill up earlier, so the
+//! table starts evicting at lower loads (with 7-slot buckets about 2 % of inserts evicted while
+//! building to load 0.8; with 3-slot buckets about 6 %). For a cache that evicts anyway this was
+//! judged the better side of the trade.
 //!
-//! The kernels serve operations warp-cooperatively: each lane loads its own operation, prefetches
-//! its primary bucket into L2 (so a group's 8 operations overlap their DRAM latency), and the
-//! group of 8 lanes then serves the pending lanes one after the other, `__shfl_sync` broadcasting
-//! each key. The lock uses 16-bit `atom.acquire`/`atom.release` CASes, never a `fence.sc`.
-//!
-//! # Measured (H100 80GB HBM3, `hypermnf bench hashtable`, 2^28 cells = 4 GiB, batches of 64 M)
-//! Device ceilings measured by the program: random 128-bit CAS 12.3 G/s, random 64-byte reads
-//! 31.8 G/s, random 128-byte reads 22.0 G/s. At load 0.8: 3.7 G inserts/s, 14.7 G finds/s with
-//! hits, 13.3 G/s with misses (goals 10 / 20 / 15 not met); at 0.95: 3.4 / 13.6 / 11.8, where the
-//! linear-probing reference collapses to 0.27 G misses/s. The finds run at the same ~14 G/s when the
-//! table fits in L2 (2^21 cells), so they are bound by instructions per operation (8 lanes per
-//! lookup, each recomputing both hashes and broadcasting 64-bit words as two shuffles), not by
-//! memory; inserts are bound by their chain of dependent L2 round trips (lock, read, CAS). Since
-//! then every lane hashes its own key once in the kernel prologue and the group broadcasts 32-bit
-//! bucket indices (b2 only on demand), finds are specialised on `touch` at compile time and read
-//! the overflow bit and the hits in one vote, reserved keys are answered in the prologue, and
-//! `ht_insert` has the lock-free fast path with pipelined claims (every lane's CAS in flight at
-//! once), and misses consult per-key overflow tags. Measured after (session 3, same device), at load
-//! 0.8: 16.8 G finds/s with hits (goal 20, not met), 16.2 with misses (goal 15, met), 5.8 G
-//! inserts/s (goal 10, not met). The benchmark also prints rows of find variants (non-coherent
-//! loads; one lane per lookup): neither is faster than `ht_find`.
+//! The kernels serve operations warp-cooperatively: each lane loads its own operation and hashes
+//! it once; the group of 4 lanes then serves its lanes' operations, `__shfl_sync` broadcasting each
+//! key. Finds and the claims of `ht_insert` do so in rounds: every lane loads its cell of all the
+//! group's buckets at once (4 independent loads in flight), then the group votes on each, so the
+//! group pays one memory round trip per round rather than one per operation; the whole warp runs
+//! the rounds together, with warp-wide votes and shuffles, because with a group's mask in code whose
+//! branches differ between groups the compiler wraps every shuffle in a slow fallback for diverged
+//! warps. The kernels that serve one operation after the other (erase, mixed, the locked path)
+//! prefetch each lane's primary bucket into L2 first. The lock uses 16-bit
+//! `atom.acquire`/`atom.release` CASes, never a `fence.sc`.
 //!
 //! Every loop is bounded (64 attempts, 2^20 lock spins); an operation that runs out reports
 //! [`InsertOutcome::Failed`] / [`EraseOutcome::Failed`] instead of spinning for ever.
 //!
+//! Measured speeds are in BENCHMARKS.md (session 4, 64-byte buckets: at load 0.8 on 2^28 cells,
+//! 22.9 G finds/s with hits, 25.5 G/s with misses, 6.8 G inserts/s on the H100).
+//!
 //! # Why a key is never stored twice
 //! First for kernels whose inserts all take the lock (`ht_mixed`, any mix of concurrent finds,
-//! inserts and erases); the insert-only fast path follows.
+//! inserts and erases); the insert-only kernels follow.
 //!
-//! 1. A slot for key `k` is claimed only by an insert that holds the lock of `b1(k)` and has read
-//!    both candidate buckets *after* taking it. All inserts of `k` take the same lock, so no other
-//!    insert of `k` is between its check and its claim.
+//! 1. A slot for key `k` is filled (claim or eviction) only by an insert that holds the lock of
+//!    `b1(k)` and has read the buckets *after* taking it. All inserts of `k` take the same lock, so no
+//!    other insert of `k` is between its check and its claim.
 //! 2. Nothing else creates a copy of `k`: erases and evictions only remove keys, and entries never
 //!    move.
 //! 3. The check under the lock sees every stored copy of `k`: a copy in b1 is read directly; a copy
-//!    in b2 was placed there only after its inserter set b1's overflow bit (under the same lock,
+//!    in b2 was placed there only after its inserter set `k`'s tag in b1 (under the same lock,
 //!    followed by a fence), so the check reads b2 whenever such a copy can exist.
 //! 4. The claim CAS expects the exact contents it read (empty, or the victim's key and value), so a
 //!    slot taken or changed in between (by an insert of another key, an erase, an eviction) makes it
 //!    fail, and the insert reads again, still under the lock.
 //!
 //! Hence at most one slot holds `k` at any moment, whatever mixes of concurrent inserts, erases and
-//! evictions run. The `ht_audit` kernel counts duplicates (and keys outside both of their buckets)
-//! after every GPU test and benchmark run.
+//! evictions run. The `ht_audit` kernel counts duplicates (and keys outside both of their buckets,
+//! or in their b2 without their tag) after every GPU test and benchmark run.
 //!
-//! ## The lock-free fast path of `ht_insert`
+//! ## The lock-free paths of `ht_insert` and `ht_insert_rest`
 //! Every kernel of a table is launched on the one stream of its [`gpu::Device`]
 //! (`ctx.default_stream()`; the methods of [`GpuHashTable`], its `audit`/`clear`, and the
 //! benchmark all use `dev.stream`), so kernels on a table run one after the other, each seeing all
-//! writes of the ones before; `ht_insert` itself contains no erase. So during an `ht_insert`
-//! kernel only inserts (fast path, and the locked path as fallback) touch the table, and:
+//! writes of the ones before; neither insert-only kernel contains an erase or a find. So during
+//! either kernel only inserts (lock-free claims and updates, and the locked path) touch the table,
+//! and:
 //!
 //! * **F1.** No slot becomes empty: updates keep the key, evictions put the new key in place of
 //!   the victim, claims only fill empty slots. Each slot's history within the kernel is: empty (or
 //!   not) at the start, then, from its first write on, full for the rest of the kernel.
-//! * **F2.** A successful claim of an empty slot, by either path, in any bucket, takes the lowest
-//!   empty slot of that bucket at that moment: the group chose the lowest slot it saw empty, every
+//! * **F2.** A successful claim of an empty slot, by any path, in any bucket, takes the lowest
+//!   empty slot of that bucket at that moment: the claimer chose the lowest slot it saw empty, every
 //!   slot below it was seen full and stays full (F1), and the CAS succeeded because it was empty.
+//! * **F3.** Every placement of `k` outside an empty slot of its b1 `B` — a claim in b2 or an
+//!   eviction, lock-free or locked — comes after a read of `B` that found every slot full and none
+//!   holding `k`, and every eviction also after a read of b2 that found it full without `k` (the
+//!   locked path reads b2 whenever `B` is full).
 //!
-//! For a key `k` with primary bucket `B`:
-//! 5. Two claims of `k` into empty slots `p < q` of `B` never leave two copies: the claimer of `q`
-//!    read `p` full (else it would have chosen `p`). `p` was empty until the other claim's CAS
-//!    (F1), so that read returned `k` — then it would have updated instead of claiming — or a later
-//!    value, i.e. `k` had already been evicted from `p`. Two claims of the same slot: the second CAS
-//!    fails, returns `k`, and becomes an update of that entry.
-//! 6. The locked path puts `k` anywhere else (into b2, or over an evicted victim) only after reading
-//!    all seven slots of `B` full and without `k`, holding `B`'s lock. A fast claim of `k` into slot
-//!    `p` of `B` is either before that read of `p` in `p`'s history (the read then sees `k`, or `k`
-//!    was evicted before it) or after it (then `p` is full and the claim's CAS fails). Copies made
-//!    under the lock by earlier holders are seen through the lock (point 3).
-//! 7. A copy of `k` in b2 from an earlier kernel is found: `B`'s overflow bit was set before that
-//!    copy was published and is sticky, so the fast path, missing in `B`, reads b2 and updates it
-//!    there. A copy put into b2 during this kernel needed `B` full (point 6), and a full `B` takes
-//!    no fast claim, so the fast path re-reads and falls back to the locked path, which finds it.
+//! For a key `k` with primary bucket `B` and second bucket `B2`:
+//! 5. Two claims of `k` into empty slots `p < q` of one bucket never leave two copies: the claimer
+//!    of `q` read `p` full (else it would have chosen `p`). `p` was empty until the other claim's
+//!    CAS (F1), so that read returned `k` — then it would have updated instead of claiming — or a
+//!    later value, i.e. `k` had already been evicted from `p`. Two claims of the same slot: the
+//!    second CAS fails and the claimer reads again (or, seeing `k`, updates).
+//! 6. A claim of `k` into an empty slot `p` of `B` and a placement of `k` elsewhere never leave two
+//!    copies: by F3 the placement read `p` full and without `k`. If the claim's CAS came before that
+//!    read, the read would have seen `k` (or `k` had been evicted from `p` since); if after, `p` was
+//!    already full (F1) and the claim's CAS fails.
+//! 7. A claim of `k` into an empty slot `p` of `B2` and an eviction placing `k`: the eviction read
+//!    `B2` full without `k` (F3), so by the same argument as 6 the claim's CAS cannot succeed after
+//!    that read and, before it, would have been seen. Two evictions of `k` are serialized by `B`'s
+//!    lock, and the second reads both buckets after the first's release (point 3, tags aside: `B` is
+//!    full, so it reads `B2`).
+//! 8. A copy of `k` in `B2` from an earlier kernel is found: its tag in `B` was set before that
+//!    kernel ended, so every read that misses in `B` goes on to `B2` and updates it there. Inside
+//!    the insert-only kernels the tag needs no ordering against the claim (it is a fire-and-forget
+//!    `atomicOr` in `ht_insert` and unfenced in `ht_insert_rest`): by F3 a copy can enter `B2` only
+//!    while `B` is full, and a full `B` sends every reader to `B2` whatever the tags say.
 //!
-//! Points 5-7 reason about one slot at a time (its history and per-location coherence), never
-//! about a snapshot of a bucket: the 8 lanes' 16-byte loads are each single-copy atomic, but they
-//! are 8 loads at different instants. Stamps are plain 16-bit stores next to the control word;
-//! they steer which victim an eviction picks and never which slot a claim takes, and the fast
-//! path never writes the control word (so the lock holder's CAS that sets the overflow bit still
-//! succeeds). Why `ht_mixed` keeps the lock for every insert: with a concurrent erase F1 fails. An
-//! insert X of `k` sees slot 1 of `B` full (key `a`) and slot 2 empty; `a` is erased; an insert Y of
-//! `k` now sees slot 1 empty and claims it; X claims slot 2: two copies.
+//! Points 5-8 reason about one slot at a time (its history and per-location coherence), never
+//! about a snapshot of a bucket: the 4 lanes' 16-byte loads are each single-copy atomic, but they
+//! are 4 loads at different instants. Stamps are plain 16-bit stores next to the control word;
+//! they steer which victim an eviction picks and never which slot a claim takes. Why `ht_mixed`
+//! keeps the lock for every insert: with a concurrent erase F1 fails. An insert X of `k` sees slot
+//! 1 of `B` full (key `a`) and slot 2 empty; `a` is erased; an insert Y of `k` now sees slot 1
+//! empty and claims it; X claims slot 2: two copies.
 //!
 //! Finds are lock-free and linearizable per key: a hit reads one slot atomically (16-byte
-//! single-copy-atomic load, key and value from the same CAS); a miss read b1's overflow bit clear, or
-//! read both buckets, at instants where the key was absent from what it read.
+//! single-copy-atomic load, key and value from the same CAS); a miss read `B` without the key's
+//! tag, or read both buckets, at instants where the key was absent from what it read.
 //!
 //! # GPU and CPU twin
 //! For sequential operation sequences (one operation per batch, as the cache's single-key host API
@@ -175,13 +190,14 @@ pub use gpu::GpuHashTable;
 pub const EMPTY_KEY: u64 = 0;
 /// Reserved for future markers; rejected as a key.
 pub const RESERVED_KEY: u64 = u64::MAX;
-/// Cells per bucket (cell 0 is metadata).
-pub const BUCKET_CELLS: usize = 8;
+/// Cells per bucket (cell 0 is metadata): 64 bytes. kernels/hashtable.cu `GROUP` is the same number.
+pub const BUCKET_CELLS: usize = 4;
 /// Entry slots per bucket.
-pub const SLOTS_PER_BUCKET: usize = 7;
-/// Control bits of a bucket's metadata.
+pub const SLOTS_PER_BUCKET: usize = BUCKET_CELLS - 1;
+/// Smallest table accepted, in cells: two buckets (a key's two candidate buckets must differ).
+pub const MIN_CELLS: u64 = 2 * BUCKET_CELLS as u64;
+/// The lock bit of a bucket's control word.
 pub const CTL_LOCK: u16 = 1;
-pub const CTL_OVERFLOW: u16 = 2;
 /// Salt of the second hash function.
 pub const SALT2: u64 = 0x9e37_79b9_7f4a_7c15;
 /// Largest table accepted, in cells (2^32 cells = 64 GiB).
@@ -202,7 +218,7 @@ pub(crate) mod status {
 /// Errors of the hash tables.
 #[derive(Debug, thiserror::Error)]
 pub enum HashTableError {
-    #[error("capacity must be a power of two between 16 and 2^32 cells, got {0}")]
+    #[error("capacity must be a power of two between 8 and 2^32 cells, got {0}")]
     BadCapacity(u64),
     #[error("key {key:#x} at position {index} is reserved (0 and u64::MAX cannot be stored)")]
     ReservedKey { index: usize, key: u64 },
@@ -218,6 +234,8 @@ pub enum HashTableError {
     Compile(String),
     #[error("CUDA driver error: {0}")]
     Driver(String),
+    #[error("a batch of {0} inserts is too large for one insert-only launch (at most 2^32 - 2)")]
+    BatchTooLarge(u64),
     #[error("device reported an unknown status {0}")]
     BadStatus(u32),
 }
@@ -283,9 +301,9 @@ pub struct Geometry {
 }
 
 impl Geometry {
-    /// `cells`: capacity in 16-byte cells, a power of two in 16..=2^32.
+    /// `cells`: capacity in 16-byte cells, a power of two in 8..=2^32.
     pub fn new(cells: u64) -> Result<Self, HashTableError> {
-        if !cells.is_power_of_two() || !(16..=MAX_CELLS).contains(&cells) {
+        if !cells.is_power_of_two() || !(MIN_CELLS..=MAX_CELLS).contains(&cells) {
             return Err(HashTableError::BadCapacity(cells));
         }
         Ok(Self { cells })
@@ -299,7 +317,7 @@ impl Geometry {
     pub fn bucket_mask(&self) -> u64 {
         self.buckets() - 1
     }
-    /// Slots that can hold entries (7 of every 8 cells).
+    /// Slots that can hold entries (3 of every 4 cells).
     pub fn usable_slots(&self) -> u64 {
         self.buckets() * SLOTS_PER_BUCKET as u64
     }
@@ -334,13 +352,13 @@ pub fn bucket_pair(key: u64, bucket_mask: u64) -> (u64, u64) {
     (b1, b2)
 }
 
-/// The overflow tag of a key: one of the control word's bits 2..15, from bits 48.. of `fmix64(key)`
-/// (bucket indices use at most the low 29). Before a key is placed in its b2, b1's control word gets
-/// [`CTL_OVERFLOW`] and this tag; a lookup that misses in b1 reads b2 only when its tag is set there.
+/// The overflow tag of a key: one of the 32 bits of a bucket's tag word, from bits 48..53 of
+/// `fmix64(key)` (bucket indices use at most the low 30). Before a key is placed in its b2, b1's tag
+/// word gets this tag; a lookup that misses in b1 reads b2 only when its tag is set there.
 /// kernels/hashtable.cu `overflow_tag` is the same function.
 #[inline]
-pub fn overflow_tag(key: u64) -> u16 {
-    1u16 << (2 + ((fmix64(key) >> 48) % 14) as u16)
+pub fn overflow_tag(key: u64) -> u32 {
+    1u32 << ((fmix64(key) >> 48) & 31)
 }
 
 /// Checks a batch of inserts: as many values as keys, and no reserved key.
@@ -390,7 +408,7 @@ pub fn audit_cells(geometry: Geometry, cells: &[[u64; 2]]) -> (u64, u64) {
         let (b1, b2) = geometry.bucket_pair(c[0]);
         let b = (i / BUCKET_CELLS) as u64;
         // A key in its b2 whose b1 lacks its overflow tag would be invisible to lookups.
-        let untagged = b == b2 && b != b1 && cells[b1 as usize * BUCKET_CELLS][0] as u16 & overflow_tag(c[0]) == 0;
+        let untagged = b == b2 && b != b1 && cells[b1 as usize * BUCKET_CELLS][1] as u32 & overflow_tag(c[0]) == 0;
         if !seen.insert(c[0]) || (b != b1 && b != b2) || untagged {
             bad += 1;
         }
