@@ -160,7 +160,8 @@ async fn identical_requests_return_the_existing_job() {
     let body = json!({"input": {"href": format!("file://{}", hdr.display())}, "params": {"components": 4}});
     let r = srv.client.post(srv.url("/v1/jobs")).json(&body).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::ACCEPTED);
-    assert_ne!(r.json::<Value>().await.unwrap()["id"].as_str(), Some(id.as_str()));
+    let c4_id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+    assert_ne!(c4_id, id);
     assert_eq!(srv.wait(&id).await["status"], "succeeded");
 
     // .npy with X-Content-SHA256: the second time the header alone finds the job
@@ -201,8 +202,19 @@ async fn identical_requests_return_the_existing_job() {
     assert_eq!(page2["jobs"].as_array().unwrap().len(), 2);
     assert_eq!(page2["jobs"][1]["id"].as_str(), Some(id.as_str()));
     assert!(page2["next"].is_null());
+    for job in [c4_id.as_str(), npy_id.as_str(), streamed["id"].as_str().unwrap()] {
+        assert_eq!(srv.wait(job).await["status"], "succeeded");
+    }
     let metrics = srv.client.get(srv.url("/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("hypermnf_cache_hits_total 4"), "{metrics}");
+    // every computed job reads once and writes once (the read stage used to be counted twice)
+    let count = |stage: &str| -> u64 {
+        let prefix = format!("hypermnf_stage_seconds_count{{stage=\"{stage}\"}} ");
+        let line = metrics.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no {prefix} in {metrics}"));
+        line[prefix.len()..].trim().parse().unwrap()
+    };
+    assert!(count("write") >= 3, "{metrics}");
+    assert_eq!(count("read"), count("write"), "{metrics}");
     srv.stop().await;
 }
 

@@ -294,12 +294,14 @@ impl Runner {
         let backend = self.backends.get(params.backend).map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?;
         let started = Instant::now();
         let plan = Plan::open(&self.cache, job, &params, &backend, &self.storage, rt).map_err(JobFailure::cube)?;
-        self.metrics.record_stage(Stage::Read, started.elapsed());
         if plan.reuses_statistics() {
             tracing::info!(job = %job.id, "statistics found in the job cache: running the projection only");
         }
 
-        let clock = Arc::new(Mutex::new((Stage::Read, Instant::now())));
+        // The read stage runs from here until the pipeline reports its first other stage: opening the
+        // plan and the reading inside the pipeline are one sample (recording them apart counted every
+        // job's read twice in /metrics).
+        let clock = Arc::new(Mutex::new((Stage::Read, started)));
         let monitor = {
             let progress = progress.clone();
             let clock = clock.clone();
