@@ -17,7 +17,7 @@
 // Insert paths: ht_mixed (and so every insert of the host API) takes b1's lock for every insert
 // (group_insert). An insert-only batch is two kernels: ht_insert does without the lock everything
 // that needs none (update a present key in place; else CAS into the LOWEST empty slot of b1; else,
-// b1 full, set the key's tag and CAS into the lowest empty slot of b2) and queues the rest (both
+// b1 full, set the key's tag and CAS into the lowest empty slot of b2) and marks the rest (both
 // buckets full: an eviction; or a lost CAS race) for ht_insert_rest, which takes the lock where it
 // must. Why that never stores a key twice (full argument in src/hashtable/mod.rs, points F1-F3 and
 // 5-8): all kernels of a table go to one stream (src/hashtable/gpu.rs), so no erase runs during
@@ -653,7 +653,7 @@ __device__ __forceinline__ void read_round(const Group& g, const Cell* table, u3
 // ht_insert_rest, launched next with the same arguments, does the rest. Must never run concurrently
 // with an erase on the same table (all launches go to one stream, see src/hashtable/gpu.rs).
 extern "C" __global__ void HT_INSERT_BOUNDS ht_insert(Cell* table, u64 bucket_mask, const u64* keys, const u64* vals, u64 n,
-                                     u32 clk, u32* status, u64* out_key, u64* out_val, u32* rest) {
+                                     u32 clk, u32* status, u64* out_key, u64* out_val) {
     GROUP_PROLOGUE(n, false)
     u64 myval = active ? vals[my] : 0ull;
     // Phase 1, pipelined claims. The group reads all its pending operations' primary buckets at once
@@ -761,19 +761,9 @@ extern "C" __global__ void HT_INSERT_BOUNDS ht_insert(Cell* table, u64 bucket_ma
         my_ov = mine.ev;
         done = true;
     }
-    // What is left goes to ht_insert_rest, launched next on the same stream: its index is appended
-    // to the queue rest[1..] (rest[0] counts them; the host zeroes it before this kernel), one
-    // atomicAdd per warp. ht_insert_rest then runs over a dense queue instead of the whole batch.
-    const bool left = valid && !done;
-    if (left) my_st = both_full ? ST_FULL : ST_SLOW;
-    const u32 lefts = __ballot_sync(0xffffffffu, left);
-    if (lefts) {
-        const u32 wl = threadIdx.x & 31u;
-        u32 base = 0;
-        if (wl == (u32)(__ffs(lefts) - 1)) base = atomicAdd(&rest[0], (u32)__popc(lefts));
-        base = __shfl_sync(0xffffffffu, base, __ffs(lefts) - 1);
-        if (left) rest[1 + base + __popc(lefts & ((1u << wl) - 1u))] = (u32)my;
-    }
+    // What is left goes to ht_insert_rest, launched next on the same stream, which finds it by its
+    // status.
+    if (valid && !done) my_st = both_full ? ST_FULL : ST_SLOW;
     if (active) {
         status[my] = my_st;
         out_key[my] = my_ok;
@@ -781,48 +771,73 @@ extern "C" __global__ void HT_INSERT_BOUNDS ht_insert(Cell* table, u64 bucket_ma
     }
 }
 
-// Phase 2 of an insert-only batch, launched right after ht_insert with its arguments and queue: the
-// operations it left (rest[1 .. 1 + rest[0]], indices into the batch), one at a time per group.
-// ST_SLOW (the claim's CAS lost a race) retries through the lock-free group_insert_fast first;
-// ST_FULL (absent from two full buckets) goes straight to the locked path, which evicts. A kernel
-// of its own so that ht_insert carries no locked-path code (64 registers instead of 80: more
-// resident warps to overlap its memory round trips), and over a dense queue so that its warps are
-// full of work: run over the whole batch, the few slow operations spread one or two per warp and
-// every wave of blocks waited for them (ncu: 30 % of the build's time for the 6 % of its inserts
-// that evict). Any grid size works (grid-stride loop; the trip count is uniform per block). No
-// erase runs between or during the two kernels (one stream), so the lock-free argument holds.
-extern "C" __global__ void HT_BOUNDS ht_insert_rest(Cell* table, u64 bucket_mask, const u64* keys, const u64* vals,
-                                                    u32 clk, u32* status, u64* out_key, u64* out_val, const u32* rest) {
-    const u32 count = rest[0];
+// Phase 2 of an insert-only batch, launched right after ht_insert with the same arguments: the
+// operations it left (status ST_SLOW: the claim's CAS lost a race, retried through the lock-free
+// group_insert_fast first; ST_FULL: absent from two full buckets, straight to the locked path,
+// which evicts), one at a time per group. A kernel of its own so that ht_insert carries no
+// locked-path code (64 registers instead of 80: more resident warps to overlap its memory round
+// trips). Each block takes tiles of 256 * per_thread operations (per_thread <= REST_MAX_PER_THREAD,
+// chosen by the host so that small batches still get many blocks), gathers the left ones into
+// shared memory and serves them densely: run over the whole batch one operation per lane, the few
+// slow ones spread one or two per warp and every wave of blocks waited for them (ncu: 30 % of the
+// build's time for the 6 % of its inserts that evict); a global queue filled by ht_insert cost that
+// kernel a round trip per warp. Launch with blockDim.x == 256 (BLOCK), any grid size (grid-stride
+// over tiles). No erase runs between or during the two kernels (one stream), so the lock-free
+// argument holds.
+#define REST_MAX_PER_THREAD 8u
+extern "C" __global__ void __launch_bounds__(256) ht_insert_rest(Cell* table, u64 bucket_mask, const u64* keys,
+                                                                 const u64* vals, u64 n, u32 clk, u32* status,
+                                                                 u64* out_key, u64* out_val, u32 per_thread) {
+    __shared__ u32 queue[256u * REST_MAX_PER_THREAD];  // offsets in the tile of the operations left
+    __shared__ u32 count;
     Group g = make_group();
-    for (u64 base = (u64)blockIdx.x * blockDim.x; base < count; base += (u64)gridDim.x * blockDim.x) {
-        const u64 q = base + threadIdx.x;
-        const bool valid = q < count;
-        const u64 my = valid ? rest[1 + q] : 0ull;
-        const u32 st0 = valid ? status[my] : ST_INSERTED;
-        const u64 mykey = valid ? keys[my] : EMPTY_KEY;
-        const u64 myval = valid ? vals[my] : 0ull;
-        const u64 myh = mix64(mykey);
-        const u32 myb1 = (u32)(myh & bucket_mask);
-        const u32 mytag = overflow_tag(myh);
-        const u32 myb2 = bucket2(mykey, bucket_mask, myb1);
-        const bool both_full = st0 == ST_FULL;
-        if (valid) prefetch_l2(table + (u64)myb1 * GROUP);
-        if (valid && both_full) prefetch_l2(table + (u64)myb2 * GROUP);  // the eviction reads both
-        u32 pending = gballot(g, valid);
-        u32 my_st = st0;
-        u64 my_ok = 0, my_ov = 0;
-        FOR_EACH_PENDING
-            u64 val = gshfl(g, myval, j);
-            u64 ok = 0, ov = 0;
-            u32 st = gshfl(g, (int)both_full, j) ? ST_SLOW : group_insert_fast(g, table, t, val, clk, ov);
-            if (st == ST_SLOW) st = group_insert<false>(g, table, t, val, clk, ok, ov);
-        KEEP_RESULT(st, ok, ov)
-        if (valid) {
-            status[my] = my_st;
-            out_key[my] = my_ok;
-            out_val[my] = my_ov;
+    const u32 wl = threadIdx.x & 31u;
+    per_thread = per_thread < 1u ? 1u : (per_thread > REST_MAX_PER_THREAD ? REST_MAX_PER_THREAD : per_thread);
+    const u64 tile = (u64)blockDim.x * per_thread;
+    for (u64 t0 = (u64)blockIdx.x * tile; t0 < n; t0 += (u64)gridDim.x * tile) {
+        if (threadIdx.x == 0) count = 0;
+        __syncthreads();
+        for (u32 k = 0; k < per_thread; ++k) {
+            const u32 off = k * blockDim.x + threadIdx.x;
+            const bool left = t0 + off < n && status[t0 + off] >= ST_FULL;
+            const u32 lefts = __ballot_sync(0xffffffffu, left);
+            u32 base = 0;
+            if (wl == 0 && lefts) base = atomicAdd(&count, (u32)__popc(lefts));
+            base = __shfl_sync(0xffffffffu, base, 0);
+            if (left) queue[base + __popc(lefts & ((1u << wl) - 1u))] = off;
         }
+        __syncthreads();
+        const u32 m = count;
+        for (u32 q0 = 0; q0 < m; q0 += blockDim.x) {  // the same trip count for the whole block
+            const u32 q = q0 + threadIdx.x;
+            const bool valid = q < m;
+            const u64 my = valid ? t0 + queue[q] : 0ull;
+            const u32 st0 = valid ? status[my] : ST_INSERTED;
+            const u64 mykey = valid ? keys[my] : EMPTY_KEY;
+            const u64 myval = valid ? vals[my] : 0ull;
+            const u64 myh = mix64(mykey);
+            const u32 myb1 = (u32)(myh & bucket_mask);
+            const u32 mytag = overflow_tag(myh);
+            const u32 myb2 = bucket2(mykey, bucket_mask, myb1);
+            const bool both_full = st0 == ST_FULL;
+            if (valid) prefetch_l2(table + (u64)myb1 * GROUP);
+            if (valid && both_full) prefetch_l2(table + (u64)myb2 * GROUP);  // the eviction reads both
+            u32 pending = gballot(g, valid);
+            u32 my_st = st0;
+            u64 my_ok = 0, my_ov = 0;
+            FOR_EACH_PENDING
+                u64 val = gshfl(g, myval, j);
+                u64 ok = 0, ov = 0;
+                u32 st = gshfl(g, (int)both_full, j) ? ST_SLOW : group_insert_fast(g, table, t, val, clk, ov);
+                if (st == ST_SLOW) st = group_insert<false>(g, table, t, val, clk, ok, ov);
+            KEEP_RESULT(st, ok, ov)
+            if (valid) {
+                status[my] = my_st;
+                out_key[my] = my_ok;
+                out_val[my] = my_ov;
+            }
+        }
+        __syncthreads();  // the queue and count are reused by the next tile
     }
 }
 

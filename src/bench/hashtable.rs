@@ -109,8 +109,6 @@ struct Results {
     status: CudaSlice<u32>,
     okey: CudaSlice<u64>,
     oval: CudaSlice<u64>,
-    /// The insert-only batch's queue of what ht_insert leaves to ht_insert_rest (length, indices).
-    rest: CudaSlice<u32>,
 }
 
 /// Tallied statuses: counts[status] and counts[8] = wrong values.
@@ -310,7 +308,6 @@ impl Bench {
             status: self.s.alloc_zeros::<u32>(n as usize).map_err(dbg_err)?,
             okey: self.s.alloc_zeros::<u64>(n as usize).map_err(dbg_err)?,
             oval: self.s.alloc_zeros::<u64>(n as usize).map_err(dbg_err)?,
-            rest: self.s.alloc_zeros::<u32>(n as usize + 1).map_err(dbg_err)?,
         })
     }
 
@@ -348,10 +345,8 @@ impl Bench {
         vals: &CudaView<u64>,
         r: &mut Results,
     ) -> anyhow::Result<()> {
-        let n = keys.len() as u64;
         let mask = t.geometry().bucket_mask();
         let clk = t.next_clock();
-        anyhow::ensure!(n < u32::MAX as u64, "insert batch too large");
         // The same two launches as GpuHashTable::insert_only_batch.
         launch_insert_only(
             &self.dev,
@@ -364,7 +359,6 @@ impl Bench {
             &mut r.status,
             &mut r.okey,
             &mut r.oval,
-            &mut r.rest,
         )
         .map_err(dbg_err)?;
         Ok(())

@@ -33,16 +33,16 @@ pub(crate) fn drv<E: std::fmt::Debug>(e: E) -> HashTableError {
     HashTableError::Driver(format!("{e:?}"))
 }
 
-/// One thread per item.
-/// Most blocks of an `ht_insert_rest` launch (it loops over its queue, so any grid size works; this
-/// one fills an H100 several times over).
-const REST_MAX_BLOCKS: u64 = 4096;
+/// Most operations per thread in a tile of `ht_insert_rest` (kernels/hashtable.cu
+/// `REST_MAX_PER_THREAD`).
+const REST_MAX_PER_THREAD: u64 = 8;
+/// Blocks that `ht_insert_rest` aims for: tiles grow (up to 8 operations per thread) only once a
+/// batch has more than this many blocks' worth, so small batches still spread over every SM.
+const REST_BLOCKS: u64 = 1024;
 
 /// Launches an insert-only batch of `keys.len()` operations on `stream`: `ht_insert` (every insert
-/// that needs no lock) and then `ht_insert_rest` (what it left: lost CAS races and evictions), the
-/// second over the queue that the first fills. `rest` holds at least `keys.len() + 1` u32: the
-/// queue's length, then its indices; its first element is zeroed here. The caller has checked the
-/// batch (lengths, reserved keys) and `keys.len() < 2^32` (the queue holds u32 indices).
+/// that needs no lock) and then `ht_insert_rest` (what it left, found by status: lost CAS races and
+/// evictions). The caller has checked the batch (lengths, reserved keys).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_insert_only(
     dev: &Device,
@@ -55,11 +55,8 @@ pub(crate) fn launch_insert_only(
     status: &mut CudaSlice<u32>,
     out_key: &mut CudaSlice<u64>,
     out_val: &mut CudaSlice<u64>,
-    rest: &mut CudaSlice<u32>,
 ) -> Result<(), HashTableError> {
     let n = keys.len() as u64;
-    debug_assert!(n < u32::MAX as u64 && rest.len() as u64 > n);
-    stream.memset_zeros(&mut rest.slice_mut(0..1)).map_err(drv)?;
     let mut b = stream.launch_builder(&dev.k.ht_insert);
     b.arg(&mut *cells)
         .arg(&bucket_mask)
@@ -69,28 +66,32 @@ pub(crate) fn launch_insert_only(
         .arg(&clk)
         .arg(&mut *status)
         .arg(&mut *out_key)
-        .arg(&mut *out_val)
-        .arg(&mut *rest);
+        .arg(&mut *out_val);
     // SAFETY: arguments match ht_insert's signature; keys, vals, status, out_key and out_val hold n
-    // elements, rest n + 1.
+    // elements.
     unsafe { b.launch(cfg(n)) }.map_err(drv)?;
+    let per_thread = n.div_ceil(BLOCK as u64 * REST_BLOCKS).clamp(1, REST_MAX_PER_THREAD);
+    let tile = BLOCK as u64 * per_thread;
+    let per_thread = per_thread as u32;
     let mut b = stream.launch_builder(&dev.k.ht_insert_rest);
     b.arg(&mut *cells)
         .arg(&bucket_mask)
         .arg(keys)
         .arg(vals)
+        .arg(&n)
         .arg(&clk)
         .arg(&mut *status)
         .arg(&mut *out_key)
         .arg(&mut *out_val)
-        .arg(&*rest);
+        .arg(&per_thread);
     let mut c = cfg(n);
-    c.grid_dim.0 = c.grid_dim.0.min(REST_MAX_BLOCKS as u32);
-    // SAFETY: as above; the kernel reads at most rest[0] queue entries, each an index below n.
+    c.grid_dim.0 = n.div_ceil(tile).clamp(1, 2 * REST_BLOCKS) as u32;
+    // SAFETY: as above (the kernel needs BLOCK = 256 threads per block, which cfg gives).
     unsafe { b.launch(c) }.map_err(drv)?;
     Ok(())
 }
 
+/// One thread per item.
 pub(crate) fn cfg(n: u64) -> LaunchConfig {
     let blocks = n.div_ceil(BLOCK as u64).max(1);
     LaunchConfig {
@@ -394,9 +395,6 @@ impl GpuHashTable {
         values: &[u64],
     ) -> Result<Vec<InsertOutcome>, HashTableError> {
         check_insert_batch(keys, values)?;
-        if keys.len() as u64 >= u32::MAX as u64 {
-            return Err(HashTableError::BatchTooLarge(keys.len() as u64));
-        }
         let clk = self.next_clock();
         if keys.is_empty() {
             return Ok(Vec::new());
@@ -407,7 +405,6 @@ impl GpuHashTable {
         let mut d_status = s.alloc_zeros::<u32>(keys.len()).map_err(drv)?;
         let mut d_okey = s.alloc_zeros::<u64>(keys.len()).map_err(drv)?;
         let mut d_oval = s.alloc_zeros::<u64>(keys.len()).map_err(drv)?;
-        let mut d_rest = s.alloc_zeros::<u32>(keys.len() + 1).map_err(drv)?;
         launch_insert_only(
             &self.dev,
             &s,
@@ -419,7 +416,6 @@ impl GpuHashTable {
             &mut d_status,
             &mut d_okey,
             &mut d_oval,
-            &mut d_rest,
         )?;
         let st = s.clone_dtoh(&d_status).map_err(drv)?;
         let okey = s.clone_dtoh(&d_okey).map_err(drv)?;

@@ -61,11 +61,11 @@
 //!   the key's tag is set in b1 or b1 is full); a present key gets the in-place CAS update; an
 //!   absent key claims the *lowest* empty slot of b1, or, when b1 is full, sets its tag and claims
 //!   the lowest empty slot of b2, each with one 128-bit CAS. What it cannot do (both buckets full:
-//!   an eviction; or its CAS lost a race) it appends to a queue, and `ht_insert_rest` does those
-//!   over the dense queue, one at a time per group: a lost race retries lock-free once more, an
-//!   eviction takes the locked path. Correct only because no erase runs during these kernels (see
-//!   below). Sequentially they do exactly what the locked path does, so the CPU twin is the same
-//!   for both.
+//!   an eviction; or its CAS lost a race) it marks in the operation's status, and `ht_insert_rest`
+//!   gathers those, tile by tile, into shared memory and does them densely, one at a time per
+//!   group: a lost race retries lock-free once more, an eviction takes the locked path. Correct
+//!   only because no erase runs during these kernels (see below). Sequentially they do exactly
+//!   what the locked path does, so the CPU twin is the same for both.
 //! * **erase**: find the key and CAS its slot back to all zeros. No tombstones: an erased slot is
 //!   plain empty and reusable at once.
 //!
@@ -92,7 +92,7 @@
 //! [`InsertOutcome::Failed`] / [`EraseOutcome::Failed`] instead of spinning for ever.
 //!
 //! Measured speeds are in BENCHMARKS.md (session 4, 64-byte buckets: at load 0.8 on 2^28 cells,
-//! 22.9 G finds/s with hits, 25.5 G/s with misses, 6.8 G inserts/s on the H100).
+//! 23.0 G finds/s with hits, 25.6 G/s with misses, 7.0 G inserts/s on the H100).
 //!
 //! # Why a key is never stored twice
 //! First for kernels whose inserts all take the lock (`ht_mixed`, any mix of concurrent finds,
@@ -234,8 +234,6 @@ pub enum HashTableError {
     Compile(String),
     #[error("CUDA driver error: {0}")]
     Driver(String),
-    #[error("a batch of {0} inserts is too large for one insert-only launch (at most 2^32 - 2)")]
-    BatchTooLarge(u64),
     #[error("device reported an unknown status {0}")]
     BadStatus(u32),
 }
