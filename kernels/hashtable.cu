@@ -771,6 +771,99 @@ extern "C" __global__ void HT_INSERT_BOUNDS ht_insert(Cell* table, u64 bucket_ma
     }
 }
 
+// The locked inserts of ht_insert_rest's ST_FULL operations (absent from two full buckets when
+// ht_insert read them), all of a warp's at once instead of one after the other per group: every
+// lane with one (`want`) tries its b1's lock once, without spinning; the holders' groups read both
+// buckets of all their operations in one round (read_round) and decide each exactly as group_insert
+// does under the lock (present: update; an empty slot of b1, else of b2 after setting the tag; else
+// evict the least recently used of the 6, ties to b1 then the lower slot); each owner CASes from
+// what was read, stamps, and releases. Whole-warp collectives, so every lane of the warp must call
+// it. Returns true for the operations it finished; a lock held elsewhere (or by another lane of the
+// warp for the same bucket) or a failed CAS (a locked insert of another key wrote into a shared
+// bucket) leaves the operation to the one-at-a-time path. No fence for the tag: insert-only kernels
+// (see set_overflow).
+__device__ __forceinline__ bool parallel_evict(const Group& g, Cell* table, bool want, u64 mykey, u64 myval, u32 myb1,
+                                               u32 myb2, u32 mytag, u32 clk, u32& my_st, u64& my_ok, u64& my_ov) {
+    Cell* B1 = table + (u64)myb1 * GROUP;
+    bool locked = want && cas16_acquire(reinterpret_cast<u16*>(B1), 0, (u16)CTL_LOCK) == 0;
+    __syncwarp();  // orders every lane's reads below after the owners' acquires
+    if (!__any_sync(0xffffffffu, locked)) return false;
+    const u32 held = wballot(g, locked);
+    Cell c1[GROUP], c2[GROUP];
+    read_round(g, table, held, myb1, c1);
+    read_round(g, table, held, myb2, c2);
+    Claim mine = {};
+    bool tag_first = false;
+#pragma unroll
+    for (u32 j = 0; j < GROUP; ++j) {
+        const bool live = (held >> j) & 1u;
+        const u64 key = wshfl(mykey, j);
+        const u32 b1 = wshfl(myb1, j);
+        const u32 b2 = wshfl(myb2, j);
+        const u64 meta1 = wshfl(c1[j].key, 0);
+        const u64 meta2 = wshfl(c2[j].key, 0);
+        const u32 hit1 = wballot(g, live && g.lane != 0 && c1[j].key == key);
+        const u32 hit2 = wballot(g, live && g.lane != 0 && c2[j].key == key);
+        const u32 empty1 = wballot(g, live && g.lane != 0 && c1[j].key == EMPTY_KEY);
+        const u32 empty2 = wballot(g, live && g.lane != 0 && c2[j].key == EMPTY_KEY);
+        u32 best = 0;
+        if (g.lane != 0) {
+            u32 a1 = (clk - stamp_of(meta1, g.lane)) & 0xffffu;
+            u32 a2 = (clk - stamp_of(meta2, g.lane)) & 0xffffu;
+            u32 o1 = (a1 << 8) | (255u - g.lane);
+            u32 o2 = (a2 << 8) | (255u - (GROUP + g.lane));
+            best = o1 > o2 ? o1 : o2;
+        }
+#pragma unroll
+        for (int off = GROUP / 2; off > 0; off >>= 1) {
+            u32 other = __shfl_xor_sync(0xffffffffu, best, off, GROUP);
+            best = other > best ? other : best;
+        }
+        const u32 order = 255u - (best & 0xffu);
+        // The target, in group_insert's order of preference (all lanes compute it alike).
+        bool t2;
+        u32 s;
+        bool victim = false;
+        if (hit1) { t2 = false; s = __ffs(hit1) - 1; }
+        else if (hit2) { t2 = true; s = __ffs(hit2) - 1; }
+        else if (empty1) { t2 = false; s = __ffs(empty1) - 1; }
+        else if (empty2) { t2 = true; s = __ffs(empty2) - 1; }
+        else { t2 = order >= GROUP; s = order & (GROUP - 1u); victim = true; }
+        s &= GROUP - 1u;
+        const u64 tk = wshfl(t2 ? c2[j].key : c1[j].key, s);
+        const u64 tv = wshfl(t2 ? c2[j].val : c1[j].val, s);
+        if (live && g.lane == j) {
+            mine.bucket = table + (u64)(t2 ? b2 : b1) * GROUP;
+            mine.s = s;
+            mine.ek = (hit1 || hit2 || victim) ? tk : EMPTY_KEY;
+            mine.ev = (hit1 || hit2 || victim) ? tv : 0ull;
+            tag_first = t2 && !hit2;  // k is about to appear in b2
+        }
+    }
+    bool done = false;
+    if (locked) {
+        if (tag_first) atomicOr(tag_word(B1), mytag);
+        const Cell prev = cas_cell_prev(mine.bucket + mine.s, mine.ek, mine.ev, mykey, myval);
+        if (prev.key == mine.ek && prev.val == mine.ev) {
+            store_stamp(mine.bucket, mine.s, clk);
+            if (mine.ek == mykey) {
+                my_st = ST_UPDATED;
+                my_ok = 0;
+            } else if (mine.ek == EMPTY_KEY) {
+                my_st = ST_INSERTED;
+                my_ok = 0;
+            } else {
+                my_st = ST_EVICTED;
+                my_ok = mine.ek;
+            }
+            my_ov = mine.ev;
+            done = true;
+        }
+        cas16_release(reinterpret_cast<u16*>(B1), (u16)CTL_LOCK, 0);
+    }
+    return done;
+}
+
 // Phase 2 of an insert-only batch, launched right after ht_insert with the same arguments: the
 // operations it left (status ST_SLOW: the claim's CAS lost a race, retried through the lock-free
 // group_insert_fast first; ST_FULL: absent from two full buckets, straight to the locked path,
@@ -822,9 +915,11 @@ extern "C" __global__ void __launch_bounds__(256) ht_insert_rest(Cell* table, u6
             const bool both_full = st0 == ST_FULL;
             if (valid) prefetch_l2(table + (u64)myb1 * GROUP);
             if (valid && both_full) prefetch_l2(table + (u64)myb2 * GROUP);  // the eviction reads both
-            u32 pending = gballot(g, valid);
             u32 my_st = st0;
             u64 my_ok = 0, my_ov = 0;
+            const bool evicted_in_parallel = parallel_evict(g, table, valid && both_full, mykey, myval, myb1, myb2,
+                                                            mytag, clk, my_st, my_ok, my_ov);
+            u32 pending = gballot(g, valid && !evicted_in_parallel);
             FOR_EACH_PENDING
                 u64 val = gshfl(g, myval, j);
                 u64 ok = 0, ov = 0;
