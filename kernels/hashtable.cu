@@ -884,7 +884,7 @@ __device__ __forceinline__ bool parallel_evict(const Group& g, Cell* table, bool
 // kernel a round trip per warp. Launch with blockDim.x == 256 (BLOCK), any grid size (grid-stride
 // over tiles). No erase runs between or during the two kernels (one stream), so the lock-free
 // argument holds.
-#define REST_MAX_PER_THREAD 8u
+#define REST_MAX_PER_THREAD 32u
 extern "C" __global__ void __launch_bounds__(256) ht_insert_rest(Cell* table, u64 bucket_mask, const u64* keys,
                                                                  const u64* vals, u64 n, u32 clk, u32* status,
                                                                  u64* out_key, u64* out_val, u32 per_thread) {

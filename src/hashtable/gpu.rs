@@ -35,8 +35,8 @@ pub(crate) fn drv<E: std::fmt::Debug>(e: E) -> HashTableError {
 
 /// Most operations per thread in a tile of `ht_insert_rest` (kernels/hashtable.cu
 /// `REST_MAX_PER_THREAD`).
-const REST_MAX_PER_THREAD: u64 = 8;
-/// Blocks that `ht_insert_rest` aims for: tiles grow (up to 8 operations per thread) only once a
+const REST_MAX_PER_THREAD: u64 = 32;
+/// Blocks that `ht_insert_rest` aims for: tiles grow (up to 32 operations per thread) only once a
 /// batch has more than this many blocks' worth, so small batches still spread over every SM.
 const REST_BLOCKS: u64 = 1024;
 
