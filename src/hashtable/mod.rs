@@ -92,7 +92,7 @@
 //! [`InsertOutcome::Failed`] / [`EraseOutcome::Failed`] instead of spinning for ever.
 //!
 //! Measured speeds are in BENCHMARKS.md (session 4, 64-byte buckets: at load 0.8 on 2^28 cells,
-//! 23.0 G finds/s with hits, 25.6 G/s with misses, 7.0 G inserts/s on the H100).
+//! 22.9 G finds/s with hits, 25.5 G/s with misses, 7.8 G inserts/s on the H100).
 //!
 //! # Why a key is never stored twice
 //! First for kernels whose inserts all take the lock (`ht_mixed`, any mix of concurrent finds,
