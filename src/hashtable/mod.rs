@@ -63,7 +63,9 @@
 //!   the lowest empty slot of b2, each with one 128-bit CAS. What it cannot do (both buckets full:
 //!   an eviction; or its CAS lost a race) it marks in the operation's status, and `ht_insert_rest`
 //!   gathers those, tile by tile, into shared memory and does them densely, one at a time per
-//!   group: a lost race retries lock-free once more, an eviction takes the locked path. Correct
+//!   group: a lost race retries lock-free once more, an eviction takes the lock (`parallel_evict`
+//!   tries the locks of all of a warp's evictions at once, without spinning, and serves the holders
+//!   together; the others take the locked path one at a time). Correct
 //!   only because no erase runs during these kernels (see below). Sequentially they do exactly
 //!   what the locked path does, so the CPU twin is the same for both.
 //! * **erase**: find the key and CAS its slot back to all zeros. No tombstones: an erased slot is
@@ -99,8 +101,10 @@
 //! inserts and erases); the insert-only kernels follow.
 //!
 //! 1. A slot for key `k` is filled (claim or eviction) only by an insert that holds the lock of
-//!    `b1(k)` and has read the buckets *after* taking it. All inserts of `k` take the same lock, so no
-//!    other insert of `k` is between its check and its claim.
+//!    `b1(k)` and has read the buckets *after* taking it (in `group_insert` lane 0 takes the lock and
+//!    a `__syncwarp` orders the group's reads after it; in `parallel_evict` each owner lane takes
+//!    its own, then the warp's `__syncwarp`). All inserts of `k` take the same lock, so no other
+//!    insert of `k` is between its check and its claim.
 //! 2. Nothing else creates a copy of `k`: erases and evictions only remove keys, and entries never
 //!    move.
 //! 3. The check under the lock sees every stored copy of `k`: a copy in b1 is read directly; a copy
