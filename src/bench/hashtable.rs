@@ -7,7 +7,7 @@
 //! 70 % hit rate that refresh LRU stamps, 20 % inserts of new keys that evict when both buckets are
 //! full). Each find row of the bucketed table (`ht_find`, the kernel the cache uses) is followed by
 //! the same query through the find variants: `nc-*` (ht_find reading through the non-coherent
-//! path), `lane-*` (one lane per lookup, eight 16-byte loads each) and `lanenc-*` (both); leave
+//! path), `lane-*` (one lane per lookup, four 16-byte loads each) and `lanenc-*` (both); leave
 //! them out with `--no-variants`. A batch-size sweep at 2^24 cells follows. Loads of the bucketed table are quoted against
 //! its usable slots (3 of 4 cells).
 //!
