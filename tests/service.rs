@@ -215,6 +215,9 @@ async fn identical_requests_return_the_existing_job() {
     };
     assert!(count("write") >= 3, "{metrics}");
     assert_eq!(count("read"), count("write"), "{metrics}");
+    // the eigen stage runs wherever the statistics do (a job that reuses them skips both)
+    assert!(count("eigen") >= 1, "{metrics}");
+    assert_eq!(count("eigen"), count("statistics"), "{metrics}");
     srv.stop().await;
 }
 

@@ -14,7 +14,7 @@ use super::eigen::{self, NoiseWhitening};
 use super::params::{MnfParams, DEFAULT_COMPONENTS};
 use super::result::{EigenSystem, InputInfo, Metadata, NoiseInfo, PixelInfo};
 use super::stats::{Denoise, Moments, Projection, StatsSpec};
-use super::{MnfError, Monitor};
+use super::{MnfError, Monitor, Stage};
 use crate::backend::{Backend, PreparedCube};
 use crate::cube::Cube;
 
@@ -99,6 +99,9 @@ pub fn analyse_on(
     let stats_ms = t0.elapsed().as_secs_f64() * 1e3;
     check_counts(&stats.data, &stats.noise, params)?;
 
+    // The eigen stage, for the job's progress and /metrics (without it the service's stage clock
+    // counted the eigenproblem into the statistics stage).
+    monitor.tick(Stage::Eigen, 0.0)?;
     let t1 = Instant::now();
     let (mut noise_ms, mut sel_whitening) = match early {
         Some((r, ms)) => (ms, Some(r?)),
