@@ -395,6 +395,28 @@ __device__ __forceinline__ void group_unlock(const Group& g, Cell* bucket, u16 h
     if (g.lane == 0) cas16_release(reinterpret_cast<u16*>(bucket), held, (u16)(held & ~CTL_LOCK));
 }
 
+// The eviction rule, shared by group_insert and parallel_evict (src/hashtable/cpu.rs is its twin):
+// the least recently used of the 2 * (GROUP - 1) entries of b1 and b2, i.e. the largest stamp age
+// modulo 2^16, ties to b1, then to the lower slot. meta1/meta2: the buckets' metadata words (ctl and
+// stamps). Returns the victim as `order`: slot = order & (GROUP - 1), in b2 when order >= GROUP.
+// All lanes of `mask` call it (mask: the group's, or the whole warp's in the batched rounds).
+__device__ __forceinline__ u32 lru_victim(const Group& g, u32 mask, u64 meta1, u64 meta2, u32 clk) {
+    u32 best = 0;
+    if (g.lane != 0) {
+        u32 a1 = (clk - stamp_of(meta1, g.lane)) & 0xffffu;
+        u32 a2 = (clk - stamp_of(meta2, g.lane)) & 0xffffu;
+        u32 o1 = (a1 << 8) | (255u - g.lane);
+        u32 o2 = (a2 << 8) | (255u - (GROUP + g.lane));
+        best = o1 > o2 ? o1 : o2;
+    }
+#pragma unroll
+    for (int off = GROUP / 2; off > 0; off >>= 1) {
+        u32 other = __shfl_xor_sync(mask, best, off, GROUP);
+        best = other > best ? other : best;
+    }
+    return 255u - (best & 0xffu);
+}
+
 // Insert-or-assign under the primary bucket's lock (the slow path of ht_insert, the only path of
 // ht_mixed). out_key/out_val: the evicted entry (ST_EVICTED) or the previous value (ST_UPDATED).
 // FENCE: see set_overflow (true in ht_mixed).
@@ -466,20 +488,7 @@ __device__ u32 group_insert(const Group& g, Cell* table, const Target& t, u64 va
         }
         // 4. Both buckets full: evict the least recently used of the 2 * (GROUP - 1) entries (largest
         //    stamp age, ties to the primary bucket, then to the lower slot).
-        u32 best = 0;
-        if (g.lane != 0) {
-            u32 a1 = (clk - stamp_of(v1.meta_lo, g.lane)) & 0xffffu;
-            u32 a2 = (clk - stamp_of(v2.meta_lo, g.lane)) & 0xffffu;
-            u32 o1 = (a1 << 8) | (255u - g.lane);
-            u32 o2 = (a2 << 8) | (255u - (GROUP + g.lane));
-            best = o1 > o2 ? o1 : o2;
-        }
-#pragma unroll
-        for (int off = GROUP / 2; off > 0; off >>= 1) {
-            u32 other = __shfl_xor_sync(g.mask, best, off, GROUP);
-            best = other > best ? other : best;
-        }
-        u32 order = 255u - (best & 0xffu);
+        u32 order = lru_victim(g, g.mask, v1.meta_lo, v2.meta_lo, clk);
         bool in2 = order >= GROUP;
         u32 s = order & (GROUP - 1u);
         u64 vk = gshfl(g, in2 ? v2.c.key : v1.c.key, s);
@@ -813,20 +822,7 @@ __device__ __forceinline__ bool parallel_evict(const Group& g, Cell* table, bool
         const u32 hit2 = wballot(g, live && g.lane != 0 && c2[j].key == key);
         const u32 empty1 = wballot(g, live && g.lane != 0 && c1[j].key == EMPTY_KEY);
         const u32 empty2 = wballot(g, live && g.lane != 0 && c2[j].key == EMPTY_KEY);
-        u32 best = 0;
-        if (g.lane != 0) {
-            u32 a1 = (clk - stamp_of(meta1, g.lane)) & 0xffffu;
-            u32 a2 = (clk - stamp_of(meta2, g.lane)) & 0xffffu;
-            u32 o1 = (a1 << 8) | (255u - g.lane);
-            u32 o2 = (a2 << 8) | (255u - (GROUP + g.lane));
-            best = o1 > o2 ? o1 : o2;
-        }
-#pragma unroll
-        for (int off = GROUP / 2; off > 0; off >>= 1) {
-            u32 other = __shfl_xor_sync(0xffffffffu, best, off, GROUP);
-            best = other > best ? other : best;
-        }
-        const u32 order = 255u - (best & 0xffu);
+        const u32 order = lru_victim(g, 0xffffffffu, meta1, meta2, clk);
         // The target, in group_insert's order of preference (all lanes compute it alike).
         bool t2;
         u32 s;
