@@ -384,11 +384,11 @@ impl GpuHashTable {
             .collect()
     }
 
-    /// Insert-or-assign a batch through the insert-only kernel `ht_insert` (one clock tick): a
-    /// lock-free fast path for keys that are present or fit into their primary bucket, the locked
-    /// path of [`Self::insert_batch`] otherwise. Same outcomes as `insert_batch` (sequentially the
-    /// same as the CPU twin's); the fast path relies on no erase running during the kernel, which
-    /// holds because every kernel of a table is launched on the device's one stream.
+    /// Insert-or-assign a batch through the insert-only kernels (one clock tick, [`launch_insert_only`]):
+    /// lock-free for keys that are present or fit into one of their buckets, the lock only for
+    /// evictions and lost races. Same outcomes as [`Self::insert_batch`] (sequentially the same as the
+    /// CPU twin's); the lock-free paths rely on no erase running during the kernels, which holds
+    /// because every kernel of a table is launched on the device's one stream.
     pub fn insert_only_batch(
         &mut self,
         keys: &[u64],
