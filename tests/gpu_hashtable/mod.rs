@@ -282,6 +282,23 @@ fn copies(cells: &[[u64; 2]], key: u64) -> Vec<(usize, usize)> {
         .collect()
 }
 
+/// 64 K concurrent inserts of one absent `key` through ht_insert (values `i * mult + 1`): exactly one
+/// claims a slot and none evicts; the rest update it or run out of attempts. Returns the values.
+fn insert_one_key_concurrently(g: &mut GpuHashTable, key: u64, mult: u64) -> Vec<u64> {
+    let n = 1 << 16;
+    let keys = vec![key; n];
+    let vals: Vec<u64> = (0..n as u64).map(|i| i * mult + 1).collect();
+    let out = g.insert_only_batch(&keys, &vals).unwrap();
+    let count = |f: &dyn Fn(&InsertOutcome) -> bool| out.iter().filter(|o| f(o)).count();
+    assert_eq!(count(&|o| *o == InsertOutcome::Inserted), 1, "exactly one insert claims a slot");
+    assert_eq!(count(&|o| matches!(o, InsertOutcome::Evicted { .. })), 0);
+    eprintln!(
+        "one key, {n} concurrent ht_insert calls: {} ran out of attempts (allowed under contention)",
+        count(&|o| *o == InsertOutcome::Failed)
+    );
+    vals
+}
+
 /// ht_insert's lock-free path: 64 K concurrent inserts of one absent key into a table whose primary
 /// bucket for that key has holes (made by erases in an earlier batch) leave exactly one entry, in
 /// the lowest hole, with one of the written values; then 32 concurrent inserts of each of 3000 keys
@@ -305,17 +322,7 @@ fn insert_only_concurrent_same_key_into_holes_leaves_one_entry() {
     let at = |s: usize| dump[b1 as usize * BUCKET_CELLS + s][0];
     let holes = [at(1), at(3)];
     assert!(g.erase_batch(&holes).unwrap().iter().all(|o| o.is_erased()));
-    let n = 1 << 16;
-    let keys = vec![key; n];
-    let vals: Vec<u64> = (0..n as u64).map(|i| i * 11 + 1).collect();
-    let out = g.insert_only_batch(&keys, &vals).unwrap();
-    let count = |f: &dyn Fn(&InsertOutcome) -> bool| out.iter().filter(|o| f(o)).count();
-    assert_eq!(count(&|o| *o == InsertOutcome::Inserted), 1, "exactly one insert claims a slot");
-    assert_eq!(count(&|o| matches!(o, InsertOutcome::Evicted { .. })), 0);
-    eprintln!(
-        "one key, {n} concurrent ht_insert calls: {} ran out of attempts (allowed under contention)",
-        count(&|o| *o == InsertOutcome::Failed)
-    );
+    let vals = insert_one_key_concurrently(&mut g, key, 11);
     assert_eq!(assert_clean(&g), SLOTS_PER_BUCKET as u64 - 1);
     let dump = g.dump().unwrap();
     assert_eq!(copies(&dump, key), vec![(b1 as usize, 1)], "the lowest hole of b1");
@@ -440,24 +447,19 @@ fn insert_only_concurrent_same_key_into_b2_leaves_one_entry() {
     let fill = keys_with_primary(cells, b1, SLOTS_PER_BUCKET, &[key]);
     let fvals: Vec<u64> = fill.iter().map(|k| k ^ 7).collect();
     assert!(g.insert_batch(&fill, &fvals).unwrap().iter().all(|o| *o == InsertOutcome::Inserted));
+    let dump = g.dump().unwrap();
     let lowest_empty_of_b2 = (1..BUCKET_CELLS)
-        .find(|&s| g.dump().unwrap()[b2 as usize * BUCKET_CELLS + s][0] == EMPTY_KEY)
+        .find(|&s| dump[b2 as usize * BUCKET_CELLS + s][0] == EMPTY_KEY)
         .expect("b2 has room");
-    let n = 1 << 16;
-    let keys = vec![key; n];
-    let vals: Vec<u64> = (0..n as u64).map(|i| i * 13 + 5).collect();
-    let out = g.insert_only_batch(&keys, &vals).unwrap();
-    let count = |f: &dyn Fn(&InsertOutcome) -> bool| out.iter().filter(|o| f(o)).count();
-    assert_eq!(count(&|o| *o == InsertOutcome::Inserted), 1, "exactly one insert claims a slot");
-    assert_eq!(count(&|o| matches!(o, InsertOutcome::Evicted { .. })), 0);
+    let vals = insert_one_key_concurrently(&mut g, key, 13);
     assert_eq!(copies(&g.dump().unwrap(), key), vec![(b2 as usize, lowest_empty_of_b2)]);
     assert_eq!(assert_clean(&g), SLOTS_PER_BUCKET as u64 + 1);
     let v = g.find(key, false).unwrap().expect("the key is found through its tag");
     assert!(vals.contains(&v));
 }
 
-/// Insert-only batches that overfill a small table, so that many inserts evict (through the queue
-/// of ht_insert_rest) while others claim concurrently: afterwards no key is stored twice, and the
+/// Insert-only batches that overfill a small table, so that many inserts evict (in ht_insert_rest)
+/// while others claim concurrently: afterwards no key is stored twice, and the
 /// table holds exactly the batch's keys minus those reported evicted or failed, with their values.
 #[test]
 #[ignore = "needs a CUDA device"]
