@@ -61,6 +61,13 @@ typedef unsigned __int128 u128;
 #define OP_INSERT 1u
 #define OP_ERASE 2u
 
+// Measurement switches, never defined in normal builds (the development knob HYPERMNF_HT_DEFINES of
+// src/hashtable/gpu.rs passes them to NVRTC on the GPU host, scripts/dev/ht-insert-experiments.sh):
+// each makes the insert-only kernels skip part of their job, so that a benchmark run shows what that
+// part costs. HT_DIAG_NO_STAMP: ht_insert writes no LRU stamps (which breaks the eviction order; no
+// counter sees it). HT_DIAG_SKIP_REST: ht_insert_rest scans but serves nothing (no eviction, no
+// retried race; the benchmark reports the lost keys and fails).
+
 // Launch bounds of the batch kernels (256 threads per block). HT_MIN_BLOCKS, when the host defines it
 // (HYPERMNF_HT_MIN_BLOCKS, a development knob), also asks for that many resident blocks per SM, which
 // caps the registers per thread: ncu showed ht_insert at 66 registers, 3 blocks per SM (37.5%
@@ -764,7 +771,9 @@ extern "C" __global__ void HT_INSERT_BOUNDS ht_insert(Cell* table, u64 bucket_ma
     }
     bool done = false;
     if ((have || have2) && prev.key == mine.ek && prev.val == mine.ev) {
+#ifndef HT_DIAG_NO_STAMP
         store_stamp(mine.bucket, mine.s, clk);
+#endif
         my_st = mine.ek == EMPTY_KEY ? ST_INSERTED : ST_UPDATED;
         my_ok = 0;
         my_ov = mine.ev;
@@ -903,6 +912,10 @@ extern "C" __global__ void __launch_bounds__(256) ht_insert_rest(Cell* table, u6
             if (left) queue[base + __popc(lefts & ((1u << wl) - 1u))] = off;
         }
         __syncthreads();
+#ifdef HT_DIAG_SKIP_REST
+        if (threadIdx.x == 0) count = 0;  // serve nothing
+        __syncthreads();
+#endif
         const u32 m = count;
         for (u32 q0 = 0; q0 < m; q0 += blockDim.x) {  // the same trip count for the whole block
             const u32 q = q0 + threadIdx.x;

@@ -192,6 +192,11 @@ impl Device {
                 if let Some(n) = std::env::var("HYPERMNF_HT_MIN_BLOCKS").ok().and_then(|v| v.trim().parse::<u32>().ok()).filter(|&n| (1..=8).contains(&n)) {
                     o.push(format!("-DHT_MIN_BLOCKS={n}"));
                 }
+                // Development knob: extra `-DNAME[=VALUE]` switches for kernel experiments on the GPU
+                // host, which has no Rust toolchain to rebuild with (anything else is ignored).
+                if let Ok(v) = std::env::var("HYPERMNF_HT_DEFINES") {
+                    o.extend(v.split_whitespace().filter(|d| is_define(d)).map(str::to_string));
+                }
                 o
             },
             name: Some("hashtable.cu".into()),
@@ -244,6 +249,17 @@ impl Device {
         let (free, total) = self.ctx.mem_get_info().map_err(drv)?;
         Ok((free as u64, total as u64))
     }
+}
+
+/// `-DNAME` or `-DNAME=VALUE` with a C identifier and a plain value: what HYPERMNF_HT_DEFINES may pass on.
+fn is_define(d: &str) -> bool {
+    let Some(body) = d.strip_prefix("-D") else { return false };
+    let (name, value) = body.split_once('=').unwrap_or((body, "0"));
+    let ident = |s: &str| {
+        s.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    ident(name) && !value.is_empty() && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Results of a batch as the kernels write them.
@@ -586,3 +602,18 @@ fn decode(op: &Op, st: u32, okey: u64, oval: u64) -> Result<OpResult, HashTableE
 
 /// Cells per bucket as the kernels see them (compile-time check that the layouts agree).
 const _: () = assert!(BUCKET_CELLS == 4);
+
+#[cfg(test)]
+mod tests {
+    use super::is_define;
+
+    #[test]
+    fn only_plain_defines_reach_the_compiler() {
+        for ok in ["-DHT_X", "-DHT_X=1", "-D_A9=b_2"] {
+            assert!(is_define(ok), "{ok}");
+        }
+        for bad in ["-D", "-D9X", "-DX=", "-DX=\"a\"", "-I/tmp", "--x", "-DX;Y", "DX"] {
+            assert!(!is_define(bad), "{bad}");
+        }
+    }
+}
