@@ -93,8 +93,8 @@
 //! Every loop is bounded (64 attempts, 2^20 lock spins); an operation that runs out reports
 //! [`InsertOutcome::Failed`] / [`EraseOutcome::Failed`] instead of spinning for ever.
 //!
-//! Measured speeds are in BENCHMARKS.md (session 4, 64-byte buckets: at load 0.8 on 2^28 cells,
-//! 22.9 G finds/s with hits, 25.5 G/s with misses, 7.8 G inserts/s on the H100).
+//! Measured speeds are in BENCHMARKS.md (session 5: at load 0.8 on 2^28 cells, 22.8 G finds/s with
+//! hits, 25.4 G/s with misses, 7.9 G inserts/s on the H100).
 //!
 //! # Why a key is never stored twice
 //! First for kernels whose inserts all take the lock (`ht_mixed`, any mix of concurrent finds,
