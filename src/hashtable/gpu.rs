@@ -193,9 +193,16 @@ impl Device {
                     o.push(format!("-DHT_MIN_BLOCKS={n}"));
                 }
                 // Development knob: extra `-DNAME[=VALUE]` switches for kernel experiments on the GPU
-                // host, which has no Rust toolchain to rebuild with (anything else is ignored).
+                // host, which has no Rust toolchain to rebuild with (anything else is left out, loudly).
                 if let Ok(v) = std::env::var("HYPERMNF_HT_DEFINES") {
-                    o.extend(v.split_whitespace().filter(|d| is_define(d)).map(str::to_string));
+                    for d in v.split_whitespace() {
+                        if is_define(d) {
+                            tracing::warn!("hash-table kernels compiled with {d} (HYPERMNF_HT_DEFINES)");
+                            o.push(d.to_string());
+                        } else {
+                            tracing::warn!("HYPERMNF_HT_DEFINES: {d:?} left out (only -DNAME or -DNAME=VALUE)");
+                        }
+                    }
                 }
                 o
             },
