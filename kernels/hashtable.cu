@@ -70,20 +70,19 @@ typedef unsigned __int128 u128;
 
 // Launch bounds of the batch kernels (256 threads per block). HT_MIN_BLOCKS, when the host defines it
 // (HYPERMNF_HT_MIN_BLOCKS, a development knob), also asks for that many resident blocks per SM, which
-// caps the registers per thread: ncu showed ht_insert at 66 registers, 3 blocks per SM (37.5%
-// occupancy) and latency-bound (0.37 eligible warps per scheduler).
+// caps the registers per thread (finds, erase, mixed; ht_insert and ht_insert_rest have their own).
 #ifdef HT_MIN_BLOCKS
 #define HT_BOUNDS __launch_bounds__(256, HT_MIN_BLOCKS)
 #else
 #define HT_BOUNDS __launch_bounds__(256)
 #endif
-// ht_insert: at most 64 registers, so that 4 blocks (32 warps) fit on an SM; its memory round trips
-// are hidden only by other warps (66 registers would allow 3 blocks).
-#ifdef HT_MIN_BLOCKS
-#define HT_INSERT_BOUNDS HT_BOUNDS
-#else
-#define HT_INSERT_BOUNDS __launch_bounds__(256, 4)
+// ht_insert: 3 blocks per SM, the 72 registers ptxas wants. Session 4 capped it at 64 for 4 blocks
+// (more warps to hide its memory round trips); in session 5, with the kernel as it is now, the cap
+// made the 0.8 build on 2^28 cells slower: 7.91 against 8.10 G inserts/s.
+#ifndef HT_INSERT_MIN_BLOCKS
+#define HT_INSERT_MIN_BLOCKS 3
 #endif
+#define HT_INSERT_BOUNDS __launch_bounds__(256, HT_INSERT_MIN_BLOCKS)
 
 struct __align__(16) Cell {
     u64 key;
@@ -880,7 +879,7 @@ __device__ __forceinline__ bool parallel_evict(const Group& g, Cell* table, bool
 // operations it left (status ST_SLOW: the claim's CAS lost a race, retried through the lock-free
 // group_insert_fast first; ST_FULL: absent from two full buckets, straight to the locked path,
 // which evicts), one at a time per group. A kernel of its own so that ht_insert carries no
-// locked-path code (64 registers instead of 80: more resident warps to overlap its memory round
+// locked-path code (with it, 80 registers: fewer resident warps to overlap its memory round
 // trips). Each block takes tiles of 256 * per_thread operations (per_thread <= REST_MAX_PER_THREAD,
 // chosen by the host so that small batches still get many blocks), gathers the left ones into
 // shared memory and serves them densely: run over the whole batch one operation per lane, the few
