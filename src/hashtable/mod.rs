@@ -94,7 +94,7 @@
 //! [`InsertOutcome::Failed`] / [`EraseOutcome::Failed`] instead of spinning for ever.
 //!
 //! Measured speeds are in BENCHMARKS.md (session 5: at load 0.8 on 2^28 cells, 22.8 G finds/s with
-//! hits, 25.4 G/s with misses, 7.9 G inserts/s on the H100).
+//! hits, 25.5 G/s with misses, 8.1 G inserts/s on the H100).
 //!
 //! # Why a key is never stored twice
 //! First for kernels whose inserts all take the lock (`ht_mixed`, any mix of concurrent finds,
