@@ -88,6 +88,13 @@ pub struct ServiceCache {
     storage: Storage,
 }
 
+/// What [`ServiceCache::register_before_success`] recorded, for [`ServiceCache::withdraw`].
+#[derive(Debug, Default)]
+#[must_use = "withdraw it if the job does not succeed"]
+pub struct Registered {
+    eigen_row: Option<i64>,
+}
+
 /// An eigen system written next to a job's results, waiting for the job to succeed.
 #[derive(Debug, Clone)]
 pub struct StoredSystem {
@@ -171,6 +178,8 @@ impl ServiceCache {
         };
         match self.store.get_by_rowid(handle as i64).await? {
             Some(job) if job.owner == owner && job.digest == job_digest && job.status == JobStatus::Succeeded => Ok(Some(job)),
+            // Registered just before it is marked succeeded: not yet a hit, and not stale either.
+            Some(job) if job.owner == owner && job.digest == job_digest && job.status == JobStatus::Running => Ok(None),
             _ => {
                 // Deleted, or its row id now names another job: the entry is stale.
                 let _ = self.index().remove_if(Level::Result, &key, handle);
@@ -223,7 +232,7 @@ impl ServiceCache {
         }
     }
 
-    /// Writes the eigen system job `job_id` computed next to its results; recorded by `job_succeeded`.
+    /// Writes the eigen system job `job_id` computed next to its results; recorded by `register_before_success`.
     pub async fn write_system(&self, job_id: &str, key: Digest, record: &SystemRecord, backend: &str) -> Option<StoredSystem> {
         let bytes = eigen_file::encode(&record.system);
         let storage_key = format!("results/{job_id}/{EIGEN_OBJECT}");
@@ -237,8 +246,14 @@ impl ServiceCache {
         }
     }
 
-    /// A job succeeded: its result, and the eigen system it computed (if any), enter the cache.
-    pub async fn job_succeeded(&self, job: &Job, system: Option<StoredSystem>) {
+    /// A job is about to be marked succeeded: its result, and the eigen system it computed (if any),
+    /// enter the cache first. Done in this order so that a client that sees the job succeeded (and
+    /// repeats the request, or changes only the projection) always finds both; until the job row
+    /// says succeeded, a result-level hit reads as a miss and the running job is found in SQLite
+    /// instead, and a statistics-level hit uses a system that is already completely stored.
+    /// If the job then does not succeed (canceled meanwhile), [`ServiceCache::withdraw`] undoes this.
+    pub async fn register_before_success(&self, job: &Job, system: Option<StoredSystem>) -> Registered {
+        let mut registered = Registered::default();
         match self.store.rowid_of(&job.id).await {
             Ok(Some(rowid)) => {
                 let key = result_key(&job.digest, &job.owner);
@@ -251,7 +266,7 @@ impl ServiceCache {
             Ok(None) => {} // deleted meanwhile
             Err(e) => tracing::warn!(job = %job.id, "cannot cache the result: {e}"),
         }
-        let Some(s) = system else { return };
+        let Some(s) = system else { return registered };
         let row = NewEigenRow {
             digest: hex::encode(s.key),
             job_id: job.id.clone(),
@@ -262,6 +277,7 @@ impl ServiceCache {
         };
         match self.store.insert_eigen(&row).await {
             Ok(Some(id)) => {
+                registered.eigen_row = Some(id);
                 let inserted = self.index().insert(Level::Statistics, &s.key, id as Handle);
                 match inserted {
                     Ok(_) => self.owned().entry(job.id.clone()).or_default().statistics.push((s.key, id as Handle)),
@@ -271,6 +287,19 @@ impl ServiceCache {
             Ok(None) | Err(_) => {
                 // Another job stored the same system first, or this job is gone: this copy is not needed.
                 let _ = self.storage.delete_prefix(&s.storage_key).await;
+            }
+        }
+        registered
+    }
+
+    /// The job registered by [`ServiceCache::register_before_success`] did not succeed after all
+    /// (canceled or deleted while it ran): its entries and its eigen system row go. Its files are
+    /// the caller's to delete.
+    pub async fn withdraw(&self, job_id: &str, registered: Registered) {
+        self.forget_job(job_id);
+        if let Some(id) = registered.eigen_row {
+            if let Err(e) = self.store.delete_eigen(id).await {
+                tracing::warn!(job = %job_id, "cannot forget the eigen system row {id}: {e}");
             }
         }
     }
@@ -299,5 +328,83 @@ impl ServiceCache {
     pub fn report(&self) -> CacheReport {
         let index = self.index();
         CacheReport { levels: index.stats(), device: self.device.as_ref().map(|d| d.stats()), index: index.index_backend().clone() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::store::Inserted;
+    use crate::jobs::{InputKind, InputSummary, NewJob};
+
+    async fn fixture() -> (ServiceCache, JobStore, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = JobStore::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
+        let storage = Storage::local(dir.path().join("objects")).unwrap();
+        let settings = CacheSettings { gpu_cache_bytes: 0, index_cells: 1 << 10, index_on_gpu: false };
+        (ServiceCache::new(&settings, store.clone(), storage).unwrap(), store, dir)
+    }
+
+    /// Inserts job `id` and claims it, as a worker does.
+    async fn running_job(store: &JobStore, id: &str) -> Job {
+        let new = NewJob {
+            id: id.into(),
+            owner: "alice".into(),
+            params: "{}".into(),
+            digest: format!("digest-{id}"),
+            content_digest: Some("ab".repeat(32)),
+            upload_sha256: None,
+            input: InputSummary { lines: 1, samples: 1, bands: 1, data_type: "int16".into(), interleave: "bip".into() },
+            input_kind: InputKind::Npy,
+            input_location: format!("uploads/{id}"),
+        };
+        assert!(matches!(store.insert(new).await.unwrap(), Inserted::Created(_)));
+        let job = store.claim().await.unwrap().expect("the queued job");
+        assert_eq!((job.id.as_str(), job.status), (id, JobStatus::Running));
+        job
+    }
+
+    fn system(job: &Job, key: u8) -> StoredSystem {
+        StoredSystem { key: [key; 32], storage_key: format!("results/{}/{EIGEN_OBJECT}", job.id), bytes: 10, backend: "cpu".into() }
+    }
+
+    /// The worker registers a job's entries before the job row says succeeded (CI once saw the job
+    /// succeeded while its eigen system was not yet indexed): in between, the result entry is not a
+    /// hit but stays; once the row says succeeded it is.
+    #[tokio::test]
+    async fn a_job_is_in_the_cache_before_it_reads_as_succeeded() {
+        let (cache, store, _dir) = fixture().await;
+        let job = running_job(&store, "j1").await;
+        let registered = cache.register_before_success(&job, Some(system(&job, 1))).await;
+        let s = cache.report().levels;
+        assert_eq!((s.result.entries, s.statistics.entries), (1, 1));
+        assert!(registered.eigen_row.is_some());
+
+        assert!(cache.find_result("alice", &job.digest).await.unwrap().is_none(), "still running: not a hit");
+        assert_eq!(cache.report().levels.result.entries, 1, "and not dropped as stale");
+        assert!(store.succeed(&job.id, &Default::default()).await.unwrap());
+        let hit = cache.find_result("alice", &job.digest).await.unwrap().expect("a hit once succeeded");
+        assert_eq!(hit.id, job.id);
+        assert!(cache.find_result("bob", &job.digest).await.unwrap().is_none(), "another owner's result");
+    }
+
+    /// A job canceled while it was being registered leaves nothing behind: no index entries, no
+    /// eigen system row.
+    #[tokio::test]
+    async fn a_job_that_does_not_succeed_is_withdrawn() {
+        let (cache, store, _dir) = fixture().await;
+        let job = running_job(&store, "j2").await;
+        let registered = cache.register_before_success(&job, Some(system(&job, 2))).await;
+        let row = registered.eigen_row.unwrap();
+        assert!(store.cancel(&job.id).await.unwrap());
+        assert!(!store.succeed(&job.id, &Default::default()).await.unwrap());
+        cache.withdraw(&job.id, registered).await;
+        let s = cache.report().levels;
+        assert_eq!((s.result.entries, s.statistics.entries), (0, 0));
+        assert!(store.eigen_by_id(row).await.unwrap().is_none());
+        assert!(cache.find_system(&[2; 32]).await.is_none());
+        // The same system can be registered again by the next job that computes it.
+        let again = running_job(&store, "j3").await;
+        assert!(cache.register_before_success(&again, Some(system(&again, 2))).await.eigen_row.is_some());
     }
 }

@@ -216,32 +216,43 @@ impl Runner {
             Ok(r) => r,
             Err(e) => Err(JobFailure { code: "internal".into(), message: format!("the job's task ended abnormally: {e}") }),
         };
-        let scratch = format!("job-{id}");
-        match result {
+        // The results leave scratch for storage, and scratch is cleared, before the job's final
+        // status is written: a client that sees the job finished finds nothing of it left there.
+        let result = match result {
             Ok(done) => match self.store_results(&id, &done.files).await {
-                Ok(results) => {
-                    // The eigen system this job computed goes beside its results before the job is
-                    // marked succeeded: if the job is canceled or deleted meanwhile, both go together.
-                    let system = match &done.fresh {
-                        Some((key, record)) => self.cache.write_system(&id, *key, record, done.backend).await,
-                        None => None,
-                    };
-                    match self.store.succeed(&id, &results).await {
-                        Ok(true) => {
-                            self.metrics.succeeded.fetch_add(1, Ordering::Relaxed);
-                            self.cache.job_succeeded(&job, system).await;
-                            tracing::info!(job = %id, "job succeeded");
-                        }
-                        Ok(false) => {
-                            // Canceled or deleted while it ran: its results are not wanted.
-                            let _ = self.storage.delete_prefix(&format!("results/{id}")).await;
-                            self.metrics.canceled.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(e) => tracing::error!(job = %id, "cannot record the result: {e}"),
+                Ok(results) => Ok((done, results)),
+                Err(e) => Err(JobFailure { code: "storage_error".into(), message: e.to_string() }),
+            },
+            Err(f) => Err(f),
+        };
+        self.storage.remove_scratch(&format!("job-{id}"));
+        match result {
+            Ok((done, results)) => {
+                // The eigen system this job computed goes beside its results before the job is
+                // marked succeeded: if the job is canceled or deleted meanwhile, both go together.
+                let system = match &done.fresh {
+                    Some((key, record)) => self.cache.write_system(&id, *key, record, done.backend).await,
+                    None => None,
+                };
+                // The cache knows the job before anyone can see it succeeded.
+                let registered = self.cache.register_before_success(&job, system).await;
+                match self.store.succeed(&id, &results).await {
+                    Ok(true) => {
+                        self.metrics.succeeded.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(job = %id, "job succeeded");
+                    }
+                    Ok(false) => {
+                        // Canceled or deleted while it ran: its results are not wanted.
+                        self.cache.withdraw(&id, registered).await;
+                        let _ = self.storage.delete_prefix(&format!("results/{id}")).await;
+                        self.metrics.canceled.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        self.cache.withdraw(&id, registered).await;
+                        tracing::error!(job = %id, "cannot record the result: {e}");
                     }
                 }
-                Err(e) => self.finish_failed(&id, "storage_error", &e.to_string()).await,
-            },
+            }
             Err(f) if f.code == "canceled" => {
                 self.metrics.canceled.fetch_add(1, Ordering::Relaxed);
                 // Normally already canceled in the database; if not, record it.
@@ -250,7 +261,6 @@ impl Runner {
             }
             Err(f) => self.finish_failed(&id, &f.code, &f.message).await,
         }
-        self.storage.remove_scratch(&scratch);
         // The upload is no longer needed once the job is finished (an href is not ours to delete).
         if job.input_kind != InputKind::Href {
             if let Ok(Some(j)) = self.store.get(&id).await {
