@@ -20,7 +20,8 @@ use common::{npy_bytes, synthetic_cube, TestServer};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_real_cube_through_every_upload_form_gives_the_cli_bytes() {
     let data = test_data();
-    let mut args = hypermnf::config::ServeArgs::with_data_dir(tempfile::tempdir().unwrap().keep());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(tmp.path());
     args.input_roots = vec![data.clone()];
     args.workers = 2;
     let srv = TestServer::start(args).await;
@@ -127,7 +128,8 @@ async fn every_real_cube_through_every_upload_form_gives_the_cli_bytes() {
 async fn identical_requests_return_the_existing_job() {
     let data = test_data();
     let root = tempfile::tempdir().unwrap();
-    let mut args = hypermnf::config::ServeArgs::with_data_dir(tempfile::tempdir().unwrap().keep());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(tmp.path());
     args.input_roots = vec![data.clone(), root.path().to_path_buf()];
     let srv = TestServer::start(args).await;
     let hdr = data.join("jasper_ridge_r198_bil.hdr");
@@ -224,7 +226,8 @@ async fn identical_requests_return_the_existing_job() {
 /// Cancel a queued and a running job; the worker then goes on with other jobs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_queued_and_running_jobs() {
-    let srv = TestServer::start(hypermnf::config::ServeArgs::with_data_dir(tempfile::tempdir().unwrap().keep())).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let srv = TestServer::start(hypermnf::config::ServeArgs::with_data_dir(tmp.path())).await;
     let big = npy_bytes(&synthetic_cube(BIG.0, BIG.1, BIG.2, 1));
     let other = npy_bytes(&synthetic_cube(BIG.0, BIG.1, BIG.2, 2));
     let (s, running) = srv.post_npy(&big, "components=4").await;

@@ -22,7 +22,8 @@ use common::{npy_bytes, synthetic_cube, TestServer};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statistics_hit_is_bit_identical_to_a_cold_run_and_faster() {
     let npy = npy_bytes(&synthetic_cube(TIMED.0, TIMED.1, TIMED.2, 7));
-    let warm = TestServer::start(args(&tempfile::tempdir().unwrap().keep())).await;
+    let tmp = tempfile::tempdir().unwrap(); // every data dir of this test, removed at its end
+    let warm = TestServer::start(args(&tmp.path().join("warm"))).await;
 
     let first = warm.run_npy(&npy, "components=5").await;
     assert!(metadata_of(&warm, &first).await.get("statistics").is_none(), "the first job computes its statistics");
@@ -46,7 +47,7 @@ async fn a_statistics_hit_is_bit_identical_to_a_cold_run_and_faster() {
     // Each request again, cold, in a fresh data dir: the same bytes.
     let mut timing = None;
     for (q, warm_id) in requests.iter().zip(&hits) {
-        let cold = TestServer::start(args(&tempfile::tempdir().unwrap().keep())).await;
+        let cold = TestServer::start(args(&tmp.path().join(format!("cold-{warm_id}")))).await;
         let cold_id = cold.run_npy(&npy, q).await;
         let cold_md = metadata_of(&cold, &cold_id).await;
         assert!(cold_md.get("statistics").is_none());
@@ -94,7 +95,8 @@ async fn a_statistics_hit_is_bit_identical_to_a_cold_run_and_faster() {
 /// takes both away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cache_survives_a_restart_and_goes_with_its_jobs() {
-    let dir = tempfile::tempdir().unwrap().keep();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     let npy = npy_bytes(&synthetic_cube(40, 30, 16, 3));
     let srv = TestServer::start(args(&dir)).await;
     let first = srv.run_npy(&npy, "components=4").await;
@@ -134,7 +136,8 @@ async fn the_cache_survives_a_restart_and_goes_with_its_jobs() {
 /// bad bands or no-data value computes its own statistics (and is then reused in turn).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_different_noise_model_is_a_miss() {
-    let srv = TestServer::start(args(&tempfile::tempdir().unwrap().keep())).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let srv = TestServer::start(args(tmp.path())).await;
     let npy = npy_bytes(&synthetic_cube(40, 30, 16, 5));
     let base = srv.run_npy(&npy, "components=3").await;
     let variants = [
@@ -164,7 +167,8 @@ async fn a_different_noise_model_is_a_miss() {
 /// owner's job id is not disclosed, and results stay per owner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owners_share_statistics_but_not_job_ids_or_results() {
-    let dir = tempfile::tempdir().unwrap().keep();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     let keys = dir.join("keys");
     std::fs::write(&keys, "alice:alice-key\nbob:bob-key\n").unwrap();
     let mut a = args(&dir.join("data"));

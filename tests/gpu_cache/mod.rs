@@ -218,7 +218,8 @@ fn the_service_reprojects_from_the_device_resident_cube() {
             }
         };
 
-        let warm = start(tempfile::tempdir().unwrap().keep()).await;
+        let tmp = tempfile::tempdir().unwrap(); // both data dirs, removed at the end of the test
+        let warm = start(tmp.path().join("warm")).await;
         let base = format!("http://{}", warm.addr);
         let (first, md1, _, _) = run(base.clone(), "components=5").await;
         assert!(md1.get("statistics").is_none());
@@ -228,7 +229,7 @@ fn the_service_reprojects_from_the_device_resident_cube() {
         assert_eq!(metric(base.clone(), "hypermnf_job_cache_hits_total{level=\"device\"}").await, 1.0);
         warm.stop().await.unwrap();
 
-        let cold = start(tempfile::tempdir().unwrap().keep()).await;
+        let cold = start(tmp.path().join("cold")).await;
         let cold_base = format!("http://{}", cold.addr);
         let (_, cold_md, cold_comps, cold_den) = run(cold_base, "components=3&inverse=true").await;
         cold.stop().await.unwrap();
