@@ -70,13 +70,18 @@ impl JobStore {
             .collect()
     }
 
-    /// Records a stored eigen system. `Ok(None)` when one with the same key is already recorded (two
-    /// jobs computed it at the same time); an error when the job no longer exists.
+    /// Records a stored eigen system. `Ok(None)` when another job's system with the same key is
+    /// already recorded (two jobs computed it at the same time); an error when the job no longer
+    /// exists. The same job recording it again (it was killed after recording it, before it was
+    /// marked succeeded, and ran again) gets its row back, updated: its file was just rewritten.
     pub async fn insert_eigen(&self, new: &NewEigenRow) -> Result<Option<i64>, StoreError> {
         let row = sqlx::query(
             "INSERT INTO eigen_systems (digest, job_id, storage_key, format_version, backend, bytes, created_at)
              VALUES (?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (digest) DO NOTHING
+             ON CONFLICT (digest) DO UPDATE SET
+                 storage_key = excluded.storage_key, format_version = excluded.format_version,
+                 backend = excluded.backend, bytes = excluded.bytes
+             WHERE eigen_systems.job_id = excluded.job_id
              RETURNING id",
         )
         .bind(&new.digest)
@@ -166,7 +171,9 @@ mod tests {
         assert!(s.succeeded_for_cache().await.unwrap().is_empty(), "queued jobs are not results");
 
         let id = s.insert_eigen(&eigen("j1", "k1")).await.unwrap().unwrap();
-        assert_eq!(s.insert_eigen(&eigen("j1", "k1")).await.unwrap(), None, "one row per key");
+        assert_eq!(s.insert_eigen(&eigen("j1", "k1")).await.unwrap(), Some(id), "the same job again: its row");
+        s.insert(job("j2")).await.unwrap();
+        assert_eq!(s.insert_eigen(&eigen("j2", "k1")).await.unwrap(), None, "one row per key");
         assert!(s.insert_eigen(&eigen("no-such-job", "k2")).await.is_err());
         let row = s.eigen_by_id(id).await.unwrap().unwrap();
         assert_eq!((row.digest.as_str(), row.owner.as_str(), row.job_id.as_str()), ("k1", "alice", "j1"));
