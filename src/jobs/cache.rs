@@ -335,7 +335,7 @@ impl ServiceCache {
 mod tests {
     use super::*;
     use crate::jobs::store::Inserted;
-    use crate::jobs::{InputKind, InputSummary, NewJob};
+    use crate::jobs::NewJob;
 
     async fn fixture() -> (ServiceCache, JobStore, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
@@ -347,18 +347,7 @@ mod tests {
 
     /// Inserts job `id` and claims it, as a worker does.
     async fn running_job(store: &JobStore, id: &str) -> Job {
-        let new = NewJob {
-            id: id.into(),
-            owner: "alice".into(),
-            params: "{}".into(),
-            digest: format!("digest-{id}"),
-            content_digest: Some("ab".repeat(32)),
-            upload_sha256: None,
-            input: InputSummary { lines: 1, samples: 1, bands: 1, data_type: "int16".into(), interleave: "bip".into() },
-            input_kind: InputKind::Npy,
-            input_location: format!("uploads/{id}"),
-        };
-        assert!(matches!(store.insert(new).await.unwrap(), Inserted::Created(_)));
+        assert!(matches!(store.insert(NewJob::for_test(id)).await.unwrap(), Inserted::Created(_)));
         let job = store.claim().await.unwrap().expect("the queued job");
         assert_eq!((job.id.as_str(), job.status), (id, JobStatus::Running));
         job

@@ -41,6 +41,24 @@ pub struct NewJob {
     pub input_location: String,
 }
 
+#[cfg(test)]
+impl NewJob {
+    /// A 1-pixel `.npy` job of alice's, for the store's and the cache's unit tests.
+    pub(crate) fn for_test(id: &str) -> NewJob {
+        NewJob {
+            id: id.into(),
+            owner: "alice".into(),
+            params: "{}".into(),
+            digest: format!("digest-{id}"),
+            content_digest: Some("ab".repeat(32)),
+            upload_sha256: None,
+            input: InputSummary { lines: 1, samples: 1, bands: 1, data_type: "int16".into(), interleave: "bip".into() },
+            input_kind: InputKind::Npy,
+            input_location: format!("uploads/{id}"),
+        }
+    }
+}
+
 /// What an insert found.
 pub enum Inserted {
     Created(Job),

@@ -128,26 +128,12 @@ impl JobStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jobs::{InputKind, InputSummary, NewJob};
+    use crate::jobs::NewJob;
 
     async fn store() -> (JobStore, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let s = JobStore::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
         (s, dir)
-    }
-
-    fn job(id: &str) -> NewJob {
-        NewJob {
-            id: id.into(),
-            owner: "alice".into(),
-            params: "{}".into(),
-            digest: format!("digest-{id}"),
-            content_digest: Some("ab".repeat(32)),
-            upload_sha256: None,
-            input: InputSummary { lines: 1, samples: 1, bands: 1, data_type: "int16".into(), interleave: "bip".into() },
-            input_kind: InputKind::Npy,
-            input_location: format!("uploads/{id}"),
-        }
     }
 
     fn eigen(job_id: &str, digest: &str) -> NewEigenRow {
@@ -164,7 +150,7 @@ mod tests {
     #[tokio::test]
     async fn eigen_rows_live_and_die_with_their_job() {
         let (s, _dir) = store().await;
-        s.insert(job("j1")).await.unwrap();
+        s.insert(NewJob::for_test("j1")).await.unwrap();
         let rowid = s.rowid_of("j1").await.unwrap().unwrap();
         let j = s.get_by_rowid(rowid).await.unwrap().unwrap();
         assert_eq!((j.id.as_str(), j.content_digest.as_deref()), ("j1", Some("ab".repeat(32).as_str())));
@@ -172,7 +158,7 @@ mod tests {
 
         let id = s.insert_eigen(&eigen("j1", "k1")).await.unwrap().unwrap();
         assert_eq!(s.insert_eigen(&eigen("j1", "k1")).await.unwrap(), Some(id), "the same job again: its row");
-        s.insert(job("j2")).await.unwrap();
+        s.insert(NewJob::for_test("j2")).await.unwrap();
         assert_eq!(s.insert_eigen(&eigen("j2", "k1")).await.unwrap(), None, "one row per key");
         assert!(s.insert_eigen(&eigen("no-such-job", "k2")).await.is_err());
         let row = s.eigen_by_id(id).await.unwrap().unwrap();
