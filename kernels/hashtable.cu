@@ -944,8 +944,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) ht_insert_rest(Cell* table,
             const u32 mytag = overflow_tag(myh);
             const u32 myb2 = bucket2(mykey, bucket_mask, myb1);
             const bool both_full = st0 == ST_FULL;
-            if (valid) prefetch_l2(table + (u64)myb1 * GROUP);
-            if (valid && both_full) prefetch_l2(table + (u64)myb2 * GROUP);  // the eviction reads both
+            // No L2 prefetch of the buckets here (session 7): prefetch.global.L2 brings the whole
+            // 128-byte line, twice the bytes the eviction reads, and the build is bound by DRAM
+            // traffic; without it the 0.8 build ran at 8.23 against 8.12 G inserts/s (a 64-byte
+            // cp.async.bulk.prefetch.L2: 8.20).
             u32 my_st = st0;
             u64 my_ok = 0, my_ov = 0;
             const bool evicted_in_parallel = parallel_evict(g, table, valid && both_full, mykey, myval, myb1, myb2,

@@ -86,15 +86,17 @@
 //! group pays one memory round trip per round rather than one per operation; the whole warp runs
 //! the rounds together, with warp-wide votes and shuffles, because with a group's mask in code whose
 //! branches differ between groups the compiler wraps every shuffle in a slow fallback for diverged
-//! warps. The kernels that serve one operation after the other (erase, mixed, the locked path)
-//! prefetch each lane's primary bucket into L2 first. The lock uses 16-bit
+//! warps. The kernels that serve one operation after the other (erase, mixed) prefetch each lane's
+//! primary bucket into L2 first; `ht_insert_rest` does not, since the insert build is bound by DRAM
+//! traffic and a prefetch brings a whole 128-byte line (BENCHMARKS.md, session 7). The lock uses 16-bit
 //! `atom.acquire`/`atom.release` CASes, never a `fence.sc`.
 //!
 //! Every loop is bounded (64 attempts, 2^20 lock spins); an operation that runs out reports
 //! [`InsertOutcome::Failed`] / [`EraseOutcome::Failed`] instead of spinning for ever.
 //!
-//! Measured speeds are in BENCHMARKS.md (session 5: at load 0.8 on 2^28 cells, 22.8 G finds/s with
-//! hits, 25.5 G/s with misses, 8.1 G inserts/s on the H100).
+//! Measured speeds are in BENCHMARKS.md (session 7: at load 0.8 on 2^28 cells, 22.9 G finds/s with
+//! hits, 25.5 G/s with misses, 8.2 G inserts/s on the H100, where the DRAM traffic of an insert
+//! bounds the build at about 8.7 G/s).
 //!
 //! # Why a key is never stored twice
 //! First for kernels whose inserts all take the lock (`ht_mixed`, any mix of concurrent finds,
