@@ -415,6 +415,32 @@ mod tests {
         assert!(cache.find_result("bob", &job.digest).await.unwrap().is_none(), "another owner's result");
     }
 
+    /// Another instance on the same store finished a job: after `adopt_job` (what its notification
+    /// triggers) this instance's indexes answer for its result and its eigen system, and a deletion
+    /// takes them out again.
+    #[tokio::test]
+    async fn a_job_finished_by_another_instance_is_adopted() {
+        let (here, store, dir) = fixture().await;
+        let settings = CacheSettings { gpu_cache_bytes: 0, index_cells: 1 << 10, index_on_gpu: false };
+        let there = ServiceCache::new(&settings, store.clone(), Storage::local(dir.path().join("objects")).unwrap()).unwrap();
+        let job = running_job(&store, "j4").await;
+        let registered = there.register_before_success(&job, Some(system(&job, 4))).await;
+        assert!(registered.eigen_row.is_some());
+        assert!(store.succeed(&job.id, "test", &Default::default()).await.unwrap());
+        assert!(here.find_result("alice", &job.digest).await.unwrap().is_none(), "not yet known here");
+
+        here.adopt_job(&job.id).await;
+        here.adopt_job(&job.id).await; // a repeated notification changes nothing
+        let s = here.report().levels;
+        assert_eq!((s.result.entries, s.statistics.entries), (1, 1));
+        assert_eq!(here.find_result("alice", &job.digest).await.unwrap().map(|j| j.id), Some(job.id.clone()));
+        here.forget_job(&job.id);
+        let s = here.report().levels;
+        assert_eq!((s.result.entries, s.statistics.entries), (0, 0));
+        here.adopt_job("no-such-job").await;
+        assert_eq!(here.report().levels.result.entries, 0);
+    }
+
     /// A job canceled while it was being registered leaves nothing behind: no index entries, no
     /// eigen system row.
     #[tokio::test]
