@@ -16,6 +16,10 @@ pub struct ServeArgs {
     /// Database URL (default: sqlite://DATA_DIR/hypermnf.db). Only SQLite is supported for now.
     #[arg(long, env = "HYPERMNF_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// Where uploads and results are stored: `s3://bucket/prefix` (endpoint, region and credentials
+    /// from the AWS_* variables) or `file:///absolute/dir` (default: the directory DATA_DIR/objects).
+    #[arg(long, env = "HYPERMNF_STORE", value_name = "URL", value_parser = crate::storage::StoreUrl::parse)]
+    pub store: Option<crate::storage::StoreUrl>,
     /// Backend for jobs that ask for `auto`: auto (CUDA when a device is found), cpu, cuda, cuda-cublas.
     #[arg(long, env = "HYPERMNF_BACKEND", default_value = "auto")]
     pub backend: BackendChoice,
@@ -61,6 +65,7 @@ impl ServeArgs {
             listen: "127.0.0.1:0".into(),
             data_dir: data_dir.into(),
             database_url: None,
+            store: None,
             backend: BackendChoice::Auto,
             workers: 1,
             max_upload_bytes: 4 << 30,
