@@ -25,6 +25,10 @@ pub struct ServeArgs {
     /// under the same name takes back its own running jobs at once instead of waiting for their leases.
     #[arg(long, env = "HYPERMNF_INSTANCE_ID")]
     pub instance_id: Option<String>,
+    /// Where uploads and results are stored: `s3://bucket/prefix` (endpoint, region and credentials
+    /// from the AWS_* variables) or `file:///absolute/dir` (default: the directory DATA_DIR/objects).
+    #[arg(long, env = "HYPERMNF_STORE", value_name = "URL", value_parser = crate::storage::StoreUrl::parse)]
+    pub store: Option<crate::storage::StoreUrl>,
     /// Backend for jobs that ask for `auto`: auto (CUDA when a device is found), cpu, cuda, cuda-cublas.
     #[arg(long, env = "HYPERMNF_BACKEND", default_value = "auto")]
     pub backend: BackendChoice,
@@ -72,6 +76,7 @@ impl ServeArgs {
             database_url: None,
             lease: Duration::from_secs(30),
             instance_id: None,
+            store: None,
             backend: BackendChoice::Auto,
             workers: 1,
             max_upload_bytes: 4 << 30,

@@ -415,7 +415,8 @@ fn precheck_file(path: &Path, limit: u64) -> ApiResult<()> {
 async fn decode_and_validate(ctx: &ApiContext, kind: InputKind, location: String, params: MnfParams) -> ApiResult<(Arc<Cube>, MnfParams)> {
     let storage = ctx.runner.storage.clone();
     let t = std::time::Instant::now();
-    let cube = tokio::task::spawn_blocking(move || crate::jobs::worker::load_cube(kind, &location, &storage))
+    let rt = tokio::runtime::Handle::current();
+    let cube = tokio::task::spawn_blocking(move || crate::jobs::worker::load_cube(kind, &location, &storage, &rt))
         .await
         .map_err(Error::internal)?
         .map_err(|e| match e {
@@ -653,7 +654,7 @@ pub async fn result(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): 
         return stream(&ctx, key, "application/x-npy", &format!("{stem}.npy")).await;
     }
     let zip_key = format!("results/{id}/{stem}.zip");
-    if ctx.runner.storage.get(&zip_key).await.is_err() {
+    if ctx.runner.storage.size(&zip_key).await.is_err() {
         let (Some(hdr_key), Some(img_key)) = (job.results.get(hdr), job.results.get(img)) else {
             return Err(Error::internal(anyhow::anyhow!("job {id} lacks its ENVI files")));
         };
@@ -667,8 +668,10 @@ pub async fn result(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): 
 async fn build_zip(ctx: &ApiContext, hdr_key: &str, img_key: &str, stem: &str, zip_key: &str) -> ApiResult<()> {
     let storage = ctx.runner.storage.clone();
     let token = format!("zip-{}", uuid::Uuid::now_v7());
-    let hdr = storage.local_path(hdr_key)?;
-    let img = storage.local_path(img_key)?;
+    // Local files for the zip writer: the stored ones, or copies downloaded from S3 (gone when
+    // dropped, after the zip is written).
+    let hdr = storage.local_copy(hdr_key).await?;
+    let img = storage.local_copy(img_key).await?;
     let dir = storage.scratch_dir(&token)?;
     let stem = stem.to_string();
     let zip_path = dir.join("result.zip");
@@ -676,13 +679,13 @@ async fn build_zip(ctx: &ApiContext, hdr_key: &str, img_key: &str, stem: &str, z
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let f = std::fs::File::create(&zp)?;
         let mut z = zip::ZipWriter::new(std::io::BufWriter::new(f));
-        for (src, name) in [(hdr, format!("{stem}.hdr")), (img, format!("{stem}.img"))] {
-            let len = std::fs::metadata(&src)?.len();
+        for (src, name) in [(hdr.path(), format!("{stem}.hdr")), (img.path(), format!("{stem}.img"))] {
+            let len = std::fs::metadata(src)?.len();
             let opts = zip::write::SimpleFileOptions::default()
                 .compression_method(zip::CompressionMethod::Stored)
                 .large_file(len >= u32::MAX as u64);
             z.start_file(name, opts)?;
-            std::io::copy(&mut std::fs::File::open(&src)?, &mut z)?;
+            std::io::copy(&mut std::fs::File::open(src)?, &mut z)?;
         }
         z.finish()?;
         Ok(())

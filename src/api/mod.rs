@@ -118,7 +118,7 @@ pub async fn context(args: ServeArgs) -> anyhow::Result<ApiContext> {
         roots.push(r.canonicalize().with_context(|| format!("input root {} does not exist", r.display()))?);
     }
     let store = JobStore::open(&args.database_url()).await.context("cannot open the job database")?;
-    let storage = Storage::local(args.data_dir.join("objects")).context("cannot open the storage")?;
+    let storage = Storage::open(args.store.as_ref(), &args.data_dir).context("cannot open the storage")?;
     storage.clear_scratch();
     let choice = args.backend;
     let backends = tokio::task::spawn_blocking(move || Backends::new(choice))

@@ -59,7 +59,7 @@ impl Plan {
             _ => job.content_digest.as_deref().and_then(keys::parse_hex),
         };
         let device_key = match (cache.device_for(backend.as_ref()), stored) {
-            (Some(_), Some(content)) => match input::header_digest(job.input_kind, &job.input_location, storage) {
+            (Some(_), Some(content)) => match input::header_digest(job.input_kind, &job.input_location, storage, rt) {
                 Ok(header) => Some(keys::device_key(&content, &header, backend.name())),
                 Err(e) => {
                     tracing::warn!(job = %job.id, "cannot read the input's header for the device cache: {e}");
@@ -74,7 +74,7 @@ impl Plan {
         };
         let cube = match &resident {
             Some(r) => r.cube().clone(),
-            None => Arc::new(load_cube(job.input_kind, &job.input_location, storage)?),
+            None => Arc::new(load_cube(job.input_kind, &job.input_location, storage, rt)?),
         };
         let content = match stored {
             Some(c) => c,
@@ -283,9 +283,9 @@ mod tests {
 
     /// Stores `cube` as the .npy upload of job `id`.
     fn upload(f: &Fixture, id: &str, cube: &Cube) -> Job {
-        let path = f.storage.local_path(&format!("uploads/{id}/cube.npy")).unwrap();
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let path = f.storage.scratch_dir("fixture").unwrap().join("cube.npy");
         crate::cube::npy::write_cube(&path, cube).unwrap();
+        f.rt.block_on(f.storage.put_file(&path, &format!("uploads/{id}/cube.npy"))).unwrap();
         Job {
             id: id.into(),
             owner: "alice".into(),

@@ -471,18 +471,19 @@ impl JobFailure {
 }
 
 /// Reads a job's input cube: `<location>/cube.npy`, `<location>/cube.{hdr,img}`, or the href's file.
-pub fn load_cube(kind: InputKind, location: &str, storage: &Storage) -> Result<Cube, CubeError> {
+/// Runs on a blocking thread; `rt` fetches stored files (a local copy for the readers, which need a
+/// file: with S3 a download into scratch, removed once the cube is read).
+pub fn load_cube(kind: InputKind, location: &str, storage: &Storage, rt: &tokio::runtime::Handle) -> Result<Cube, CubeError> {
     let local = |name: &str| {
-        storage
-            .local_path(&format!("{location}/{name}"))
-            .map_err(|e| CubeError::Io { path: format!("{location}/{name}"), source: std::io::Error::other(e.to_string()) })
+        let key = format!("{location}/{name}");
+        rt.block_on(storage.local_copy(&key)).map_err(|e| CubeError::Io { path: key, source: e.into_io() })
     };
     match kind {
-        InputKind::Npy => crate::cube::npy::read(&local("cube.npy")?),
+        InputKind::Npy => crate::cube::npy::read(local("cube.npy")?.path()),
         InputKind::Envi => {
             let hdr = local("cube.hdr")?;
-            let text = std::fs::read_to_string(&hdr).map_err(|e| CubeError::io(&hdr, e))?;
-            crate::cube::envi::read_parts(&text, &local("cube.img")?)
+            let text = std::fs::read_to_string(hdr.path()).map_err(|e| CubeError::io(hdr.path(), e))?;
+            crate::cube::envi::read_parts(&text, local("cube.img")?.path())
         }
         InputKind::Href => crate::cube::open(Path::new(location)),
     }

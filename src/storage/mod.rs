@@ -1,34 +1,44 @@
-//! Where uploads and results live: an `object_store` store (a local directory under the data dir for
-//! now), so that S3 can come later without changing the callers.
+//! Where uploads and results live: a local directory (`DATA_DIR/objects` by default, or
+//! `--store file:///dir`) or an S3 bucket (`--store s3://bucket/prefix`), which several instances
+//! can share.
 //!
-//! Layout: `uploads/<job>/cube.{npy,hdr,img}`, `results/<job>/<product>`, and `scratch/<token>/` for files
-//! being written (an upload in flight, a result being produced). The cube readers and the result writer
-//! work on local paths; with the local store a scratch file is moved into place with `rename`, which the
-//! store implements as a filesystem rename (a copy on stores without one).
+//! Layout: `uploads/<job>/cube.{npy,hdr,img}` and `results/<job>/<product>` in the store;
+//! `scratch/<token>/` on this instance's local disk for files being written (an upload in flight, a
+//! result being produced) and for local copies of stored objects. Scratch is `DATA_DIR/objects/scratch`
+//! with the default store (so a finished file enters the store by a rename) and `DATA_DIR/scratch`
+//! otherwise; a `scratch/<token>/<name>` key names a scratch file on every store.
+//!
+//! Nothing is held whole in memory: [`Storage::put_file`] renames (local) or uploads in parts (S3),
+//! [`Storage::get`] streams, and [`Storage::local_copy`] gives the readers that need a file (the cube
+//! readers, the zip writer) the stored file itself, or a copy downloaded into scratch by concurrent
+//! ranged reads, removed when dropped.
+//!
+//! Modules: `local` and `remote` (+ `s3`, its client set-up) are the two kinds of store, `transfer`
+//! moves files to and from a remote one in parts, `scratch` is the local scratch area, `url` parses
+//! `--store`.
 
-use std::path::PathBuf;
+mod error;
+mod local;
+mod remote;
+mod s3;
+mod scratch;
+mod transfer;
+mod url;
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use futures::TryStreamExt;
-use object_store::local::LocalFileSystem;
 use object_store::path::Path as StorePath;
-use object_store::{GetResultPayload, ObjectStore, PutPayload};
 
-#[derive(Debug, thiserror::Error)]
-pub enum StorageError {
-    #[error("storage: {0}")]
-    Store(#[from] object_store::Error),
-    #[error("storage: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("storage key {0:?} is not valid")]
-    BadKey(String),
-}
+pub use error::StorageError;
+pub use scratch::LocalFile;
+pub use transfer::{PARTS_IN_FLIGHT, PART_SIZE};
+pub use url::StoreUrl;
 
-impl StorageError {
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, StorageError::Store(object_store::Error::NotFound { .. }))
-    }
-}
+use local::LocalStore;
+use remote::RemoteStore;
+use scratch::Scratch;
 
 /// A stored object opened for reading: its size and a stream of its bytes.
 pub struct Download {
@@ -38,97 +48,159 @@ pub struct Download {
 
 #[derive(Clone)]
 pub struct Storage {
-    local: Arc<LocalFileSystem>,
-    root: PathBuf,
+    backend: Backend,
+    scratch: Scratch,
+}
+
+#[derive(Clone)]
+enum Backend {
+    Local(Arc<LocalStore>),
+    Remote(Arc<RemoteStore>),
 }
 
 impl Storage {
-    /// The local store rooted at `dir` (created if needed).
+    /// The store `--store` names (`None`: the local directory `DATA_DIR/objects`), with its scratch
+    /// area under `data_dir`. No request is sent yet; [`Storage::check`] tries the store.
+    pub fn open(url: Option<&StoreUrl>, data_dir: &Path) -> Result<Storage, StorageError> {
+        let storage = match url {
+            None => Storage::local(data_dir.join("objects"))?,
+            Some(StoreUrl::Local(dir)) => Storage::with_backend(Backend::Local(Arc::new(LocalStore::open(dir)?)), data_dir),
+            Some(StoreUrl::S3 { bucket, prefix }) => Storage::with_backend(Backend::Remote(Arc::new(s3::open(bucket, prefix)?)), data_dir),
+        };
+        tracing::info!(store = %storage.describe(), "storage");
+        Ok(storage)
+    }
+
+    /// The local store rooted at `dir` (created if needed), its scratch area inside it.
     pub fn local(dir: PathBuf) -> Result<Storage, StorageError> {
-        std::fs::create_dir_all(&dir)?;
-        let root = dir.canonicalize()?;
-        let local = LocalFileSystem::new_with_prefix(&root)?.with_automatic_cleanup(true);
-        Ok(Storage { local: Arc::new(local), root })
+        let store = LocalStore::open(&dir)?;
+        let root = dir.canonicalize().map_err(|e| StorageError::io("open the store directory", &dir, e))?;
+        Ok(Storage { backend: Backend::Local(Arc::new(store)), scratch: Scratch::new(root.join("scratch")) })
+    }
+
+    fn with_backend(backend: Backend, data_dir: &Path) -> Storage {
+        Storage { backend, scratch: Scratch::new(data_dir.join("scratch")) }
+    }
+
+    /// Which store this is, for logs and messages.
+    pub fn describe(&self) -> &str {
+        match &self.backend {
+            Backend::Local(s) => s.name(),
+            Backend::Remote(s) => s.name(),
+        }
     }
 
     fn key(k: &str) -> Result<StorePath, StorageError> {
-        StorePath::parse(k).map_err(|_| StorageError::BadKey(k.to_string()))
+        match StorePath::parse(k) {
+            Ok(p) if !p.as_ref().is_empty() => Ok(p),
+            _ => Err(StorageError::BadKey(k.to_string())),
+        }
     }
 
     /// A fresh scratch directory on local disk for files about to be stored.
     pub fn scratch_dir(&self, token: &str) -> Result<PathBuf, StorageError> {
-        let dir = self.root.join("scratch").join(token);
-        std::fs::create_dir_all(&dir)?;
-        Ok(dir)
+        self.scratch.dir(token)
     }
 
     /// Removes a scratch directory and whatever is left in it.
     pub fn remove_scratch(&self, token: &str) {
-        let dir = self.root.join("scratch").join(token);
-        if dir.exists() {
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                tracing::warn!(dir = %dir.display(), "cannot remove scratch directory: {e}");
-            }
-        }
+        self.scratch.remove(token)
     }
 
     /// Empties the scratch area (at start: whatever is there belongs to requests of a dead process).
     pub fn clear_scratch(&self) {
-        let _ = std::fs::remove_dir_all(self.root.join("scratch"));
+        self.scratch.clear()
     }
 
-    /// Moves a local file (under the scratch area) into the store at `key`.
-    pub async fn put_file(&self, local: &std::path::Path, key: &str) -> Result<(), StorageError> {
-        let rel = local
-            .strip_prefix(&self.root)
-            .map_err(|_| StorageError::BadKey(local.display().to_string()))?
-            .to_str()
-            .ok_or_else(|| StorageError::BadKey(local.display().to_string()))?
-            .to_string();
-        self.local.rename(&Self::key(&rel)?, &Self::key(key)?).await?;
-        Ok(())
+    /// Stores the local file `local` (a finished scratch file) as `key`; the file is gone afterwards.
+    /// Local store: a rename. S3: one PUT up to [`PART_SIZE`], a multipart upload above.
+    pub async fn put_file(&self, local: &Path, key: &str) -> Result<(), StorageError> {
+        let key = Self::key(key)?;
+        match &self.backend {
+            Backend::Local(s) => s.put_file(local, &key).await,
+            Backend::Remote(s) => s.put_file(local, &key).await,
+        }
     }
 
     pub async fn put_bytes(&self, key: &str, bytes: bytes::Bytes) -> Result<(), StorageError> {
-        self.local.put(&Self::key(key)?, PutPayload::from_bytes(bytes)).await?;
-        Ok(())
+        let key = Self::key(key)?;
+        match &self.backend {
+            Backend::Local(s) => s.put_bytes(&key, bytes).await,
+            Backend::Remote(s) => s.put_bytes(&key, bytes).await,
+        }
     }
 
-    /// The local path of a stored object (the cube readers need one).
-    pub fn local_path(&self, key: &str) -> Result<PathBuf, StorageError> {
-        Ok(self.local.path_to_filesystem(&Self::key(key)?)?)
-    }
-
+    /// The object as a stream (for a download).
     pub async fn get(&self, key: &str) -> Result<Download, StorageError> {
-        let r = self.local.get(&Self::key(key)?).await?;
-        let size = r.meta.size;
-        let stream: futures::stream::BoxStream<'static, Result<bytes::Bytes, StorageError>> = match r.payload {
-            // A local file: read it in 1 MiB strides (the store's own stream reads 8 KiB at a time,
-            // each on the blocking pool, which caps downloads far below the disk and the network).
-            GetResultPayload::File(file, _) => {
-                let file = tokio::fs::File::from_std(file);
-                Box::pin(tokio_util::io::ReaderStream::with_capacity(file, 1 << 20).map_err(StorageError::from))
-            }
-            GetResultPayload::Stream(s) => Box::pin(s.map_err(StorageError::from)),
-        };
-        Ok(Download { size, stream })
+        let key = Self::key(key)?;
+        match &self.backend {
+            Backend::Local(s) => s.get(&key).await,
+            Backend::Remote(s) => s.get(&key).await,
+        }
     }
 
+    /// The whole object in memory (small ones: metadata, eigen systems).
     pub async fn get_bytes(&self, key: &str) -> Result<bytes::Bytes, StorageError> {
-        Ok(self.local.get(&Self::key(key)?).await?.bytes().await?)
+        let key = Self::key(key)?;
+        match &self.backend {
+            Backend::Local(s) => s.get_bytes(&key).await,
+            Backend::Remote(s) => s.get_bytes(&key).await,
+        }
     }
 
-    /// Deletes every object under `prefix` (e.g. `results/<job>`).
+    /// Bytes `range` of the object, fewer if it ends first (an error if it ends before `range.start`).
+    pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<bytes::Bytes, StorageError> {
+        let key = Self::key(key)?;
+        match &self.backend {
+            Backend::Local(s) => s.get_range(&key, range).await,
+            Backend::Remote(s) => s.get_range(&key, range).await,
+        }
+    }
+
+    /// The object's size (and whether it exists: a missing one is [`StorageError::NotFound`]).
+    pub async fn size(&self, key: &str) -> Result<u64, StorageError> {
+        let key = Self::key(key)?;
+        match &self.backend {
+            Backend::Local(s) => s.size(&key).await,
+            Backend::Remote(s) => s.size(&key).await,
+        }
+    }
+
+    /// The object as a local file, for readers that need a path; a `scratch/<token>/<name>` key gives
+    /// that scratch file. Keep the [`LocalFile`] while reading: with S3 it is a downloaded copy that
+    /// goes when it is dropped. From a blocking thread: `handle.block_on(storage.local_copy(key))`.
+    pub async fn local_copy(&self, key: &str) -> Result<LocalFile, StorageError> {
+        if let Some(path) = self.scratch.file_for_key(key) {
+            let path = path?;
+            return match tokio::fs::metadata(&path).await {
+                Ok(m) if m.is_file() => Ok(LocalFile::stored(path)),
+                _ => Err(StorageError::NotFound { store: "scratch".into(), key: key.to_string() }),
+            };
+        }
+        let key = Self::key(key)?;
+        match &self.backend {
+            Backend::Local(s) => s.local_copy(&key).await,
+            Backend::Remote(s) => s.local_copy(&key, &self.scratch).await,
+        }
+    }
+
+    /// The keys under `prefix` ("" for all), in no particular order.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        let p = StorePath::parse(prefix).map_err(|_| StorageError::BadKey(prefix.to_string()))?;
+        match &self.backend {
+            Backend::Local(s) => s.list(&p).await,
+            Backend::Remote(s) => s.list(&p).await,
+        }
+    }
+
+    /// Deletes every object under `prefix` (e.g. `results/<job>`), and the object named `prefix` if
+    /// there is one.
     pub async fn delete_prefix(&self, prefix: &str) -> Result<(), StorageError> {
         let p = Self::key(prefix)?;
-        let keys: Vec<StorePath> = self.local.list(Some(&p)).map_ok(|m| m.location).try_collect().await?;
-        for k in keys {
-            match self.local.delete(&k).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
+        match &self.backend {
+            Backend::Local(s) => s.delete_prefix(&p).await,
+            Backend::Remote(s) => s.delete_prefix(&p).await,
         }
-        Ok(())
     }
 
     /// Writes and reads back a small object: the store is reachable and writable.

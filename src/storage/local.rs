@@ -1,0 +1,164 @@
+//! The local store: a directory (`DATA_DIR/objects` by default, or `--store file:///dir`) through
+//! object_store's `LocalFileSystem`, which writes through a staging file and a rename, so that a
+//! reader never sees half an object. Finished files enter it by a rename, not a copy.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as StorePath;
+use object_store::{GetOptions, GetRange, GetResultPayload, ObjectStore, PutPayload};
+
+use super::{Download, LocalFile, StorageError};
+
+pub(crate) struct LocalStore {
+    fs: Arc<LocalFileSystem>,
+    name: String,
+}
+
+impl LocalStore {
+    /// The store rooted at `dir` (created if needed).
+    pub fn open(dir: &Path) -> Result<LocalStore, StorageError> {
+        std::fs::create_dir_all(dir).map_err(|e| StorageError::io("create the store directory", dir, e))?;
+        let root = dir.canonicalize().map_err(|e| StorageError::io("open the store directory", dir, e))?;
+        let name = format!("local store {}", root.display());
+        let fs = LocalFileSystem::new_with_prefix(&root)
+            .map_err(|e| StorageError::store(&name, "open", "", e))?
+            .with_automatic_cleanup(true);
+        Ok(LocalStore { fs: Arc::new(fs), name })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn err(&self, op: &'static str, key: &StorePath) -> impl FnOnce(object_store::Error) -> StorageError + '_ {
+        let key = key.to_string();
+        move |e| StorageError::store(&self.name, op, &key, e)
+    }
+
+    fn file(&self, key: &StorePath) -> Result<PathBuf, StorageError> {
+        self.fs.path_to_filesystem(key).map_err(self.err("map to a file", key))
+    }
+
+    /// Moves `local` to `key`: a rename, or a copy where the two are on different filesystems
+    /// (a `file://` store on another disk than the data dir).
+    pub async fn put_file(&self, local: &Path, key: &StorePath) -> Result<(), StorageError> {
+        let (src, dst) = (local.to_path_buf(), self.file(key)?);
+        tokio::task::spawn_blocking(move || move_file(&src, &dst))
+            .await
+            .map_err(|e| StorageError::store(&self.name, "store", key.as_ref(), object_store::Error::JoinError { source: e }))?
+    }
+
+    pub async fn put_bytes(&self, key: &StorePath, bytes: bytes::Bytes) -> Result<(), StorageError> {
+        self.fs.put(key, PutPayload::from_bytes(bytes)).await.map_err(self.err("write", key))?;
+        Ok(())
+    }
+
+    pub async fn get(&self, key: &StorePath) -> Result<Download, StorageError> {
+        let r = self.fs.get(key).await.map_err(self.err("read", key))?;
+        let size = r.meta.size;
+        let stream: futures::stream::BoxStream<'static, Result<bytes::Bytes, StorageError>> = match r.payload {
+            // A local file: read it in 1 MiB strides (the store's own stream reads 8 KiB at a time,
+            // each on the blocking pool, which caps downloads far below the disk and the network).
+            GetResultPayload::File(file, path) => {
+                let file = tokio::fs::File::from_std(file);
+                Box::pin(tokio_util::io::ReaderStream::with_capacity(file, 1 << 20).map_err(move |e| StorageError::io("read", &path, e)))
+            }
+            GetResultPayload::Stream(s) => {
+                let name = self.name.clone();
+                let key = key.to_string();
+                Box::pin(s.map_err(move |e| StorageError::store(&name, "read", &key, e)))
+            }
+        };
+        Ok(Download { size, stream })
+    }
+
+    pub async fn get_bytes(&self, key: &StorePath) -> Result<bytes::Bytes, StorageError> {
+        let r = self.fs.get(key).await.map_err(self.err("read", key))?;
+        r.bytes().await.map_err(self.err("read", key))
+    }
+
+    pub async fn get_range(&self, key: &StorePath, range: std::ops::Range<u64>) -> Result<bytes::Bytes, StorageError> {
+        let opts = GetOptions { range: Some(GetRange::Bounded(range)), ..Default::default() };
+        let r = self.fs.get_opts(key, opts).await.map_err(self.err("read a range of", key))?;
+        r.bytes().await.map_err(self.err("read a range of", key))
+    }
+
+    pub async fn size(&self, key: &StorePath) -> Result<u64, StorageError> {
+        Ok(self.fs.head(key).await.map_err(self.err("look up", key))?.size)
+    }
+
+    /// The stored file itself: nothing to copy.
+    pub async fn local_copy(&self, key: &StorePath) -> Result<LocalFile, StorageError> {
+        let path = self.file(key)?;
+        match tokio::fs::metadata(&path).await {
+            Ok(m) if m.is_file() => Ok(LocalFile::stored(path)),
+            Ok(_) => Err(StorageError::NotFound { store: self.name.clone(), key: key.to_string() }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(StorageError::NotFound { store: self.name.clone(), key: key.to_string() }),
+            Err(e) => Err(StorageError::io("open", &path, e)),
+        }
+    }
+
+    pub async fn list(&self, prefix: &StorePath) -> Result<Vec<String>, StorageError> {
+        let p = (!prefix.as_ref().is_empty()).then_some(prefix);
+        self.fs.list(p).map_ok(|m| m.location.to_string()).try_collect().await.map_err(self.err("list", prefix))
+    }
+
+    /// Deletes every object under `prefix/`, and the object named `prefix` itself if there is one.
+    pub async fn delete_prefix(&self, prefix: &StorePath) -> Result<(), StorageError> {
+        let mut keys: Vec<StorePath> = self.fs.list(Some(prefix)).map_ok(|m| m.location).try_collect().await.map_err(self.err("list", prefix))?;
+        keys.push(prefix.clone());
+        for k in keys {
+            match self.fs.delete(&k).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(StorageError::store(&self.name, "delete", k.as_ref(), e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Renames `src` to `dst` (creating `dst`'s directory); across filesystems, copies to a staging name
+/// beside `dst` (which the store's listings skip: `#` and digits) and renames that, so `dst` appears
+/// whole or not at all.
+fn move_file(src: &Path, dst: &Path) -> Result<(), StorageError> {
+    if let Some(parent) = dst.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| StorageError::io("create the directory", parent, e))?;
+    }
+    match std::fs::rename(src, dst) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {}
+        Err(e) => return Err(StorageError::io("move into the store", src, e)),
+    }
+    let mut staging = dst.as_os_str().to_owned();
+    staging.push(format!("#{}", rand::random::<u32>()));
+    let staging = PathBuf::from(staging);
+    let copied = std::fs::copy(src, &staging)
+        .and_then(|_| std::fs::File::open(&staging)?.sync_all())
+        .and_then(|_| std::fs::rename(&staging, dst));
+    if let Err(e) = copied {
+        let _ = std::fs::remove_file(&staging);
+        return Err(StorageError::io("copy into the store", src, e));
+    }
+    std::fs::remove_file(src).map_err(|e| StorageError::io("remove", src, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn move_file_renames_into_new_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("a.bin");
+        std::fs::write(&src, b"abc").unwrap();
+        let dst = dir.path().join("x/y/b.bin");
+        move_file(&src, &dst).unwrap();
+        assert!(!src.exists());
+        assert_eq!(std::fs::read(&dst).unwrap(), b"abc");
+        let e = move_file(&src, &dst).unwrap_err();
+        assert!(e.to_string().contains("a.bin"), "{e}");
+    }
+}
