@@ -48,6 +48,9 @@ hypermnf_postgres_start() {
     hypermnf_postgres_install || return 1
     local bin port attempt db=${1:-hypermnf}
     bin=$(hypermnf_postgres_bindir)
+    # Not exported, and tagged with this shell's pid: a script run from this one (which sources this
+    # file again, e.g. cluster-test.sh from test.sh) starts its own server and never stops this one.
+    HYPERMNF_PG_SHELL=$$
     HYPERMNF_PG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/hypermnf-pg.XXXXXX")
     chown postgres: "$HYPERMNF_PG_DIR"
     if ! hypermnf_as_postgres "$bin/initdb" -D "$HYPERMNF_PG_DIR/data" -U postgres -A trust -E UTF8 \
@@ -81,17 +84,16 @@ hypermnf_postgres_start() {
     fi
     HYPERMNF_PG_PORT=$port
     export HYPERMNF_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/$db"
-    export HYPERMNF_PG_DIR HYPERMNF_PG_PORT
 }
 
 hypermnf_postgres_stop() {
     local dir=${HYPERMNF_PG_DIR:-} bin
-    [ -n "$dir" ] || return 0
+    [ -n "$dir" ] && [ "${HYPERMNF_PG_SHELL:-}" = "$$" ] || return 0
     if [ -f "$dir/data/postmaster.pid" ] && bin=$(hypermnf_postgres_bindir); then
         # immediate: no checkpoint, nothing is kept anyway.
         hypermnf_as_postgres "$bin/pg_ctl" -D "$dir/data" -m immediate -w -t 30 -s stop >/dev/null 2>&1 || true
     fi
     rm -rf "$dir"
-    unset HYPERMNF_PG_DIR HYPERMNF_PG_PORT HYPERMNF_TEST_POSTGRES_URL
+    unset HYPERMNF_PG_DIR HYPERMNF_PG_PORT HYPERMNF_PG_SHELL HYPERMNF_TEST_POSTGRES_URL
     return 0
 }
