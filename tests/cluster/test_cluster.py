@@ -400,6 +400,8 @@ def test_every_job_succeeds_exactly_once_with_the_reference_bytes(cluster):
     wrong = {j.name: succeeded[j.id] for j in cluster.jobs if succeeded[j.id] != 1}
     assert not wrong, f"`job succeeded` lines per job across all logs, expected exactly 1: {wrong}"
     assert succeeded[cluster.slow.id] == 0, f"the canceled {cluster.slow.name} was logged as succeeded"
+    later = cluster.get(survivors[0], cluster.slow.id)["status"]
+    assert later == "canceled", f"the canceled {cluster.slow.name} is {later} by the end (reclaimed after its cancel?)"
     say("each job logged `job succeeded` exactly once across the three logs")
 
     for job in cluster.jobs:
