@@ -13,9 +13,18 @@ pub struct ServeArgs {
     /// Where the database (by default), uploads and results live.
     #[arg(long, env = "HYPERMNF_DATA_DIR", default_value = "./hypermnf-data")]
     pub data_dir: PathBuf,
-    /// Database URL (default: sqlite://DATA_DIR/hypermnf.db). Only SQLite is supported for now.
+    /// Database URL: sqlite://PATH (default: sqlite://DATA_DIR/hypermnf.db, for one instance), or
+    /// postgres://USER[:PASSWORD]@HOST:PORT/DATABASE for several instances sharing one queue.
     #[arg(long, env = "HYPERMNF_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// How long a claimed job stays this instance's without a heartbeat (extended every third of it
+    /// while the job runs): after an instance dies, another takes its jobs over once this has passed.
+    #[arg(long, env = "HYPERMNF_LEASE", default_value = "30s", value_parser = parse_lease)]
+    pub lease: Duration,
+    /// This instance's name in the jobs it claims (default: HOSTNAME:DATA_DIR). An instance restarted
+    /// under the same name takes back its own running jobs at once instead of waiting for their leases.
+    #[arg(long, env = "HYPERMNF_INSTANCE_ID")]
+    pub instance_id: Option<String>,
     /// Backend for jobs that ask for `auto`: auto (CUDA when a device is found), cpu, cuda, cuda-cublas.
     #[arg(long, env = "HYPERMNF_BACKEND", default_value = "auto")]
     pub backend: BackendChoice,
@@ -61,6 +70,8 @@ impl ServeArgs {
             listen: "127.0.0.1:0".into(),
             data_dir: data_dir.into(),
             database_url: None,
+            lease: Duration::from_secs(30),
+            instance_id: None,
             backend: BackendChoice::Auto,
             workers: 1,
             max_upload_bytes: 4 << 30,
@@ -73,12 +84,41 @@ impl ServeArgs {
         }
     }
 
+    /// The name this instance claims jobs under.
+    pub fn instance_id(&self) -> String {
+        if let Some(id) = &self.instance_id {
+            return id.clone();
+        }
+        let dir = self.data_dir.canonicalize().unwrap_or_else(|_| self.data_dir.clone());
+        format!("{}:{}", hostname(), dir.display())
+    }
+
     pub fn database_url(&self) -> String {
         match &self.database_url {
             Some(u) => u.clone(),
             None => format!("sqlite://{}", self.data_dir.join("hypermnf.db").display()),
         }
     }
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or fails.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(0);
+    match (ok, std::str::from_utf8(&buf[..end])) {
+        (true, Ok(h)) if !h.is_empty() => h.to_string(),
+        _ => "localhost".to_string(),
+    }
+}
+
+/// A lease of at least 3 s: shorter ones would expire between heartbeats on a busy machine.
+fn parse_lease(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_secs(3) {
+        return Err(format!("the lease must be at least 3s, not {s:?}"));
+    }
+    Ok(d)
 }
 
 /// Parses `90s`, `30m`, `12h`, `7d` (or a bare number of seconds).

@@ -124,14 +124,15 @@ pub async fn context(args: ServeArgs) -> anyhow::Result<ApiContext> {
     let backends = tokio::task::spawn_blocking(move || Backends::new(choice))
         .await?
         .with_context(|| format!("cannot start the {} backend", choice.name()))?;
-    let requeued = store.requeue_running().await?;
+    let lease = crate::jobs::store::Lease { owner: args.instance_id(), duration: args.lease };
+    let requeued = store.requeue_running(&lease.owner).await?;
     if requeued > 0 {
         tracing::info!(requeued, "jobs left running by an earlier process are queued again");
     }
     let cache = crate::jobs::cache::open(&args, &backends, &store, &storage).await?;
     Ok(ApiContext {
         config: Arc::new(args),
-        runner: Arc::new(Runner::new(store, storage, backends, cache)),
+        runner: Arc::new(Runner::new(store, storage, backends, cache, lease)),
         keys,
         metrics: Arc::new(metrics::ApiMetrics::default()),
         input_roots: Arc::new(roots),

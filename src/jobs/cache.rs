@@ -304,6 +304,44 @@ impl ServiceCache {
         }
     }
 
+    /// Another instance sharing the store says job `id` succeeded: its result, and the eigen systems
+    /// it stored, enter this instance's indexes (the database is the truth; the index follows it).
+    /// A job this instance registered itself is left as it is.
+    pub async fn adopt_job(&self, id: &str) {
+        if self.owned().contains_key(id) {
+            return;
+        }
+        let entry = match self.store.succeeded_cache_entry(id).await {
+            Ok(Some(e)) => e,
+            Ok(None) => return, // deleted again meanwhile
+            Err(e) => {
+                tracing::warn!(job = %id, "cannot read the job another instance finished: {e}");
+                return;
+            }
+        };
+        let systems = self.store.eigen_of_job(id, eigen_file::FORMAT_VERSION as i64).await.unwrap_or_else(|e| {
+            tracing::warn!(job = %id, "cannot read the eigen systems another instance stored: {e}");
+            Vec::new()
+        });
+        let (handle, owner, digest) = entry;
+        let mut owned = Owned::default();
+        let mut index = self.index();
+        let key = result_key(&digest, &owner);
+        match index.insert(Level::Result, &key, handle as Handle) {
+            Ok(_) => owned.result = Some((key, handle as Handle)),
+            Err(e) => tracing::warn!(job = %id, "cannot cache the result: {e}"),
+        }
+        for row in systems {
+            let Some(key) = keys::parse_hex(&row.digest) else { continue };
+            match index.insert(Level::Statistics, &key, row.id as Handle) {
+                Ok(_) => owned.statistics.push((key, row.id as Handle)),
+                Err(e) => tracing::warn!(job = %id, "cannot cache the eigen system: {e}"),
+            }
+        }
+        drop(index);
+        self.owned().insert(id.to_string(), owned);
+    }
+
     /// A job was deleted (or expired): its entries leave the indexes. Its eigen system rows went with
     /// its row, and its files with its results.
     pub fn forget_job(&self, job_id: &str) {
@@ -348,7 +386,7 @@ mod tests {
     /// Inserts job `id` and claims it, as a worker does.
     async fn running_job(store: &JobStore, id: &str) -> Job {
         assert!(matches!(store.insert(NewJob::for_test(id)).await.unwrap(), Inserted::Created(_)));
-        let job = store.claim().await.unwrap().expect("the queued job");
+        let job = store.claim(&crate::jobs::store::Lease { owner: "test".into(), duration: std::time::Duration::from_secs(30) }).await.unwrap().expect("the queued job");
         assert_eq!((job.id.as_str(), job.status), (id, JobStatus::Running));
         job
     }
@@ -371,10 +409,36 @@ mod tests {
 
         assert!(cache.find_result("alice", &job.digest).await.unwrap().is_none(), "still running: not a hit");
         assert_eq!(cache.report().levels.result.entries, 1, "and not dropped as stale");
-        assert!(store.succeed(&job.id, &Default::default()).await.unwrap());
+        assert!(store.succeed(&job.id, "test", &Default::default()).await.unwrap());
         let hit = cache.find_result("alice", &job.digest).await.unwrap().expect("a hit once succeeded");
         assert_eq!(hit.id, job.id);
         assert!(cache.find_result("bob", &job.digest).await.unwrap().is_none(), "another owner's result");
+    }
+
+    /// Another instance on the same store finished a job: after `adopt_job` (what its notification
+    /// triggers) this instance's indexes answer for its result and its eigen system, and a deletion
+    /// takes them out again.
+    #[tokio::test]
+    async fn a_job_finished_by_another_instance_is_adopted() {
+        let (here, store, dir) = fixture().await;
+        let settings = CacheSettings { gpu_cache_bytes: 0, index_cells: 1 << 10, index_on_gpu: false };
+        let there = ServiceCache::new(&settings, store.clone(), Storage::local(dir.path().join("objects")).unwrap()).unwrap();
+        let job = running_job(&store, "j4").await;
+        let registered = there.register_before_success(&job, Some(system(&job, 4))).await;
+        assert!(registered.eigen_row.is_some());
+        assert!(store.succeed(&job.id, "test", &Default::default()).await.unwrap());
+        assert!(here.find_result("alice", &job.digest).await.unwrap().is_none(), "not yet known here");
+
+        here.adopt_job(&job.id).await;
+        here.adopt_job(&job.id).await; // a repeated notification changes nothing
+        let s = here.report().levels;
+        assert_eq!((s.result.entries, s.statistics.entries), (1, 1));
+        assert_eq!(here.find_result("alice", &job.digest).await.unwrap().map(|j| j.id), Some(job.id.clone()));
+        here.forget_job(&job.id);
+        let s = here.report().levels;
+        assert_eq!((s.result.entries, s.statistics.entries), (0, 0));
+        here.adopt_job("no-such-job").await;
+        assert_eq!(here.report().levels.result.entries, 0);
     }
 
     /// A job canceled while it was being registered leaves nothing behind: no index entries, no
@@ -386,7 +450,7 @@ mod tests {
         let registered = cache.register_before_success(&job, Some(system(&job, 2))).await;
         let row = registered.eigen_row.unwrap();
         assert!(store.cancel(&job.id).await.unwrap());
-        assert!(!store.succeed(&job.id, &Default::default()).await.unwrap());
+        assert!(!store.succeed(&job.id, "test", &Default::default()).await.unwrap());
         cache.withdraw(&job.id, registered).await;
         let s = cache.report().levels;
         assert_eq!((s.result.entries, s.statistics.entries), (0, 0));

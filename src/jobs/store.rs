@@ -1,16 +1,28 @@
-//! The job table in SQLite (sqlx), with the migrations in `migrations/sqlite/` applied at open. The
-//! job cache's rows (row ids, stored eigen systems) are in `cache_rows`.
+//! The job table, in SQLite (embedded, one instance) or PostgreSQL (several instances sharing one
+//! queue), through sqlx's `any` driver: one set of queries (numbered `$n` parameters, which both
+//! databases read) with a few dialect-specific clauses, and each database's own migrations
+//! (`migrations/sqlite/`, `migrations/postgres/`) applied at open. The job cache's rows (row handles,
+//! stored eigen systems) are in `cache_rows`; PostgreSQL's notifications between instances in `notify`.
+//!
+//! A claim is a lease: the instance that runs a job records itself and a time until which the job is
+//! its, and extends it while the job runs ([`JobStore::heartbeat`]); a job whose lease ran out (its
+//! instance was killed, its node lost) is claimed again by any instance. The final status of a job is
+//! written only by the holder of its lease, so a job succeeds once however often it was claimed.
 
 mod cache_rows;
+pub mod notify;
+#[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
+mod tests;
 
 pub use cache_rows::{EigenRow, NewEigenRow};
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
-use sqlx::{Row, SqlitePool};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
 
 use super::model::{now_ms, InputKind, InputSummary, Job, JobStatus};
 
@@ -22,8 +34,44 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("corrupt job row {id}: {what}")]
     Corrupt { id: String, what: String },
-    #[error("unsupported database URL {0:?}: only sqlite:// is supported")]
+    #[error("unsupported database URL {0:?}: use sqlite://PATH or postgres://USER@HOST:PORT/DATABASE")]
     UnsupportedUrl(String),
+}
+
+/// Which database a store runs on: the few clauses that differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+impl Dialect {
+    pub fn of_url(url: &str) -> Option<Dialect> {
+        if url.starts_with("sqlite:") {
+            Some(Dialect::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Some(Dialect::Postgres)
+        } else {
+            None
+        }
+    }
+
+    /// The column that is a job's result-level handle: SQLite's implicit rowid, PostgreSQL's `seq`.
+    fn handle_column(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "rowid",
+            Dialect::Postgres => "seq",
+        }
+    }
+
+    /// Row locking for the claim's subquery: PostgreSQL skips rows another instance is claiming;
+    /// SQLite serialises writers, so the subquery and the update are one atomic step already.
+    fn skip_locked(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "",
+            Dialect::Postgres => "FOR UPDATE SKIP LOCKED",
+        }
+    }
 }
 
 /// A job about to be inserted.
@@ -68,26 +116,66 @@ pub enum Inserted {
 
 #[derive(Clone)]
 pub struct JobStore {
-    pool: SqlitePool,
+    pool: AnyPool,
+    dialect: Dialect,
+    /// The URL, for PostgreSQL's notification listener (a connection of its own).
+    url: String,
 }
 
 const LIVE: &str = "('queued', 'running', 'succeeded')";
 
+/// A claim: who takes the job, and for how long before another instance may take it again.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub owner: String,
+    pub duration: Duration,
+}
+
+impl Lease {
+    fn expires_at(&self) -> i64 {
+        now_ms() + self.duration.as_millis() as i64
+    }
+}
+
 impl JobStore {
-    /// Opens (creating if needed) the database and applies the migrations.
+    /// Opens the database (creating an SQLite file if needed) and applies its migrations.
     pub async fn open(url: &str) -> Result<JobStore, StoreError> {
-        if !url.starts_with("sqlite:") {
-            return Err(StoreError::UnsupportedUrl(url.to_string()));
+        let dialect = Dialect::of_url(url).ok_or_else(|| StoreError::UnsupportedUrl(url.to_string()))?;
+        sqlx::any::install_default_drivers();
+        let pool = match dialect {
+            Dialect::Sqlite => {
+                // `mode=rwc` creates the file; the pragmas are per connection.
+                let url = if url.contains('?') { url.to_string() } else { format!("{url}?mode=rwc") };
+                AnyPoolOptions::new()
+                    .max_connections(8)
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            for pragma in [
+                                "PRAGMA journal_mode = WAL",
+                                "PRAGMA synchronous = NORMAL",
+                                "PRAGMA busy_timeout = 10000",
+                                "PRAGMA foreign_keys = ON",
+                            ] {
+                                sqlx::query(pragma).execute(&mut *conn).await?;
+                            }
+                            Ok(())
+                        })
+                    })
+                    .connect(&url)
+                    .await?
+            }
+            Dialect::Postgres => AnyPoolOptions::new().max_connections(16).acquire_timeout(Duration::from_secs(10)).connect(url).await?,
+        };
+        match dialect {
+            Dialect::Sqlite => sqlx::migrate!("./migrations/sqlite").run(&pool).await?,
+            // Instances starting together: the migrator takes PostgreSQL's advisory lock, so one applies them.
+            Dialect::Postgres => sqlx::migrate!("./migrations/postgres").run(&pool).await?,
         }
-        let opts = SqliteConnectOptions::from_str(url)?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new().max_connections(8).connect_with(opts).await?;
-        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-        Ok(JobStore { pool })
+        Ok(JobStore { pool, dialect, url: url.to_string() })
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
@@ -101,7 +189,7 @@ impl JobStore {
         let res = sqlx::query(
             "INSERT INTO jobs (id, owner, status, progress, params, digest, content_digest, upload_sha256, input,
                                input_kind, input_location, created_at)
-             VALUES (?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, ?)",
+             VALUES ($1, $2, 'queued', 0, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(&new.id)
         .bind(&new.owner)
@@ -116,10 +204,13 @@ impl JobStore {
         .execute(&self.pool)
         .await;
         match res {
-            Ok(_) => Ok(Inserted::Created(self.get(&new.id).await?.ok_or_else(|| StoreError::Corrupt {
-                id: new.id.clone(),
-                what: "inserted row vanished".into(),
-            })?)),
+            Ok(_) => {
+                self.notify(notify::Event::Queued).await;
+                Ok(Inserted::Created(self.get(&new.id).await?.ok_or_else(|| StoreError::Corrupt {
+                    id: new.id.clone(),
+                    what: "inserted row vanished".into(),
+                })?))
+            }
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
                 match self.find_live_by_digest(&new.owner, &new.digest).await? {
                     Some(j) => Ok(Inserted::Existing(j)),
@@ -132,7 +223,7 @@ impl JobStore {
     }
 
     pub async fn find_live_by_digest(&self, owner: &str, digest: &str) -> Result<Option<Job>, StoreError> {
-        let row = sqlx::query(&format!("SELECT * FROM jobs WHERE owner = ? AND digest = ? AND status IN {LIVE}"))
+        let row = sqlx::query(&format!("SELECT * FROM jobs WHERE owner = $1 AND digest = $2 AND status IN {LIVE}"))
             .bind(owner)
             .bind(digest)
             .fetch_optional(&self.pool)
@@ -143,7 +234,7 @@ impl JobStore {
     /// A live job of this owner made from the same request bytes and parameters.
     pub async fn find_live_by_upload(&self, owner: &str, sha256: &str, params: &str) -> Result<Option<Job>, StoreError> {
         let row = sqlx::query(&format!(
-            "SELECT * FROM jobs WHERE owner = ? AND upload_sha256 = ? AND params = ? AND status IN {LIVE}
+            "SELECT * FROM jobs WHERE owner = $1 AND upload_sha256 = $2 AND params = $3 AND status IN {LIVE}
              ORDER BY created_at DESC LIMIT 1"
         ))
         .bind(owner)
@@ -155,7 +246,7 @@ impl JobStore {
     }
 
     pub async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {
-        let row = sqlx::query("SELECT * FROM jobs WHERE id = ?").bind(id).fetch_optional(&self.pool).await?;
+        let row = sqlx::query("SELECT * FROM jobs WHERE id = $1").bind(id).fetch_optional(&self.pool).await?;
         row.map(|r| decode(&r)).transpose()
     }
 
@@ -167,10 +258,12 @@ impl JobStore {
         limit: u32,
         after: Option<&str>,
     ) -> Result<Vec<Job>, StoreError> {
-        // Ids are UUID v7, so their text order is their creation order.
+        // Ids are UUID v7, so their text order is their creation order. The optional filters are
+        // bound as NULL when absent (CAST: PostgreSQL must know a parameter's type to compare it).
         let rows = sqlx::query(
-            "SELECT * FROM jobs WHERE owner = ?1 AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR id < ?3)
-             ORDER BY id DESC LIMIT ?4",
+            "SELECT * FROM jobs WHERE owner = $1 AND (CAST($2 AS TEXT) IS NULL OR status = $2)
+             AND (CAST($3 AS TEXT) IS NULL OR id < $3)
+             ORDER BY id DESC LIMIT $4",
         )
         .bind(owner)
         .bind(status.map(|s| s.as_str()))
@@ -181,23 +274,46 @@ impl JobStore {
         rows.iter().map(decode).collect()
     }
 
-    /// Takes the oldest queued job and marks it running, atomically (SQLite serialises writers).
-    pub async fn claim(&self) -> Result<Option<Job>, StoreError> {
-        let row = sqlx::query(
-            "UPDATE jobs SET status = 'running', stage = 'read', progress = 0, started_at = ?,
-                             attempts = attempts + 1
-             WHERE id = (SELECT id FROM jobs WHERE status = 'queued' ORDER BY created_at, id LIMIT 1)
+    /// Takes the oldest job that is queued, or running under a lease that ran out, and marks it
+    /// running under `lease`, atomically: on PostgreSQL, instances claiming at the same time skip
+    /// each other's rows (`FOR UPDATE SKIP LOCKED`); SQLite serialises writers.
+    pub async fn claim(&self, lease: &Lease) -> Result<Option<Job>, StoreError> {
+        let now = now_ms();
+        let row = sqlx::query(&format!(
+            "UPDATE jobs SET status = 'running', stage = 'read', progress = 0, started_at = $1,
+                             attempts = attempts + 1, lease_owner = $2, lease_expires_at = $3
+             WHERE id = (SELECT id FROM jobs
+                         WHERE status = 'queued' OR (status = 'running' AND lease_expires_at < $1)
+                         ORDER BY created_at, id LIMIT 1 {})
              RETURNING *",
-        )
-        .bind(now_ms())
+            self.dialect.skip_locked()
+        ))
+        .bind(now)
+        .bind(&lease.owner)
+        .bind(lease.expires_at())
         .fetch_optional(&self.pool)
         .await?;
         row.map(|r| decode(&r)).transpose()
     }
 
+    /// Extends the lease of a running job. False when the job is no longer this holder's to run
+    /// (canceled, deleted, or claimed again by another instance after the lease ran out): the
+    /// caller stops working on it.
+    pub async fn heartbeat(&self, id: &str, lease: &Lease) -> Result<bool, StoreError> {
+        let r = sqlx::query(
+            "UPDATE jobs SET lease_expires_at = $1 WHERE id = $2 AND status = 'running' AND lease_owner = $3",
+        )
+        .bind(lease.expires_at())
+        .bind(id)
+        .bind(&lease.owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
     /// Records the stage and progress of a running job.
     pub async fn progress(&self, id: &str, stage: &str, progress: f64) -> Result<(), StoreError> {
-        sqlx::query("UPDATE jobs SET stage = ?, progress = ? WHERE id = ? AND status = 'running'")
+        sqlx::query("UPDATE jobs SET stage = $1, progress = $2 WHERE id = $3 AND status = 'running'")
             .bind(stage)
             .bind(progress.clamp(0.0, 1.0))
             .bind(id)
@@ -206,69 +322,101 @@ impl JobStore {
         Ok(())
     }
 
-    /// Marks a running job succeeded with its stored results. False when the job is no longer running
-    /// (canceled or deleted meanwhile): the caller then discards the results.
-    pub async fn succeed(&self, id: &str, results: &BTreeMap<String, String>) -> Result<bool, StoreError> {
+    /// Marks a running job succeeded with its stored results, if `lease_owner` still holds it. False
+    /// when it does not (canceled, deleted, or claimed again elsewhere): the caller then discards
+    /// what it computed.
+    pub async fn succeed(&self, id: &str, lease_owner: &str, results: &BTreeMap<String, String>) -> Result<bool, StoreError> {
         let r = sqlx::query(
-            "UPDATE jobs SET status = 'succeeded', stage = NULL, progress = 1, results = ?, finished_at = ?
-             WHERE id = ? AND status = 'running'",
+            "UPDATE jobs SET status = 'succeeded', stage = NULL, progress = 1, results = $1, finished_at = $2,
+                             lease_expires_at = NULL
+             WHERE id = $3 AND status = 'running' AND lease_owner = $4",
         )
         .bind(serde_json::to_string(results).expect("map serialises"))
         .bind(now_ms())
         .bind(id)
+        .bind(lease_owner)
         .execute(&self.pool)
         .await?;
-        Ok(r.rows_affected() == 1)
+        let done = r.rows_affected() == 1;
+        if done {
+            self.notify(notify::Event::Succeeded(id.to_string())).await;
+        }
+        Ok(done)
     }
 
-    /// Marks a running job failed.
-    pub async fn fail(&self, id: &str, code: &str, message: &str) -> Result<bool, StoreError> {
+    /// Marks a running job failed, if `lease_owner` still holds it.
+    pub async fn fail(&self, id: &str, lease_owner: &str, code: &str, message: &str) -> Result<bool, StoreError> {
         let r = sqlx::query(
-            "UPDATE jobs SET status = 'failed', error_code = ?, error_message = ?, finished_at = ?
-             WHERE id = ? AND status = 'running'",
+            "UPDATE jobs SET status = 'failed', error_code = $1, error_message = $2, finished_at = $3,
+                             lease_expires_at = NULL
+             WHERE id = $4 AND status = 'running' AND lease_owner = $5",
         )
         .bind(code)
         .bind(message)
         .bind(now_ms())
         .bind(id)
+        .bind(lease_owner)
         .execute(&self.pool)
         .await?;
         Ok(r.rows_affected() == 1)
     }
 
     /// Cancels a queued or running job; false when it was not queued or running. A running job's
-    /// worker notices at its next chunk (or when it tries to record its result, which then fails).
+    /// worker, in whichever instance, notices at once (notification) or at its next heartbeat, and
+    /// stops at its next chunk (or when it tries to record its result, which then fails).
     pub async fn cancel(&self, id: &str) -> Result<bool, StoreError> {
         let r = sqlx::query(
             "UPDATE jobs SET status = 'canceled', error_code = 'canceled', error_message = 'canceled by request',
-                             stage = NULL, finished_at = ?
-             WHERE id = ? AND status IN ('queued', 'running')",
+                             stage = NULL, finished_at = $1, lease_expires_at = NULL
+             WHERE id = $2 AND status IN ('queued', 'running')",
         )
         .bind(now_ms())
         .bind(id)
         .execute(&self.pool)
         .await?;
-        Ok(r.rows_affected() == 1)
+        let done = r.rows_affected() == 1;
+        if done {
+            self.notify(notify::Event::Canceled(id.to_string())).await;
+        }
+        Ok(done)
     }
 
     pub async fn delete(&self, id: &str) -> Result<bool, StoreError> {
-        let r = sqlx::query("DELETE FROM jobs WHERE id = ?").bind(id).execute(&self.pool).await?;
-        Ok(r.rows_affected() == 1)
+        let r = sqlx::query("DELETE FROM jobs WHERE id = $1").bind(id).execute(&self.pool).await?;
+        let done = r.rows_affected() == 1;
+        if done {
+            self.notify(notify::Event::Deleted(id.to_string())).await;
+        }
+        Ok(done)
     }
 
-    /// Puts jobs left running by a process that died back in the queue. Returns how many.
-    pub async fn requeue_running(&self) -> Result<u64, StoreError> {
-        let r = sqlx::query("UPDATE jobs SET status = 'queued', stage = NULL, progress = 0, started_at = NULL WHERE status = 'running'")
-            .execute(&self.pool)
-            .await?;
+    /// Puts back in the queue the jobs an earlier run of this instance left running, at its start:
+    /// on SQLite every running job (one process owns the file), on PostgreSQL only those whose lease
+    /// names `lease_owner` (other instances' jobs are theirs until their leases run out).
+    pub async fn requeue_running(&self, lease_owner: &str) -> Result<u64, StoreError> {
+        let r = sqlx::query(
+            "UPDATE jobs SET status = 'queued', stage = NULL, progress = 0, started_at = NULL,
+                             lease_owner = NULL, lease_expires_at = NULL
+             WHERE status = 'running' AND ($1 = 'sqlite' OR lease_owner = $2)",
+        )
+        .bind(match self.dialect {
+            Dialect::Sqlite => "sqlite",
+            Dialect::Postgres => "postgres",
+        })
+        .bind(lease_owner)
+        .execute(&self.pool)
+        .await?;
+        if r.rows_affected() > 0 {
+            self.notify(notify::Event::Queued).await;
+        }
         Ok(r.rows_affected())
     }
 
     /// Finished jobs whose end lies before `cutoff_ms`.
     pub async fn finished_before(&self, cutoff_ms: i64, limit: u32) -> Result<Vec<Job>, StoreError> {
         let rows = sqlx::query(
-            "SELECT * FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?
-             AND status IN ('succeeded', 'failed', 'canceled') LIMIT ?",
+            "SELECT * FROM jobs WHERE finished_at IS NOT NULL AND finished_at < $1
+             AND status IN ('succeeded', 'failed', 'canceled') LIMIT $2",
         )
         .bind(cutoff_ms)
         .bind(limit as i64)
@@ -292,7 +440,7 @@ impl JobStore {
     }
 }
 
-fn decode(r: &SqliteRow) -> Result<Job, StoreError> {
+fn decode(r: &AnyRow) -> Result<Job, StoreError> {
     let id: String = r.try_get("id")?;
     let corrupt = |what: &str| StoreError::Corrupt { id: id.clone(), what: what.to_string() };
     let status: String = r.try_get("status")?;

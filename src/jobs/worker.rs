@@ -2,6 +2,13 @@
 //! pool (`spawn_blocking`), through the job cache (`cached_run`); progress goes to the database at most
 //! every 250 ms; cancellation reaches the backend through the monitor's flag and stops it at its next
 //! chunk.
+//!
+//! A claim is a lease (see `store`): while a job runs, its lease is extended every third of its
+//! duration; when the extension fails (the job was canceled or deleted, or this instance stalled
+//! long enough for another to claim the job again) the job is abandoned here, and only the lease's
+//! holder records a final status. With PostgreSQL, `listen` follows the other instances'
+//! notifications: queued jobs wake a worker, cancellations stop a job running here, and succeeded
+//! or deleted jobs keep this instance's job cache index current.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -14,7 +21,8 @@ use tokio::sync::Notify;
 use super::cache::ServiceCache;
 use super::cached_run::{Computed, Plan};
 use super::model::{product, InputKind, Job, JobStatus};
-use super::store::JobStore;
+use super::store::notify::Event;
+use super::store::{JobStore, Lease};
 use crate::backend::Backend;
 use crate::cube::{Cube, CubeError};
 use crate::mnf::{BackendChoice, MnfParams, Monitor, Stage};
@@ -98,6 +106,8 @@ pub struct Runner {
     pub backends: Backends,
     pub metrics: JobMetrics,
     pub cache: ServiceCache,
+    /// This instance's claims.
+    pub lease: Lease,
     wake: Notify,
     running: Mutex<HashMap<String, Arc<AtomicBool>>>,
 }
@@ -116,27 +126,62 @@ impl Workers {
 }
 
 impl Runner {
-    pub fn new(store: JobStore, storage: Storage, backends: Backends, cache: ServiceCache) -> Runner {
+    pub fn new(store: JobStore, storage: Storage, backends: Backends, cache: ServiceCache, lease: Lease) -> Runner {
         Runner {
             store,
             storage,
             backends,
             metrics: JobMetrics::default(),
             cache,
+            lease,
             wake: Notify::new(),
             running: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Starts `n` workers.
+    /// Starts `n` workers, and the listener of the other instances' notifications (PostgreSQL).
     pub fn start(self: &Arc<Self>, n: usize) -> Workers {
-        let tasks = (0..n)
+        let mut tasks: Vec<_> = (0..n)
             .map(|i| {
                 let me = self.clone();
                 tokio::spawn(async move { me.work_loop(i).await })
             })
             .collect();
+        let me = self.clone();
+        tasks.push(tokio::spawn(async move { me.listen().await }));
         Workers { tasks }
+    }
+
+    /// Follows the notifications of the instances that share the store (none on SQLite).
+    async fn listen(self: Arc<Self>) {
+        let mut listener = loop {
+            match self.store.listen().await {
+                Ok(Some(l)) => break l,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!("cannot listen to the other instances ({e}); retrying");
+                    tokio::time::sleep(IDLE_POLL).await;
+                }
+            }
+        };
+        loop {
+            // `recv` reconnects by itself after a dropped connection.
+            let n = match listener.recv().await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!("notification listener: {e}");
+                    tokio::time::sleep(IDLE_POLL).await;
+                    continue;
+                }
+            };
+            match Event::parse(n.payload()) {
+                Some(Event::Queued) => self.wake.notify_one(),
+                Some(Event::Canceled(id)) => self.cancel(&id),
+                Some(Event::Succeeded(id)) => self.cache.adopt_job(&id).await,
+                Some(Event::Deleted(id)) => self.cache.forget_job(&id),
+                None => tracing::debug!(payload = n.payload(), "unknown notification"),
+            }
+        }
     }
 
     /// A job was queued: wake a worker.
@@ -153,7 +198,7 @@ impl Runner {
 
     async fn work_loop(self: Arc<Self>, n: usize) {
         loop {
-            match self.store.claim().await {
+            match self.store.claim(&self.lease).await {
                 Ok(Some(job)) => {
                     tracing::info!(worker = n, job = %job.id, attempt = job.attempts, "job started");
                     self.clone().run_job(job).await;
@@ -175,7 +220,8 @@ impl Runner {
         self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), cancel.clone());
         let progress = Arc::new(Mutex::new((Stage::Read, 0.0f64)));
 
-        // Writes progress every PROGRESS_EVERY, and notices a cancel made through the database.
+        // Writes progress every PROGRESS_EVERY, and extends the lease every third of its duration; a
+        // lease that cannot be extended (canceled, deleted, claimed again elsewhere) stops the job.
         let ticker = {
             let me = self.clone();
             let progress = progress.clone();
@@ -183,6 +229,8 @@ impl Runner {
             let id = id.clone();
             tokio::spawn(async move {
                 let mut last = (Stage::Read, -1.0);
+                let beat_every = (me.lease.duration / 3).max(PROGRESS_EVERY);
+                let mut last_beat = Instant::now();
                 loop {
                     tokio::time::sleep(PROGRESS_EVERY).await;
                     let now = *progress.lock().unwrap_or_else(|p| p.into_inner());
@@ -192,9 +240,16 @@ impl Runner {
                             tracing::warn!(job = %id, "cannot record progress: {e}");
                         }
                     }
-                    if let Ok(Some(j)) = me.store.get(&id).await {
-                        if j.status != JobStatus::Running {
-                            cancel.store(true, Ordering::Relaxed);
+                    if last_beat.elapsed() >= beat_every {
+                        last_beat = Instant::now();
+                        match me.store.heartbeat(&id, &me.lease).await {
+                            Ok(true) => {}
+                            Ok(false) => {
+                                tracing::info!(job = %id, "the job is no longer this instance's to run; stopping it");
+                                cancel.store(true, Ordering::Relaxed);
+                            }
+                            // The database is away: keep computing; the final write decides.
+                            Err(e) => tracing::warn!(job = %id, "cannot extend the job's lease: {e}"),
                         }
                     }
                 }
@@ -236,16 +291,25 @@ impl Runner {
                 };
                 // The cache knows the job before anyone can see it succeeded.
                 let registered = self.cache.register_before_success(&job, system).await;
-                match self.store.succeed(&id, &results).await {
+                match self.store.succeed(&id, &self.lease.owner, &results).await {
                     Ok(true) => {
                         self.metrics.succeeded.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(job = %id, "job succeeded");
                     }
                     Ok(false) => {
-                        // Canceled or deleted while it ran: its results are not wanted.
                         self.cache.withdraw(&id, registered).await;
-                        let _ = self.storage.delete_prefix(&format!("results/{id}")).await;
-                        self.metrics.canceled.fetch_add(1, Ordering::Relaxed);
+                        // Canceled or deleted while it ran: its results are not wanted. Claimed again
+                        // by another instance (this one stalled past its lease): the results prefix is
+                        // that instance's now, and stays.
+                        let abandoned = match self.store.get(&id).await {
+                            Ok(Some(j)) => matches!(j.status, JobStatus::Canceled | JobStatus::Failed),
+                            Ok(None) => true,
+                            Err(_) => false,
+                        };
+                        if abandoned {
+                            let _ = self.storage.delete_prefix(&format!("results/{id}")).await;
+                            self.metrics.canceled.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                     Err(e) => {
                         self.cache.withdraw(&id, registered).await;
@@ -256,8 +320,8 @@ impl Runner {
             Err(f) if f.code == "canceled" => {
                 self.metrics.canceled.fetch_add(1, Ordering::Relaxed);
                 // Normally already canceled in the database; if not, record it.
-                let _ = self.store.fail(&id, "canceled", "canceled").await;
-                tracing::info!(job = %id, "job canceled");
+                let _ = self.store.fail(&id, &self.lease.owner, "canceled", "canceled").await;
+                tracing::info!(job = %id, "job stopped: canceled, or no longer this instance's");
             }
             Err(f) => self.finish_failed(&id, &f.code, &f.message).await,
         }
@@ -274,7 +338,7 @@ impl Runner {
     async fn finish_failed(&self, id: &str, code: &str, message: &str) {
         tracing::warn!(job = %id, code, "job failed: {message}");
         self.metrics.failed.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = self.store.fail(id, code, message).await {
+        if let Err(e) = self.store.fail(id, &self.lease.owner, code, message).await {
             tracing::error!(job = %id, "cannot record the failure: {e}");
         }
     }

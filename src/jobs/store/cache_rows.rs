@@ -1,7 +1,7 @@
-//! The rows behind the job cache: jobs by SQLite row id (the result level's handles), and the stored
-//! eigen systems (the statistics level's handles and files).
+//! The rows behind the job cache: jobs by their handle (SQLite's rowid, PostgreSQL's `seq`: the result
+//! level's handles), and the stored eigen systems (the statistics level's handles and files).
 
-use sqlx::sqlite::SqliteRow;
+use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::{decode, JobStore, StoreError};
@@ -31,7 +31,7 @@ pub struct NewEigenRow {
     pub bytes: i64,
 }
 
-fn eigen_row(r: &SqliteRow) -> Result<EigenRow, StoreError> {
+fn eigen_row(r: &AnyRow) -> Result<EigenRow, StoreError> {
     Ok(EigenRow {
         id: r.try_get("id")?,
         digest: r.try_get("digest")?,
@@ -48,21 +48,24 @@ const EIGEN_COLUMNS: &str = "e.id, e.digest, e.job_id, j.owner, e.storage_key, e
 impl JobStore {
     /// The row id of job `id` (the result level's handle of a job).
     pub async fn rowid_of(&self, id: &str) -> Result<Option<i64>, StoreError> {
-        let row = sqlx::query("SELECT rowid FROM jobs WHERE id = ?").bind(id).fetch_optional(&self.pool).await?;
+        let col = self.dialect.handle_column();
+        let row = sqlx::query(&format!("SELECT {col} FROM jobs WHERE id = $1")).bind(id).fetch_optional(&self.pool).await?;
         Ok(row.map(|r| r.try_get(0)).transpose()?)
     }
 
     pub async fn get_by_rowid(&self, rowid: i64) -> Result<Option<Job>, StoreError> {
-        let row = sqlx::query("SELECT * FROM jobs WHERE rowid = ?").bind(rowid).fetch_optional(&self.pool).await?;
+        let col = self.dialect.handle_column();
+        let row = sqlx::query(&format!("SELECT * FROM jobs WHERE {col} = $1")).bind(rowid).fetch_optional(&self.pool).await?;
         row.map(|r| decode(&r)).transpose()
     }
 
     /// (row id, job id, owner, digest) of every succeeded job, oldest first: what the result level is
     /// rebuilt from at start (the most recent end up the most recently used).
     pub async fn succeeded_for_cache(&self) -> Result<Vec<(i64, String, String, String)>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT rowid, id, owner, digest FROM jobs WHERE status = 'succeeded' ORDER BY finished_at, id",
-        )
+        let col = self.dialect.handle_column();
+        let rows = sqlx::query(&format!(
+            "SELECT {col}, id, owner, digest FROM jobs WHERE status = 'succeeded' ORDER BY finished_at, id"
+        ))
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
@@ -77,7 +80,7 @@ impl JobStore {
     pub async fn insert_eigen(&self, new: &NewEigenRow) -> Result<Option<i64>, StoreError> {
         let row = sqlx::query(
             "INSERT INTO eigen_systems (digest, job_id, storage_key, format_version, backend, bytes, created_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
              ON CONFLICT (digest) DO UPDATE SET
                  storage_key = excluded.storage_key, format_version = excluded.format_version,
                  backend = excluded.backend, bytes = excluded.bytes
@@ -98,7 +101,7 @@ impl JobStore {
 
     pub async fn eigen_by_id(&self, id: i64) -> Result<Option<EigenRow>, StoreError> {
         let row = sqlx::query(&format!(
-            "SELECT {EIGEN_COLUMNS} FROM eigen_systems e JOIN jobs j ON j.id = e.job_id WHERE e.id = ?"
+            "SELECT {EIGEN_COLUMNS} FROM eigen_systems e JOIN jobs j ON j.id = e.job_id WHERE e.id = $1"
         ))
         .bind(id)
         .fetch_optional(&self.pool)
@@ -110,8 +113,32 @@ impl JobStore {
     pub async fn eigen_for_cache(&self, version: i64) -> Result<Vec<EigenRow>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {EIGEN_COLUMNS} FROM eigen_systems e JOIN jobs j ON j.id = e.job_id
-             WHERE e.format_version = ? ORDER BY e.created_at, e.id"
+             WHERE e.format_version = $1 ORDER BY e.created_at, e.id"
         ))
+        .bind(version)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(eigen_row).collect()
+    }
+
+    /// The result-level entry of one succeeded job (handle, owner, digest): what another instance's
+    /// notification that the job succeeded adds to this instance's index.
+    pub async fn succeeded_cache_entry(&self, id: &str) -> Result<Option<(i64, String, String)>, StoreError> {
+        let col = self.dialect.handle_column();
+        let row = sqlx::query(&format!("SELECT {col}, owner, digest FROM jobs WHERE id = $1 AND status = 'succeeded'"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).transpose()
+    }
+
+    /// The stored eigen systems of format `version` that job `job_id` computed.
+    pub async fn eigen_of_job(&self, job_id: &str, version: i64) -> Result<Vec<EigenRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {EIGEN_COLUMNS} FROM eigen_systems e JOIN jobs j ON j.id = e.job_id
+             WHERE e.job_id = $1 AND e.format_version = $2 ORDER BY e.id"
+        ))
+        .bind(job_id)
         .bind(version)
         .fetch_all(&self.pool)
         .await?;
@@ -120,7 +147,7 @@ impl JobStore {
 
     /// Forgets a stored eigen system whose file turned out unusable (the file is the caller's).
     pub async fn delete_eigen(&self, id: i64) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM eigen_systems WHERE id = ?").bind(id).execute(&self.pool).await?;
+        sqlx::query("DELETE FROM eigen_systems WHERE id = $1").bind(id).execute(&self.pool).await?;
         Ok(())
     }
 }
@@ -128,13 +155,8 @@ impl JobStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jobs::store::testing::each_store;
     use crate::jobs::NewJob;
-
-    async fn store() -> (JobStore, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap();
-        let s = JobStore::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
-        (s, dir)
-    }
 
     fn eigen(job_id: &str, digest: &str) -> NewEigenRow {
         NewEigenRow {
@@ -149,25 +171,30 @@ mod tests {
 
     #[tokio::test]
     async fn eigen_rows_live_and_die_with_their_job() {
-        let (s, _dir) = store().await;
-        s.insert(NewJob::for_test("j1")).await.unwrap();
-        let rowid = s.rowid_of("j1").await.unwrap().unwrap();
-        let j = s.get_by_rowid(rowid).await.unwrap().unwrap();
-        assert_eq!((j.id.as_str(), j.content_digest.as_deref()), ("j1", Some("ab".repeat(32).as_str())));
-        assert!(s.succeeded_for_cache().await.unwrap().is_empty(), "queued jobs are not results");
+        each_store(|s| async move {
+            s.insert(NewJob::for_test("j1")).await.unwrap();
+            let rowid = s.rowid_of("j1").await.unwrap().unwrap();
+            let j = s.get_by_rowid(rowid).await.unwrap().unwrap();
+            assert_eq!((j.id.as_str(), j.content_digest.as_deref()), ("j1", Some("ab".repeat(32).as_str())));
+            assert!(s.succeeded_for_cache().await.unwrap().is_empty(), "queued jobs are not results");
+            assert!(s.succeeded_cache_entry("j1").await.unwrap().is_none());
 
-        let id = s.insert_eigen(&eigen("j1", "k1")).await.unwrap().unwrap();
-        assert_eq!(s.insert_eigen(&eigen("j1", "k1")).await.unwrap(), Some(id), "the same job again: its row");
-        s.insert(NewJob::for_test("j2")).await.unwrap();
-        assert_eq!(s.insert_eigen(&eigen("j2", "k1")).await.unwrap(), None, "one row per key");
-        assert!(s.insert_eigen(&eigen("no-such-job", "k2")).await.is_err());
-        let row = s.eigen_by_id(id).await.unwrap().unwrap();
-        assert_eq!((row.digest.as_str(), row.owner.as_str(), row.job_id.as_str()), ("k1", "alice", "j1"));
-        assert_eq!(s.eigen_for_cache(1).await.unwrap().len(), 1);
-        assert!(s.eigen_for_cache(2).await.unwrap().is_empty());
+            let id = s.insert_eigen(&eigen("j1", "k1")).await.unwrap().unwrap();
+            assert_eq!(s.insert_eigen(&eigen("j1", "k1")).await.unwrap(), Some(id), "the same job again: its row");
+            s.insert(NewJob::for_test("j2")).await.unwrap();
+            assert_eq!(s.insert_eigen(&eigen("j2", "k1")).await.unwrap(), None, "one row per key");
+            assert!(s.insert_eigen(&eigen("no-such-job", "k2")).await.is_err());
+            let row = s.eigen_by_id(id).await.unwrap().unwrap();
+            assert_eq!((row.digest.as_str(), row.owner.as_str(), row.job_id.as_str()), ("k1", "alice", "j1"));
+            assert_eq!(s.eigen_for_cache(1).await.unwrap().len(), 1);
+            assert!(s.eigen_for_cache(2).await.unwrap().is_empty());
+            assert_eq!(s.eigen_of_job("j1", 1).await.unwrap().len(), 1);
+            assert!(s.eigen_of_job("j2", 1).await.unwrap().is_empty());
 
-        assert!(s.delete("j1").await.unwrap());
-        assert!(s.eigen_by_id(id).await.unwrap().is_none(), "deleting the job deletes its eigen systems");
-        assert!(s.get_by_rowid(rowid).await.unwrap().is_none());
+            assert!(s.delete("j1").await.unwrap());
+            assert!(s.eigen_by_id(id).await.unwrap().is_none(), "deleting the job deletes its eigen systems");
+            assert!(s.get_by_rowid(rowid).await.unwrap().is_none());
+        })
+        .await;
     }
 }

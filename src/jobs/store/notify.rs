@@ -1,0 +1,85 @@
+//! What instances sharing a PostgreSQL store tell each other, through `NOTIFY` on one channel: a job
+//! was queued (wake an idle worker), canceled (stop it wherever it runs), succeeded (add it to the
+//! job cache's index) or deleted (drop it from the index). On SQLite there is one instance, and these
+//! are no-ops: the API tells its own workers directly.
+//!
+//! Notifications are a shortcut, never the truth: a missed one costs an idle worker its poll interval,
+//! a running job its next heartbeat, and the cache a miss that the database lookup behind it answers.
+
+use sqlx::postgres::PgListener;
+
+use super::{Dialect, JobStore};
+
+/// The channel every instance listens on.
+pub const CHANNEL: &str = "hypermnf_jobs";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Queued,
+    Canceled(String),
+    Succeeded(String),
+    Deleted(String),
+}
+
+impl Event {
+    pub fn payload(&self) -> String {
+        match self {
+            Event::Queued => "queued".into(),
+            Event::Canceled(id) => format!("canceled:{id}"),
+            Event::Succeeded(id) => format!("succeeded:{id}"),
+            Event::Deleted(id) => format!("deleted:{id}"),
+        }
+    }
+
+    pub fn parse(payload: &str) -> Option<Event> {
+        if payload == "queued" {
+            return Some(Event::Queued);
+        }
+        let (kind, id) = payload.split_once(':')?;
+        let id = id.to_string();
+        match kind {
+            "canceled" => Some(Event::Canceled(id)),
+            "succeeded" => Some(Event::Succeeded(id)),
+            "deleted" => Some(Event::Deleted(id)),
+            _ => None,
+        }
+    }
+}
+
+impl JobStore {
+    /// Tells the other instances (PostgreSQL only). A failure is logged: see the module doc.
+    pub(super) async fn notify(&self, event: Event) {
+        if self.dialect != Dialect::Postgres {
+            return;
+        }
+        let r = sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(event.payload()).execute(&self.pool).await;
+        if let Err(e) = r {
+            tracing::warn!(?event, "cannot notify the other instances: {e}");
+        }
+    }
+
+    /// A listener on the instances' channel, or None on SQLite. It reconnects by itself when its
+    /// connection drops (notifications sent meanwhile are lost: see the module doc).
+    pub async fn listen(&self) -> Result<Option<PgListener>, sqlx::Error> {
+        if self.dialect != Dialect::Postgres {
+            return Ok(None);
+        }
+        let mut listener = PgListener::connect(&self.url).await?;
+        listener.listen(CHANNEL).await?;
+        Ok(Some(listener))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_round_trip() {
+        for e in [Event::Queued, Event::Canceled("a".into()), Event::Succeeded("b".into()), Event::Deleted("c".into())] {
+            assert_eq!(Event::parse(&e.payload()), Some(e));
+        }
+        assert_eq!(Event::parse("bogus:x"), None);
+        assert_eq!(Event::parse("succeeded"), None);
+    }
+}

@@ -1,0 +1,181 @@
+//! The job store's behaviour, one body per property, run on SQLite and PostgreSQL (`each_store`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::notify::Event;
+use super::testing::{each_store, FreshPostgres};
+use super::{Dialect, Inserted, JobStore, Lease};
+use crate::jobs::{JobStatus, NewJob};
+
+fn lease(owner: &str, secs: u64) -> Lease {
+    Lease { owner: owner.into(), duration: Duration::from_secs(secs) }
+}
+
+/// A lease that has already run out when the claim returns.
+fn expired(owner: &str) -> Lease {
+    Lease { owner: owner.into(), duration: Duration::ZERO }
+}
+
+#[tokio::test]
+async fn a_job_goes_from_queued_to_succeeded_once() {
+    each_store(|s| async move {
+        let Inserted::Created(j) = s.insert(NewJob::for_test("j1")).await.unwrap() else { panic!("created") };
+        assert_eq!((j.status, j.attempts, j.progress), (JobStatus::Queued, 0, 0.0));
+        let mut again = NewJob::for_test("j1-again");
+        again.digest = j.digest.clone();
+        let Inserted::Existing(e) = s.insert(again).await.unwrap() else { panic!("the same digest is the same job") };
+        assert_eq!(e.id, "j1");
+
+        let c = s.claim(&lease("a", 30)).await.unwrap().expect("the queued job");
+        assert_eq!((c.id.as_str(), c.status, c.attempts, c.stage.as_deref()), ("j1", JobStatus::Running, 1, Some("read")));
+        assert!(s.claim(&lease("b", 30)).await.unwrap().is_none(), "a running job under a live lease is not claimed");
+        assert!(s.heartbeat("j1", &lease("a", 30)).await.unwrap());
+        assert!(!s.heartbeat("j1", &lease("b", 30)).await.unwrap(), "only the holder extends a lease");
+        s.progress("j1", "statistics", 0.25).await.unwrap();
+        assert_eq!(s.get("j1").await.unwrap().unwrap().progress, 0.25);
+
+        let results = BTreeMap::from([("components.npy".to_string(), "results/j1/components.npy".to_string())]);
+        assert!(!s.succeed("j1", "b", &results).await.unwrap(), "only the holder records the outcome");
+        assert!(s.succeed("j1", "a", &results).await.unwrap());
+        assert!(!s.succeed("j1", "a", &results).await.unwrap(), "once");
+        let done = s.get("j1").await.unwrap().unwrap();
+        assert_eq!((done.status, done.progress, done.results), (JobStatus::Succeeded, 1.0, results));
+        assert!(done.finished_at.is_some());
+        let (handle, owner, digest) = s.succeeded_cache_entry("j1").await.unwrap().unwrap();
+        assert_eq!((Some(handle), owner.as_str(), digest), (s.rowid_of("j1").await.unwrap(), "alice", done.digest.clone()));
+
+        let counts = s.count_by_status().await.unwrap();
+        assert!(counts.contains(&(JobStatus::Succeeded, 1)) && counts.contains(&(JobStatus::Queued, 0)));
+        assert!(s.delete("j1").await.unwrap());
+        assert!(s.get("j1").await.unwrap().is_none());
+        assert!(!s.delete("j1").await.unwrap());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_job_whose_lease_ran_out_is_claimed_again_and_the_old_holder_loses_it() {
+    each_store(|s| async move {
+        s.insert(NewJob::for_test("j1")).await.unwrap();
+        let first = s.claim(&expired("dead")).await.unwrap().unwrap();
+        assert_eq!(first.attempts, 1);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let second = s.claim(&lease("alive", 30)).await.unwrap().expect("the expired claim is taken over");
+        assert_eq!((second.id.as_str(), second.attempts), ("j1", 2));
+        assert!(!s.heartbeat("j1", &lease("dead", 30)).await.unwrap(), "the old holder's heartbeat fails");
+        assert!(!s.fail("j1", "dead", "x", "y").await.unwrap(), "and it cannot record an outcome");
+        assert!(s.succeed("j1", "alive", &BTreeMap::new()).await.unwrap());
+        assert!(s.claim(&lease("c", 30)).await.unwrap().is_none());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn concurrent_claims_take_each_job_once() {
+    each_store(|s| async move {
+        for i in 0..24 {
+            s.insert(NewJob::for_test(&format!("j{i:02}"))).await.unwrap();
+        }
+        let claimers = (0..6).map(|w| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                while let Some(j) = s.claim(&lease(&format!("w{w}"), 30)).await.unwrap() {
+                    got.push(j.id);
+                }
+                got
+            })
+        });
+        let mut all: Vec<String> = Vec::new();
+        for c in claimers.collect::<Vec<_>>() {
+            all.extend(c.await.unwrap());
+        }
+        all.sort();
+        let expected: Vec<String> = (0..24).map(|i| format!("j{i:02}")).collect();
+        assert_eq!(all, expected, "every job claimed exactly once");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn cancel_stops_the_holder_and_list_filters() {
+    each_store(|s| async move {
+        s.insert(NewJob::for_test("a1")).await.unwrap();
+        s.insert(NewJob::for_test("a2")).await.unwrap();
+        let mut bob = NewJob::for_test("b1");
+        bob.owner = "bob".into();
+        s.insert(bob).await.unwrap();
+        let running = s.claim(&lease("w", 30)).await.unwrap().unwrap();
+        assert!(s.cancel(&running.id).await.unwrap());
+        assert!(!s.cancel(&running.id).await.unwrap(), "already finished");
+        assert!(!s.heartbeat(&running.id, &lease("w", 30)).await.unwrap());
+        assert!(!s.succeed(&running.id, "w", &BTreeMap::new()).await.unwrap());
+        assert_eq!(s.get(&running.id).await.unwrap().unwrap().status, JobStatus::Canceled);
+
+        let alice: Vec<String> = s.list("alice", None, 10, None).await.unwrap().into_iter().map(|j| j.id).collect();
+        assert_eq!(alice, ["a2", "a1"], "newest first, the owner's only");
+        let queued: Vec<String> = s.list("alice", Some(JobStatus::Queued), 10, None).await.unwrap().into_iter().map(|j| j.id).collect();
+        assert_eq!(queued, ["a2"]);
+        let older: Vec<String> = s.list("alice", None, 10, Some("a2")).await.unwrap().into_iter().map(|j| j.id).collect();
+        assert_eq!(older, ["a1"]);
+        assert_eq!(s.list("bob", None, 10, None).await.unwrap().len(), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_restarted_instance_requeues_its_own_running_jobs() {
+    each_store(|s| async move {
+        s.insert(NewJob::for_test("mine")).await.unwrap();
+        s.insert(NewJob::for_test("theirs")).await.unwrap();
+        s.claim(&lease("me", 30)).await.unwrap().unwrap();
+        s.claim(&lease("other", 30)).await.unwrap().unwrap();
+        let n = s.requeue_running("me").await.unwrap();
+        let status = |id: &'static str| {
+            let s = s.clone();
+            async move { s.get(id).await.unwrap().unwrap().status }
+        };
+        assert_eq!(status("mine").await, JobStatus::Queued);
+        match s.dialect() {
+            // One process owns an SQLite file: whatever was running is its own.
+            Dialect::Sqlite => assert_eq!((n, status("theirs").await), (2, JobStatus::Queued)),
+            // Another instance's job stays its own until its lease runs out.
+            Dialect::Postgres => assert_eq!((n, status("theirs").await), (1, JobStatus::Running)),
+        }
+    })
+    .await;
+}
+
+async fn next(listener: &mut sqlx::postgres::PgListener) -> Event {
+    let n = tokio::time::timeout(Duration::from_secs(10), listener.recv()).await.expect("a notification").unwrap();
+    Event::parse(n.payload()).expect("a known payload")
+}
+
+/// PostgreSQL only: another instance hears of queued, canceled, succeeded and deleted jobs.
+#[tokio::test]
+async fn instances_hear_each_other() {
+    let Some(pg) = FreshPostgres::create().await else { return };
+    let a = JobStore::open(&pg.url).await.unwrap();
+    let b = JobStore::open(&pg.url).await.unwrap();
+    let mut listener = b.listen().await.unwrap().expect("a listener on PostgreSQL");
+    a.insert(NewJob::for_test("j1")).await.unwrap();
+    assert_eq!(next(&mut listener).await, Event::Queued);
+    a.claim(&lease("a", 30)).await.unwrap().unwrap();
+    a.succeed("j1", "a", &BTreeMap::new()).await.unwrap();
+    assert_eq!(next(&mut listener).await, Event::Succeeded("j1".into()));
+    a.delete("j1").await.unwrap();
+    assert_eq!(next(&mut listener).await, Event::Deleted("j1".into()));
+    a.insert(NewJob::for_test("j2")).await.unwrap();
+    assert_eq!(next(&mut listener).await, Event::Queued);
+    a.cancel("j2").await.unwrap();
+    assert_eq!(next(&mut listener).await, Event::Canceled("j2".into()));
+    drop((a, b));
+    pg.drop_database().await;
+}
+
+#[tokio::test]
+async fn unsupported_urls_are_refused_clearly() {
+    let e = JobStore::open("mysql://x/y").await.err().expect("refused");
+    assert!(e.to_string().contains("postgres://"), "{e}");
+}
