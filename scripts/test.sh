@@ -1,12 +1,26 @@
 #!/usr/bin/env bash
 # The whole test suite, as the README gives it: Rust unit and integration tests (GPU tests are reported
 # as ignored on machines without a CUDA device), the comparison with Spectral Python on the real cubes,
-# the Python client's tests against a live server, schemathesis against openapi.yaml, and the static
-# container checks. Python packages go into .venv (git-ignored); nothing is installed system-wide.
+# the Python client's tests against a live server, schemathesis against openapi.yaml, the static
+# container checks, and the cluster test (three instances on PostgreSQL + S3, scripts/cluster-test.sh).
+# Python packages go into .venv (git-ignored). System-wide, only Debian's postgresql package is
+# installed when missing (scripts/lib/postgres.sh); Garage is built once into ~/.cache/hypermnf-tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/postgres.sh
+source scripts/lib/postgres.sh
+# shellcheck source=lib/garage.sh
+source scripts/lib/garage.sh
 
 step() { printf '\n== %s\n' "$*"; }
+# The PostgreSQL and Garage servers started below go on any exit.
+cleanup() {
+  hypermnf_garage_stop
+  hypermnf_postgres_stop
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 step "python environment (.venv)"
 if [ ! -x .venv/bin/python ]; then
@@ -20,6 +34,19 @@ step "cargo build"
 cargo build --bins
 export HYPERMNF_BIN="$PWD/target/debug/hypermnf"
 
+# The Rust tests of the PostgreSQL job store and the S3 storage run against real servers: a throwaway
+# PostgreSQL and a single-node Garage (built once per machine by cargo install, cached under
+# ~/.cache/hypermnf-tools). HYPERMNF_REQUIRE_*=1 makes those tests fail, rather than skip, when their
+# server is missing.
+step "PostgreSQL and Garage (S3) for cargo test"
+hypermnf_postgres_start
+export HYPERMNF_REQUIRE_POSTGRES=1
+echo "HYPERMNF_TEST_POSTGRES_URL=$HYPERMNF_TEST_POSTGRES_URL"
+hypermnf_garage_start
+hypermnf_garage_selfcheck
+export HYPERMNF_REQUIRE_S3=1
+echo "HYPERMNF_TEST_S3_URL=$HYPERMNF_TEST_S3_URL (AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL)"
+
 step "cargo test"
 cargo test --all-targets 2>&1 | tee /tmp/hypermnf-cargo-test.log
 grep -q "test result: ok" /tmp/hypermnf-cargo-test.log
@@ -27,7 +54,7 @@ grep -q "test result: ok" /tmp/hypermnf-cargo-test.log
 step "Spectral Python comparison (tests/python)"
 python -m pytest -q tests/python
 
-for s in scripts/ci-python.sh scripts/schemathesis.sh scripts/ci-docker.sh; do
+for s in scripts/ci-python.sh scripts/schemathesis.sh scripts/ci-docker.sh scripts/cluster-test.sh; do
   step "$s"
   bash "$s"
 done

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# End-to-end test of hypermnf as a cluster: one PostgreSQL job store (scripts/lib/postgres.sh), one S3
+# bucket on a real Garage server (scripts/lib/garage.sh) and three identical `hypermnf serve` instances
+# sharing them (CPU backend, 2 workers each, 5 s job lease). tests/cluster/test_cluster.py then submits
+# jobs across the instances, kill -9s the instance running one of them, and checks that every job ends
+# exactly once with the bytes of `hypermnf run`, that any instance sees, cancels and serves any job,
+# that identical requests are answered from the shared store and that DELETE empties the bucket.
+#
+# Environment: HYPERMNF_BIN (default target/debug/hypermnf, built with `cargo build` if absent),
+# CI_VENV (default .venv), HYPERMNF_CLUSTER_TIMEOUT (seconds for the Python part, default 420),
+# PYTEST_ARGS (extra pytest arguments). On failure the instances' logs are copied to
+# target/cluster-test-logs/ before the temp dir goes. Everything started here is stopped on any exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+# shellcheck source=lib/postgres.sh
+source scripts/lib/postgres.sh
+# shellcheck source=lib/garage.sh
+source scripts/lib/garage.sh
+
+step() { echo "== cluster-test: $*"; }
+fail() { echo "cluster-test: FAIL: $*" >&2; exit 1; }
+
+INSTANCES=3
+WORKERS=2
+LEASE=5s
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/hypermnf-cluster.XXXXXX")
+PIDS=()
+
+cleanup() {
+    local rc=$? pid i
+    trap - EXIT INT TERM
+    # SIGTERM first (graceful: workers give their jobs back), then SIGKILL after 10 s.
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do
+        for i in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    if [ "$rc" != 0 ] && ls "$WORK"/node*.log >/dev/null 2>&1; then
+        rm -rf "$ROOT/target/cluster-test-logs"
+        mkdir -p "$ROOT/target/cluster-test-logs"
+        cp "$WORK"/node*.log "$WORK"/node*.out "$ROOT/target/cluster-test-logs/" 2>/dev/null || true
+        echo "cluster-test: the instances' logs are in target/cluster-test-logs/" >&2
+    fi
+    hypermnf_garage_stop
+    hypermnf_postgres_stop
+    rm -rf "$WORK"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+step "python environment"
+VENV=${CI_VENV:-.venv}
+case $VENV in /*) ;; *) VENV=$ROOT/$VENV ;; esac
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r tests/cluster/requirements.txt
+
+step "hypermnf binary"
+if [ -z "${HYPERMNF_BIN:-}" ]; then
+    HYPERMNF_BIN=$ROOT/target/debug/hypermnf
+    [ -x "$HYPERMNF_BIN" ] || cargo build --bins
+fi
+[ -x "$HYPERMNF_BIN" ] || fail "no hypermnf binary at $HYPERMNF_BIN"
+export HYPERMNF_BIN
+# A binary from before the PostgreSQL job store and the S3 store has neither option: say so plainly
+# rather than three times in clap's words.
+serve_help=$("$HYPERMNF_BIN" serve --help) || fail "$HYPERMNF_BIN serve --help failed"
+for opt in --database-url --store --lease; do
+    grep -q -- "$opt" <<<"$serve_help" || fail "$HYPERMNF_BIN serve has no $opt option (built before the cluster support?)"
+done
+echo "using $HYPERMNF_BIN"
+
+step "PostgreSQL"
+hypermnf_postgres_start || fail "PostgreSQL did not start"
+echo "$HYPERMNF_TEST_POSTGRES_URL"
+
+step "Garage (S3)"
+hypermnf_garage_start hypermnf-cluster cluster || fail "Garage did not start"
+hypermnf_garage_selfcheck || fail "Garage does not serve S3"
+echo "$HYPERMNF_TEST_S3_URL at $AWS_ENDPOINT_URL"
+
+step "$INSTANCES hypermnf serve instances (--workers $WORKERS --lease $LEASE --backend cpu)"
+# All started at once, as a cluster would be: they race for the schema migrations on purpose.
+# Port 0: each picks a free port and prints it ("listening on http://ADDR"); no port can be lost to a race.
+# NO_COLOR: plain log lines, which the test greps for `job started` / `job succeeded` and `job=<id>`.
+for i in $(seq 0 $((INSTANCES - 1))); do
+    NO_COLOR=1 "$HYPERMNF_BIN" serve --listen 127.0.0.1:0 --data-dir "$WORK/node$i" \
+        --database-url "$HYPERMNF_TEST_POSTGRES_URL" --store "$HYPERMNF_TEST_S3_URL" \
+        --workers "$WORKERS" --lease "$LEASE" --backend cpu \
+        </dev/null >"$WORK/node$i.out" 2>"$WORK/node$i.log" &
+    PIDS+=("$!")
+done
+urls=()
+for i in $(seq 0 $((INSTANCES - 1))); do
+    deadline=$((SECONDS + 60))
+    until url=$(grep -o -m1 'http://127\.0\.0\.1:[0-9]*' "$WORK/node$i.out" 2>/dev/null); do
+        if ! kill -0 "${PIDS[$i]}" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+            tail -n 30 "$WORK/node$i.log" >&2
+            fail "instance $i did not print its address within 60 s"
+        fi
+        sleep 0.2
+    done
+    until [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$url/readyz")" = 200 ]; do
+        if ! kill -0 "${PIDS[$i]}" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+            tail -n 30 "$WORK/node$i.log" >&2
+            fail "instance $i ($url) is not ready (/readyz) within 60 s"
+        fi
+        sleep 0.2
+    done
+    urls+=("$url")
+    echo "instance $i: $url (pid ${PIDS[$i]})"
+done
+
+# What the Python side needs to reach, kill and read each instance.
+"$VENV/bin/python" - "$WORK/instances.json" "$WORK" "${PIDS[@]}" -- "${urls[@]}" <<'PY'
+import json, sys
+out, work, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+sep = rest.index("--")
+pids, urls = rest[:sep], rest[sep + 1:]
+json.dump([{"name": "ABC"[i], "url": u, "pid": int(p), "log": f"{work}/node{i}.log"}
+           for i, (p, u) in enumerate(zip(pids, urls))], open(out, "w"), indent=1)
+PY
+
+step "tests/cluster"
+export HYPERMNF_CLUSTER_FILE=$WORK/instances.json HYPERMNF_CLUSTER_WORK=$WORK HYPERMNF_CLUSTER_LEASE_S=${LEASE%s}
+set +e
+# The whole Python part is bounded too (each of its waits has its own, shorter timeout).
+(cd "$ROOT" && timeout -k 10 "${HYPERMNF_CLUSTER_TIMEOUT:-420}" \
+    "$VENV/bin/python" -m pytest -x -q -s -p no:cacheprovider ${PYTEST_ARGS:-} tests/cluster)
+rc=$?
+set -e
+case $rc in
+    0) ;;
+    5) fail "pytest collected no tests" ;;
+    124|137) fail "tests/cluster ran past ${HYPERMNF_CLUSTER_TIMEOUT:-420} s" ;;
+    *) fail "tests/cluster failed (pytest exit $rc)" ;;
+esac
+echo "cluster-test: all checks passed"
