@@ -61,11 +61,15 @@ hypermnf_postgres_start() {
         return 1
     fi
     # Another process may take the free port between the check and the bind: try a few ports.
+    # Dynamic shared memory in files under the data dir (mmap), not in /dev/shm: a container run on the
+    # same machine (scripts/ci-container.sh) may empty /dev/shm, and the server then refuses every new
+    # connection ("could not open shared memory segment"), as seen here.
     for attempt in 1 2 3; do
         port=$(hypermnf_free_port)
         if hypermnf_as_postgres "$bin/pg_ctl" -D "$HYPERMNF_PG_DIR/data" -l "$HYPERMNF_PG_DIR/server.log" \
                 -w -t 30 -s start -o "-c listen_addresses=127.0.0.1 -p $port -k $HYPERMNF_PG_DIR \
-                -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+                -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 \
+                -c dynamic_shared_memory_type=mmap" \
                 >/dev/null 2>&1; then
             break
         fi
