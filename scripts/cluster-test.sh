@@ -125,6 +125,7 @@ json.dump([{"name": "ABC"[i], "url": u, "pid": int(p), "log": f"{work}/node{i}.l
 PY
 
 step "tests/cluster"
+echo "(one instance is kill -9ed on purpose: bash reports it as 'Killed')"
 export HYPERMNF_CLUSTER_FILE=$WORK/instances.json HYPERMNF_CLUSTER_WORK=$WORK HYPERMNF_CLUSTER_LEASE_S=${LEASE%s}
 set +e
 # The whole Python part is bounded too (each of its waits has its own, shorter timeout).
