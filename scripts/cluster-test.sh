@@ -17,6 +17,8 @@ ROOT=$PWD
 source scripts/lib/postgres.sh
 # shellcheck source=lib/garage.sh
 source scripts/lib/garage.sh
+# shellcheck source=lib/instances.sh
+source scripts/lib/instances.sh
 
 step() { echo "== cluster-test: $*"; }
 fail() { echo "cluster-test: FAIL: $*" >&2; exit 1; }
@@ -25,18 +27,11 @@ INSTANCES=3
 WORKERS=2
 LEASE=5s
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/hypermnf-cluster.XXXXXX")
-PIDS=()
 
 cleanup() {
-    local rc=$? pid i
+    local rc=$?
     trap - EXIT INT TERM
-    # SIGTERM first (graceful: workers give their jobs back), then SIGKILL after 10 s.
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do
-        for i in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
+    hypermnf_instances_stop
     if [ "$rc" != 0 ] && ls "$WORK"/node*.log >/dev/null 2>&1; then
         rm -rf "$ROOT/target/cluster-test-logs"
         mkdir -p "$ROOT/target/cluster-test-logs"
@@ -83,36 +78,10 @@ hypermnf_garage_selfcheck || fail "Garage does not serve S3"
 echo "$HYPERMNF_TEST_S3_URL at $AWS_ENDPOINT_URL"
 
 step "$INSTANCES hypermnf serve instances (--workers $WORKERS --lease $LEASE --backend cpu)"
-# All started at once, as a cluster would be: they race for the schema migrations on purpose.
-# Port 0: each picks a free port and prints it ("listening on http://ADDR"); no port can be lost to a race.
-# NO_COLOR: plain log lines, which the test greps for `job started` / `job succeeded` and `job=<id>`.
-for i in $(seq 0 $((INSTANCES - 1))); do
-    NO_COLOR=1 "$HYPERMNF_BIN" serve --listen 127.0.0.1:0 --data-dir "$WORK/node$i" \
-        --database-url "$HYPERMNF_TEST_POSTGRES_URL" --store "$HYPERMNF_TEST_S3_URL" \
-        --workers "$WORKERS" --lease "$LEASE" --backend cpu \
-        </dev/null >"$WORK/node$i.out" 2>"$WORK/node$i.log" &
-    PIDS+=("$!")
-done
-urls=()
-for i in $(seq 0 $((INSTANCES - 1))); do
-    deadline=$((SECONDS + 60))
-    until url=$(grep -o -m1 'http://127\.0\.0\.1:[0-9]*' "$WORK/node$i.out" 2>/dev/null); do
-        if ! kill -0 "${PIDS[$i]}" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
-            tail -n 30 "$WORK/node$i.log" >&2
-            fail "instance $i did not print its address within 60 s"
-        fi
-        sleep 0.2
-    done
-    until [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$url/readyz")" = 200 ]; do
-        if ! kill -0 "${PIDS[$i]}" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
-            tail -n 30 "$WORK/node$i.log" >&2
-            fail "instance $i ($url) is not ready (/readyz) within 60 s"
-        fi
-        sleep 0.2
-    done
-    urls+=("$url")
-    echo "instance $i: $url (pid ${PIDS[$i]})"
-done
+hypermnf_instances_start "$INSTANCES" "$WORK" --workers "$WORKERS" --lease "$LEASE" --backend cpu \
+    || fail "the instances did not start"
+PIDS=("${HYPERMNF_INSTANCE_PIDS[@]}")
+urls=("${HYPERMNF_INSTANCE_URLS[@]}")
 
 # What the Python side needs to reach, kill and read each instance.
 "$VENV/bin/python" - "$WORK/instances.json" "$WORK" "${PIDS[@]}" -- "${urls[@]}" <<'PY'
