@@ -21,8 +21,9 @@ pub enum StorageError {
         store: String,
         op: &'static str,
         key: String,
+        // Boxed: object_store's error is large, and every storage Result carries this type.
         #[source]
-        source: object_store::Error,
+        source: Box<object_store::Error>,
     },
     /// A local file (scratch, or the local store's own files) could not be read or written.
     #[error("cannot {op} {}: {source}", path.display())]
@@ -44,7 +45,7 @@ impl StorageError {
     pub(crate) fn store(store: &str, op: &'static str, key: &str, source: object_store::Error) -> StorageError {
         match source {
             object_store::Error::NotFound { .. } => StorageError::NotFound { store: store.to_string(), key: key.to_string() },
-            source => StorageError::Store { store: store.to_string(), op, key: key.to_string(), source },
+            source => StorageError::Store { store: store.to_string(), op, key: key.to_string(), source: Box::new(source) },
         }
     }
 

@@ -84,10 +84,10 @@ impl Object {
                 store: self.store_name.to_string(),
                 op: "read a range of",
                 key: self.key.clone(),
-                source: object_store::Error::Generic {
+                source: Box::new(object_store::Error::Generic {
                     store: "hypermnf",
                     source: format!("asked for {want} bytes at {start}, got {}", bytes.len()).into(),
-                },
+                }),
             });
         }
         Ok(bytes)
