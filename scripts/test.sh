@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, as the README gives it: Rust unit and integration tests (GPU tests are reported
 # as ignored on machines without a CUDA device), the comparison with Spectral Python on the real cubes,
-# the Python client's tests against a live server, schemathesis against openapi.yaml, and the static
-# container checks. Python packages go into .venv (git-ignored); nothing is installed system-wide.
+# the Python client's tests against a live server, schemathesis against openapi.yaml, the static
+# container checks, and the container built and run with podman (scripts/ci-container.sh, which installs
+# podman and mmdebstrap from Debian's packages if they are missing). Python packages go into .venv
+# (git-ignored).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +29,7 @@ grep -q "test result: ok" /tmp/hypermnf-cargo-test.log
 step "Spectral Python comparison (tests/python)"
 python -m pytest -q tests/python
 
-for s in scripts/ci-python.sh scripts/schemathesis.sh scripts/ci-docker.sh; do
+for s in scripts/ci-python.sh scripts/schemathesis.sh scripts/ci-docker.sh scripts/ci-container.sh; do
   step "$s"
   bash "$s"
 done
