@@ -24,8 +24,11 @@ limit=$((64 * 1024 * 1024))
 case "${1:-run}" in
 pack)
     image=${2:-localhost/hypermnf:ci}
+    # The podman settings scripts/ci-container.sh wrote for these machines, if it has run here.
+    conf=${HYPERMNF_TOOLS_DIR:-$HOME/.cache/hypermnf-tools}/container/containers.conf
+    [ -n "${CONTAINERS_CONF:-}" ] || [ ! -f "$conf" ] || export CONTAINERS_CONF="$conf"
     tmp=$(mktemp -d)
-    trap 'podman rm -f hypermnf-libs-pack >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
+    trap 'podman rm -f -v hypermnf-libs-pack >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
     podman create --name hypermnf-libs-pack "$image" >/dev/null
     podman cp hypermnf-libs-pack:/usr/local/lib/hypermnf-cuda "$tmp/lib"
     echo "the image's CUDA libraries:"
