@@ -2,9 +2,11 @@
 # The whole test suite, as the README gives it: Rust unit and integration tests (GPU tests are reported
 # as ignored on machines without a CUDA device), the comparison with Spectral Python on the real cubes,
 # the Python client's tests against a live server, schemathesis against openapi.yaml, the static
-# container checks, and the cluster test (three instances on PostgreSQL + S3, scripts/cluster-test.sh).
-# Python packages go into .venv (git-ignored). System-wide, only Debian's postgresql package is
-# installed when missing (scripts/lib/postgres.sh); Garage is built once into ~/.cache/hypermnf-tools.
+# container checks, the cluster test (three instances on PostgreSQL + S3, scripts/cluster-test.sh), and
+# the container built and run with podman (scripts/ci-container.sh). Python packages go into .venv
+# (git-ignored). System-wide, only Debian's packages are installed when missing: postgresql
+# (scripts/lib/postgres.sh), podman and mmdebstrap (scripts/ci-container.sh); Garage is built once into
+# ~/.cache/hypermnf-tools, as are the container's local base images.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/postgres.sh
@@ -54,7 +56,7 @@ grep -q "test result: ok" /tmp/hypermnf-cargo-test.log
 step "Spectral Python comparison (tests/python)"
 python -m pytest -q tests/python
 
-for s in scripts/ci-python.sh scripts/schemathesis.sh scripts/ci-docker.sh scripts/cluster-test.sh; do
+for s in scripts/ci-python.sh scripts/schemathesis.sh scripts/ci-docker.sh scripts/cluster-test.sh scripts/ci-container.sh; do
   step "$s"
   bash "$s"
 done
