@@ -6,6 +6,8 @@
 /// The GPU hash table of the job cache against its CPU twin (issue 5).
 mod gpu_cache;
 mod gpu_hashtable;
+/// The published designs the hash-table benchmark compares (hopscotch after GLHT, SlabHash), issue 19.
+mod gpu_ht_designs;
 
 use std::path::{Path, PathBuf};
 

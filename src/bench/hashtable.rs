@@ -1,5 +1,7 @@
 //! `hypermnf bench hashtable`: the GPU hash table (src/hashtable) and the published linear-probing
-//! table (GPU_HASH_TABLES.md design 1) side by side, against the device's own measured ceilings.
+//! table (GPU_HASH_TABLES.md design 1) side by side, against the device's own measured ceilings,
+//! and beside them the other two published designs on the same keys: hopscotch after GLHT and
+//! SlabHash (rows `hopsc` and `slab`, see [`designs`]).
 //!
 //! Rows, per capacity (in 16-byte cells for the bucketed table; the linear-probing table gets the
 //! same number of 8-byte slots): build to each load, then find with 100 %, 50 % and 0 % hits; at
@@ -22,6 +24,9 @@ use anyhow::{bail, Context};
 use cudarc::driver::{sys::CUevent_flags, CudaSlice, CudaStream, CudaView, PushKernelArg};
 
 use crate::hashtable::gpu::{cfg, launch_insert_only, Device};
+
+/// The published designs' rows (hopscotch after GLHT, SlabHash).
+mod designs;
 use crate::hashtable::{status, GpuHashTable};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -52,6 +57,12 @@ pub struct Args {
     /// Leave out the linear-probing reference table.
     #[arg(long)]
     pub no_linear: bool,
+    /// Leave out the hopscotch table (after GLHT; src/hashtable/hopscotch.rs).
+    #[arg(long)]
+    pub no_hopscotch: bool,
+    /// Leave out the slab hash table (after SlabHash; src/hashtable/slab.rs).
+    #[arg(long)]
+    pub no_slab: bool,
     /// Probe limit of the linear-probing table (its inserts fail beyond it).
     #[arg(long, default_value_t = 4096)]
     pub lp_max_probe: u32,
@@ -179,6 +190,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         if !args.no_linear {
             b.linear(c)?;
         }
+        b.designs(c)?;
     }
     if !args.no_sweep && !args.sweep.is_empty() {
         b.sweep(24.min(*args.capacities.iter().max().unwrap_or(&24)))?;

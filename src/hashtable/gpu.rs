@@ -251,6 +251,25 @@ impl Device {
         })
     }
 
+    /// Compiles another kernel file of the hash-table family (the published designs the benchmark
+    /// compares: src/hashtable/hopscotch.rs, src/hashtable/slab.rs) with the options of
+    /// `kernels/hashtable.cu` and loads it into this device's context.
+    pub(crate) fn load_module(&self, source: &str, name: &str) -> Result<Arc<CudaModule>, HashTableError> {
+        let opts = CompileOptions {
+            arch: Some("compute_90"),
+            options: vec!["--device-int128".to_string(), "-std=c++17".to_string()],
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| match e {
+            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                HashTableError::Compile(format!("{name}: {}", log.to_string_lossy()))
+            }
+            other => HashTableError::Compile(format!("{name}: {other:?}")),
+        })?;
+        self.ctx.load_module(ptx).map_err(drv)
+    }
+
     /// Free and total device memory in bytes.
     pub fn mem_info(&self) -> Result<(u64, u64), HashTableError> {
         let (free, total) = self.ctx.mem_get_info().map_err(drv)?;

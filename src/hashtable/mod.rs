@@ -186,8 +186,11 @@
 //! are taken modulo 2^16, so an entry untouched for more than 65 535 batches can look young again.
 //! That approximation only affects which entry a cache evicts, never correctness.
 
+mod batch;
 pub mod cpu;
 pub mod gpu;
+pub mod hopscotch;
+pub mod slab;
 
 pub use cpu::CpuHashTable;
 pub use gpu::GpuHashTable;
@@ -236,7 +239,7 @@ pub enum HashTableError {
     OldDevice(i32, i32),
     #[error("the table needs {need} bytes of device memory, {free} are free")]
     OutOfDeviceMemory { need: u64, free: u64 },
-    #[error("compiling kernels/hashtable.cu with NVRTC failed: {0}")]
+    #[error("compiling the hash-table kernels (kernels/hashtable.cu or a design compared with it) with NVRTC failed: {0}")]
     Compile(String),
     #[error("CUDA driver error: {0}")]
     Driver(String),
