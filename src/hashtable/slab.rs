@@ -24,8 +24,9 @@
 //! lanes compare against the slab at once; the owner lane records the result)
 //! * **search**: walk the chain: a matching pair gives its value; a slab without it whose next
 //!   pointer is empty ends the search.
-//! * **insert-or-assign**: walk the *whole* chain; a present key gets its value replaced by a
-//!   128-bit CAS; an absent key takes the first empty pair of the chain with a 128-bit CAS that
+//! * **insert-or-assign**: walk the *whole* chain; a present key gets its value word swapped
+//!   (`atomicExch`: the key cannot leave its pair during an insert kernel, so no CAS loop, which
+//!   could starve under many inserts of one key); an absent key takes the first empty pair of the chain with a 128-bit CAS that
 //!   publishes key and value together; a chain with no empty pair gets a new slab linked at its tail
 //!   by a CAS on the tail's next pointer; a lost CAS walks again. SlabHash's `insertUnique` claims
 //!   the first empty pair of the slab it is reading as soon as that slab lacks the key; after an
