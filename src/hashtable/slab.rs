@@ -93,7 +93,7 @@ fn kernels(dev: &Device) -> Result<&'static Kernels, HashTableError> {
 /// Checks a geometry: `buckets` a power of two (at least 2), base and pool slabs together at most
 /// [`MAX_SLABS`]. Returns the total number of slabs.
 pub fn check_geometry(buckets: u64, pool_slabs: u64) -> Result<u64, HashTableError> {
-    let total = buckets.checked_add(pool_slabs).unwrap_or(u64::MAX);
+    let total = buckets.saturating_add(pool_slabs);
     if buckets.is_power_of_two() && buckets >= 2 && total <= MAX_SLABS {
         Ok(total)
     } else {
