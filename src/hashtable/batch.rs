@@ -5,10 +5,69 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView};
 
 use super::gpu::drv;
 use super::{check_insert_batch, check_key, status, EraseOutcome, HashTableError, InsertOutcome};
+
+/// A published design's kernels, launched on device buffers (what the benchmark times), and the
+/// batch operations on host slices written once over them (what the tests call).
+pub trait BatchKernels {
+    /// The stream the table's kernels run on.
+    fn stream(&self) -> Arc<CudaStream>;
+    /// Insert-or-assign `keys[i]` → `vals[i]` (already checked) concurrently.
+    fn launch_insert(
+        &mut self,
+        keys: &CudaView<u64>,
+        vals: &CudaView<u64>,
+        status: &mut CudaSlice<u32>,
+        out_val: &mut CudaSlice<u64>,
+    ) -> Result<(), HashTableError>;
+    /// Finds `keys` (never writes the table).
+    fn launch_find(&self, keys: &CudaView<u64>, status: &mut CudaSlice<u32>, out_val: &mut CudaSlice<u64>) -> Result<(), HashTableError>;
+    /// Erases `keys`.
+    fn launch_erase(&mut self, keys: &CudaView<u64>, status: &mut CudaSlice<u32>, out_val: &mut CudaSlice<u64>) -> Result<(), HashTableError>;
+
+    /// Insert-or-assign a batch concurrently (see the design's module doc for what a batch guarantees).
+    fn insert_batch(&mut self, keys: &[u64], values: &[u64]) -> Result<Vec<InsertOutcome>, HashTableError> {
+        let s = self.stream();
+        let mut b = Batch::new(&s, keys, Some(values))?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let n = keys.len();
+        let (kv, vv) = (b.keys.slice(0..n), b.vals.as_ref().expect("values").slice(0..n));
+        self.launch_insert(&kv, &vv, &mut b.status, &mut b.out_val)?;
+        let (st, v) = b.results(&s, n)?;
+        st.iter().zip(v).map(|(&st, v)| insert_outcome(st, v)).collect()
+    }
+
+    fn find_batch(&mut self, keys: &[u64]) -> Result<Vec<Option<u64>>, HashTableError> {
+        let s = self.stream();
+        let mut b = Batch::new(&s, keys, None)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let n = keys.len();
+        let kv = b.keys.slice(0..n);
+        self.launch_find(&kv, &mut b.status, &mut b.out_val)?;
+        let (st, v) = b.results(&s, n)?;
+        st.iter().zip(v).map(|(&st, v)| find_outcome(st, v)).collect()
+    }
+
+    fn erase_batch(&mut self, keys: &[u64]) -> Result<Vec<EraseOutcome>, HashTableError> {
+        let s = self.stream();
+        let mut b = Batch::new(&s, keys, None)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let n = keys.len();
+        let kv = b.keys.slice(0..n);
+        self.launch_erase(&kv, &mut b.status, &mut b.out_val)?;
+        let (st, v) = b.results(&s, n)?;
+        st.iter().zip(v).map(|(&st, v)| erase_outcome(st, v)).collect()
+    }
+}
 
 /// Device buffers of one batch and the kernel's results read back.
 pub(crate) struct Batch {

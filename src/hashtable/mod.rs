@@ -192,6 +192,7 @@ pub mod gpu;
 pub mod hopscotch;
 pub mod slab;
 
+pub use batch::BatchKernels;
 pub use cpu::CpuHashTable;
 pub use gpu::GpuHashTable;
 

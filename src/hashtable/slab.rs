@@ -50,11 +50,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaView, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, PushKernelArg};
 
-use super::batch::{erase_outcome, find_outcome, insert_outcome, Batch};
+use super::batch::BatchKernels;
 use super::gpu::{cfg, drv, Device};
-use super::{EraseOutcome, HashTableError, InsertOutcome, EMPTY_KEY};
+use super::{HashTableError, EMPTY_KEY};
 
 const SOURCE: &str = include_str!("../../kernels/ht_slab.cu");
 
@@ -180,103 +180,6 @@ impl SlabHashTable {
         s.synchronize().map_err(drv)
     }
 
-    /// Launches `sl_insert` over `keys`/`vals` (already checked) on the device's stream.
-    pub(crate) fn launch_insert(
-        &mut self,
-        keys: &CudaView<u64>,
-        vals: &CudaView<u64>,
-        status: &mut CudaSlice<u32>,
-        out_val: &mut CudaSlice<u64>,
-    ) -> Result<(), HashTableError> {
-        let n = keys.len() as u64;
-        let bmask = self.buckets - 1;
-        let mut b = self.dev.stream.launch_builder(&self.k.insert);
-        b.arg(&mut self.pool)
-            .arg(&bmask)
-            .arg(&mut self.alloc)
-            .arg(&self.nslabs)
-            .arg(keys)
-            .arg(vals)
-            .arg(&n)
-            .arg(status)
-            .arg(out_val);
-        // SAFETY: arguments match sl_insert's signature; keys, vals, status and out_val hold at least n.
-        unsafe { b.launch(cfg(n)) }.map_err(drv)?;
-        Ok(())
-    }
-
-    /// Launches `sl_find` (never writes the table).
-    pub(crate) fn launch_find(
-        &self,
-        keys: &CudaView<u64>,
-        status: &mut CudaSlice<u32>,
-        out_val: &mut CudaSlice<u64>,
-    ) -> Result<(), HashTableError> {
-        let n = keys.len() as u64;
-        let bmask = self.buckets - 1;
-        let mut b = self.dev.stream.launch_builder(&self.k.find);
-        b.arg(&self.pool).arg(&bmask).arg(keys).arg(&n).arg(status).arg(out_val);
-        // SAFETY: arguments match sl_find's signature; keys, status and out_val hold at least n.
-        unsafe { b.launch(cfg(n)) }.map_err(drv)?;
-        Ok(())
-    }
-
-    /// Launches `sl_erase`.
-    pub(crate) fn launch_erase(
-        &mut self,
-        keys: &CudaView<u64>,
-        status: &mut CudaSlice<u32>,
-        out_val: &mut CudaSlice<u64>,
-    ) -> Result<(), HashTableError> {
-        let n = keys.len() as u64;
-        let bmask = self.buckets - 1;
-        let mut b = self.dev.stream.launch_builder(&self.k.erase);
-        b.arg(&mut self.pool).arg(&bmask).arg(keys).arg(&n).arg(status).arg(out_val);
-        // SAFETY: arguments match sl_erase's signature; keys, status and out_val hold at least n.
-        unsafe { b.launch(cfg(n)) }.map_err(drv)?;
-        Ok(())
-    }
-
-    /// Insert-or-assign a batch concurrently (see the module doc for what a batch guarantees).
-    pub fn insert_batch(&mut self, keys: &[u64], values: &[u64]) -> Result<Vec<InsertOutcome>, HashTableError> {
-        let s = self.dev.stream.clone();
-        let mut b = Batch::new(&s, keys, Some(values))?;
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let n = keys.len();
-        let (kv, vv) = (b.keys.slice(0..n), b.vals.as_ref().expect("values").slice(0..n));
-        self.launch_insert(&kv, &vv, &mut b.status, &mut b.out_val)?;
-        let (st, v) = b.results(&s, n)?;
-        st.iter().zip(v).map(|(&st, v)| insert_outcome(st, v)).collect()
-    }
-
-    pub fn find_batch(&mut self, keys: &[u64]) -> Result<Vec<Option<u64>>, HashTableError> {
-        let s = self.dev.stream.clone();
-        let mut b = Batch::new(&s, keys, None)?;
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let n = keys.len();
-        let kv = b.keys.slice(0..n);
-        self.launch_find(&kv, &mut b.status, &mut b.out_val)?;
-        let (st, v) = b.results(&s, n)?;
-        st.iter().zip(v).map(|(&st, v)| find_outcome(st, v)).collect()
-    }
-
-    pub fn erase_batch(&mut self, keys: &[u64]) -> Result<Vec<EraseOutcome>, HashTableError> {
-        let s = self.dev.stream.clone();
-        let mut b = Batch::new(&s, keys, None)?;
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let n = keys.len();
-        let kv = b.keys.slice(0..n);
-        self.launch_erase(&kv, &mut b.status, &mut b.out_val)?;
-        let (st, v) = b.results(&s, n)?;
-        st.iter().zip(v).map(|(&st, v)| erase_outcome(st, v)).collect()
-    }
-
     /// (problems, occupied pairs, slabs in chains), counted on the device with the table at rest: a
     /// key in another bucket's chain, a key twice in a chain, a next pointer outside the allocated
     /// slabs, a nonzero unused word.
@@ -301,6 +204,69 @@ impl SlabHashTable {
             .filter(|(i, c)| (*i as u64 % SLAB_CELLS) != SLAB_CELLS - 1 && c[0] != EMPTY_KEY)
             .map(|(_, c)| (c[0], c[1]))
             .collect())
+    }
+}
+
+impl BatchKernels for SlabHashTable {
+    fn stream(&self) -> Arc<CudaStream> {
+        self.dev.stream.clone()
+    }
+
+    /// Launches `sl_insert` over `keys`/`vals` (already checked) on the device's stream.
+    fn launch_insert(
+        &mut self,
+        keys: &CudaView<u64>,
+        vals: &CudaView<u64>,
+        status: &mut CudaSlice<u32>,
+        out_val: &mut CudaSlice<u64>,
+    ) -> Result<(), HashTableError> {
+        let n = keys.len() as u64;
+        let bmask = self.buckets - 1;
+        let mut b = self.dev.stream.launch_builder(&self.k.insert);
+        b.arg(&mut self.pool)
+            .arg(&bmask)
+            .arg(&mut self.alloc)
+            .arg(&self.nslabs)
+            .arg(keys)
+            .arg(vals)
+            .arg(&n)
+            .arg(status)
+            .arg(out_val);
+        // SAFETY: arguments match sl_insert's signature; keys, vals, status and out_val hold at least n.
+        unsafe { b.launch(cfg(n)) }.map_err(drv)?;
+        Ok(())
+    }
+
+    /// Launches `sl_find` (never writes the table).
+    fn launch_find(
+        &self,
+        keys: &CudaView<u64>,
+        status: &mut CudaSlice<u32>,
+        out_val: &mut CudaSlice<u64>,
+    ) -> Result<(), HashTableError> {
+        let n = keys.len() as u64;
+        let bmask = self.buckets - 1;
+        let mut b = self.dev.stream.launch_builder(&self.k.find);
+        b.arg(&self.pool).arg(&bmask).arg(keys).arg(&n).arg(status).arg(out_val);
+        // SAFETY: arguments match sl_find's signature; keys, status and out_val hold at least n.
+        unsafe { b.launch(cfg(n)) }.map_err(drv)?;
+        Ok(())
+    }
+
+    /// Launches `sl_erase`.
+    fn launch_erase(
+        &mut self,
+        keys: &CudaView<u64>,
+        status: &mut CudaSlice<u32>,
+        out_val: &mut CudaSlice<u64>,
+    ) -> Result<(), HashTableError> {
+        let n = keys.len() as u64;
+        let bmask = self.buckets - 1;
+        let mut b = self.dev.stream.launch_builder(&self.k.erase);
+        b.arg(&mut self.pool).arg(&bmask).arg(keys).arg(&n).arg(status).arg(out_val);
+        // SAFETY: arguments match sl_erase's signature; keys, status and out_val hold at least n.
+        unsafe { b.launch(cfg(n)) }.map_err(drv)?;
+        Ok(())
     }
 }
 

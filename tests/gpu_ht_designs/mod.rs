@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use hypermnf::hashtable::hopscotch::HopscotchTable;
 use hypermnf::hashtable::slab::SlabHashTable;
-use hypermnf::hashtable::{fmix64, EraseOutcome, HashTableError, InsertOutcome, RESERVED_KEY};
+use hypermnf::hashtable::{fmix64, BatchKernels, EraseOutcome, HashTableError, InsertOutcome, RESERVED_KEY};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 /// What the tests drive of a design.

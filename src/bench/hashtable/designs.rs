@@ -18,7 +18,7 @@ use cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
 use super::{cfg, dbg_err, Bench, Results, Tally, KIND_INSERT};
 use crate::hashtable::hopscotch::HopscotchTable;
 use crate::hashtable::slab::{SlabHashTable, SLAB_CELLS, SLAB_PAIRS};
-use crate::hashtable::status;
+use crate::hashtable::{status, BatchKernels};
 
 /// What the benchmark drives of a design.
 pub(super) trait Design {
