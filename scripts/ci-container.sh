@@ -12,7 +12,8 @@
 #      of the host's build; checks that the server process runs as uid 10001, not root;
 #   5. replaces the container by a new one on the same volume and checks the job and its result are
 #      still there;
-#   6. removes the containers and the volume it made (the bases and the image stay, as caches).
+#   6. removes the containers and the volume it made (the bases and the image stay, as caches);
+#   7. brings up docker/compose.cluster.yaml with that image (scripts/ci-compose.sh).
 # Environment: HYPERMNF_TOOLS_DIR (default ~/.cache/hypermnf-tools), HYPERMNF_BIN (the host's build to
 # compare with; default target/debug/hypermnf, built if missing), HYPERMNF_CI_PORT (default 18080).
 set -euo pipefail
@@ -22,41 +23,17 @@ fail() { echo "ci-container: FAIL: $*" >&2; exit 1; }
 step() { echo "== ci-container: $* ($(( SECONDS - t0 ))s)"; }
 t0=$SECONDS
 
-CACHE=${HYPERMNF_TOOLS_DIR:-$HOME/.cache/hypermnf-tools}/container
 IMAGE=localhost/hypermnf:ci
 NAME=hypermnf-ci
 VOLUME=hypermnf-ci-data
 PORT=${HYPERMNF_CI_PORT:-18080}
 CUBE=tests/data/salinasA_224_bip_be
-mkdir -p "$CACHE"
 
 # ---- 1. tools -------------------------------------------------------------------------------------------
 step "tools"
-need=()
-for tool in podman runc slirp4netns mmdebstrap; do
-    command -v "$tool" >/dev/null || need+=("$tool")
-done
-if [ ${#need[@]} -gt 0 ]; then
-    echo "installing ${need[*]}"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-fi
-podman --version
-
-# podman's settings for this script only (CONTAINERS_CONF), not the machine's:
-# - runc, not crun: these machines mount cgroup v1 with a cgroup2 hierarchy beside it ("hybrid"), which
-#   Debian 12's crun refuses to run under;
-# - explicit ulimits: podman's defaults raise RLIMIT_NOFILE/NPROC above what this sandbox lets a process
-#   raise them to, and the container then fails to start; these are at most the host's limits;
-# - events to a file: there is no journald.
-cat >"$CACHE/containers.conf" <<EOF
-[containers]
-default_ulimits = ["nofile=$(ulimit -Hn):$(ulimit -Hn)", "nproc=4096:4096"]
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-EOF
-export CONTAINERS_CONF="$CACHE/containers.conf"
+# shellcheck source=lib/container.sh
+source scripts/lib/container.sh
+hypermnf_container_tools
 
 cleanup() {
     podman rm -f -t 5 "$NAME" >/dev/null 2>&1 || true
@@ -70,72 +47,26 @@ podman rm -f -t 5 "$NAME" >/dev/null 2>&1 || true
 podman volume rm -f "$VOLUME" >/dev/null 2>&1 || true
 
 # ---- 2. base images -------------------------------------------------------------------------------------
-# Debian's mirror is the only source. The Rust toolchain is this machine's own (rustup's, the one CI
-# builds the crate with), copied into the builder base without its docs: Debian 12's rustc (1.63) is far
-# too old for the crate, and no other toolchain can be fetched here. The tarball's name carries the
-# toolchain's version, so a toolchain update makes a new base.
-mirror=(
-    "deb http://deb.debian.org/debian bookworm main"
-    "deb http://deb.debian.org/debian bookworm-updates main"
-    "deb http://deb.debian.org/debian-security bookworm-security main"
-)
-# This machine's extra CA certificates go into both bases, as into the host's own trust store: here the
-# registries (crates.io, PyPI) are reached through a TLS-intercepting proxy whose CA only they know, and
-# cargo and pip in the build stages fail with "self-signed certificate in certificate chain" without
-# it. Where there are none (a normal host), nothing is added. Their hash is in the tarballs' names.
-shopt -s nullglob
-extra_ca=(/usr/local/share/ca-certificates/*.crt)
-shopt -u nullglob
-ca_hooks=()
-ca_tag=none
-if [ ${#extra_ca[@]} -gt 0 ]; then
-    ca_tag=$(cat "${extra_ca[@]}" | sha256sum | cut -c1-8)
-    ca_hooks=(--customize-hook="copy-in ${extra_ca[*]} /usr/local/share/ca-certificates/"
-              --customize-hook='chroot "$1" update-ca-certificates >/dev/null')
-fi
+# Debian's mirror is the only source (scripts/lib/container.sh). The Rust toolchain is this machine's own
+# (rustup's, the one CI builds the crate with), copied into the builder base without its docs: Debian
+# 12's rustc (1.63) is far too old for the crate, and no other toolchain can be fetched here. The
+# tarball's name carries the toolchain's version, so a toolchain update makes a new base.
 sysroot=$(rustc --print sysroot)
 rust_version=$(rustc --version | awk '{print $2}')
-debian_tar="$CACHE/debian-bookworm-minbase-ca-$ca_tag.tar"
-rust_tar="$CACHE/rust-$rust_version-bookworm-ca-$ca_tag.tar"
-BASE_DEBIAN=localhost/hypermnf-base/debian:bookworm-ca-$ca_tag
-BASE_RUST=localhost/hypermnf-base/rust:$rust_version-bookworm-ca-$ca_tag
-# --format=tar always (a name that does not end in .tar would make mmdebstrap write a directory): the
-# chroot is then a temporary directory that mmdebstrap unmounts and removes itself.
-pids=()
-if [ ! -s "$debian_tar" ]; then
-    step "mmdebstrap $debian_tar"
-    (nice -n 10 mmdebstrap --quiet --format=tar --variant=minbase --include=ca-certificates "${ca_hooks[@]}" \
-        bookworm "$debian_tar.tmp" "${mirror[@]}" \
-        && mv "$debian_tar.tmp" "$debian_tar") &
-    pids+=($!)
-fi
-if [ ! -s "$rust_tar" ]; then
-    step "mmdebstrap $rust_tar (toolchain from $sysroot)"
-    (nice -n 10 mmdebstrap --quiet --format=tar --variant=minbase --include=gcc,libc6-dev,pkg-config,ca-certificates \
-        "${ca_hooks[@]}" \
-        --customize-hook="mkdir -p \"\$1/usr/local/rust\" \"\$1/usr/local/cargo/bin\"" \
-        --customize-hook="tar -C '$sysroot' --exclude=./share -cf - . | tar -C \"\$1/usr/local/rust\" -xf -" \
-        --customize-hook="for b in cargo rustc rustdoc; do ln -s /usr/local/rust/bin/\$b \"\$1/usr/local/cargo/bin/\$b\"; done" \
-        bookworm "$rust_tar.tmp" "${mirror[@]}" \
-        && mv "$rust_tar.tmp" "$rust_tar") &
-    pids+=($!)
-fi
-for pid in "${pids[@]}"; do wait "$pid" || fail "mmdebstrap failed"; done
-# The image store may have been wiped while the tarballs stayed: import again from them.
-if ! podman image exists "$BASE_DEBIAN"; then
-    step "import $BASE_DEBIAN"
-    podman import -q --change 'CMD ["/bin/bash"]' "$debian_tar" "$BASE_DEBIAN" >/dev/null
-fi
-if ! podman image exists "$BASE_RUST"; then
-    step "import $BASE_RUST"
-    # The same environment as the rust:1-bookworm image, so the Dockerfile's cache mount on
-    # /usr/local/cargo/registry is cargo's registry here too.
-    podman import -q \
-        --change 'ENV CARGO_HOME=/usr/local/cargo' \
-        --change 'ENV PATH=/usr/local/cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-        --change 'CMD ["/bin/bash"]' \
-        "$rust_tar" "$BASE_RUST" >/dev/null
-fi
+rust_tar="$CONTAINER_CACHE/rust-$rust_version-bookworm-ca-$CONTAINER_CA_TAG.tar"
+BASE_RUST=localhost/hypermnf-base/rust:$rust_version-bookworm-ca-$CONTAINER_CA_TAG
+hypermnf_base_debian
+hypermnf_mmdebstrap "$rust_tar" --include=gcc,libc6-dev,pkg-config,ca-certificates \
+    --customize-hook="mkdir -p \"\$1/usr/local/rust\" \"\$1/usr/local/cargo/bin\"" \
+    --customize-hook="tar -C '$sysroot' --exclude=./share -cf - . | tar -C \"\$1/usr/local/rust\" -xf -" \
+    --customize-hook="for b in cargo rustc rustdoc; do ln -s /usr/local/rust/bin/\$b \"\$1/usr/local/cargo/bin/\$b\"; done" \
+    || fail "mmdebstrap failed"
+# The same environment as the rust:1-bookworm image, so the Dockerfile's cache mount on
+# /usr/local/cargo/registry is cargo's registry here too.
+hypermnf_import "$rust_tar" "$BASE_RUST" \
+    --change 'ENV CARGO_HOME=/usr/local/cargo' \
+    --change 'ENV PATH=/usr/local/cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'CMD ["/bin/bash"]'
 
 # ---- 3. the image -----------------------------------------------------------------------------------------
 # --format docker: the OCI image format has no HEALTHCHECK, podman would drop it. --network host for the
@@ -228,6 +159,11 @@ status=$(api "http://127.0.0.1:$PORT/v1/jobs/$job" | json "['status']")
 api "http://127.0.0.1:$PORT/v1/jobs/$job/result" -o "$work/after-restart.npy"
 cmp "$work/host.npy" "$work/after-restart.npy" || fail "the result changed across the restart"
 echo "job $job and its result survived the restart"
+
+# ---- 7. the cluster's compose file ------------------------------------------------------------------------
+step "docker/compose.cluster.yaml (scripts/ci-compose.sh)"
+podman rm -f -t 5 "$NAME" >/dev/null
+HYPERMNF_IMAGE=$IMAGE bash scripts/ci-compose.sh
 
 step "done"
 echo "ci-container: all checks passed"
