@@ -3,7 +3,8 @@
 # as ignored on machines without a CUDA device), the comparison with Spectral Python on the real cubes,
 # the Python client's tests against a live server, schemathesis against openapi.yaml, the static
 # container checks, the cluster test (three instances on PostgreSQL + S3, scripts/cluster-test.sh), and
-# the container built and run with podman (scripts/ci-container.sh). Python packages go into .venv
+# the container built and run with podman, and the cluster compose file brought up (scripts/ci-container.sh,
+# scripts/ci-compose.sh). Python packages go into .venv
 # (git-ignored). System-wide, only Debian's packages are installed when missing: postgresql
 # (scripts/lib/postgres.sh), podman and mmdebstrap (scripts/ci-container.sh); Garage is built once into
 # ~/.cache/hypermnf-tools, as are the container's local base images.
