@@ -55,12 +55,15 @@ sysroot=$(rustc --print sysroot)
 rust_version=$(rustc --version | awk '{print $2}')
 rust_tar="$CONTAINER_CACHE/rust-$rust_version-bookworm-ca-$CONTAINER_CA_TAG.tar"
 BASE_RUST=localhost/hypermnf-base/rust:$rust_version-bookworm-ca-$CONTAINER_CA_TAG
-hypermnf_base_debian
+# The two bases are made side by side (downloads and unpacking, on a cold machine).
 hypermnf_mmdebstrap "$rust_tar" --include=gcc,libc6-dev,pkg-config,ca-certificates \
     --customize-hook="mkdir -p \"\$1/usr/local/rust\" \"\$1/usr/local/cargo/bin\"" \
     --customize-hook="tar -C '$sysroot' --exclude=./share -cf - . | tar -C \"\$1/usr/local/rust\" -xf -" \
     --customize-hook="for b in cargo rustc rustdoc; do ln -s /usr/local/rust/bin/\$b \"\$1/usr/local/cargo/bin/\$b\"; done" \
-    || fail "mmdebstrap failed"
+    &
+rust_base=$!
+hypermnf_base_debian
+wait "$rust_base" || fail "mmdebstrap failed"
 # The same environment as the rust:1-bookworm image, so the Dockerfile's cache mount on
 # /usr/local/cargo/registry is cargo's registry here too.
 hypermnf_import "$rust_tar" "$BASE_RUST" \
@@ -99,21 +102,7 @@ start_container() {
         -e HYPERMNF_API_KEYS_FILE=/run/secrets/hypermnf_api_keys \
         "$IMAGE" >/dev/null
 }
-# podman runs health checks from systemd timers, and there is no systemd here: run the image's own
-# HEALTHCHECK command by hand until it passes (podman healthcheck run also records the status).
-wait_healthy() {
-    local started=$SECONDS
-    until podman healthcheck run "$NAME" >/dev/null 2>&1; do
-        if [ "$(podman inspect --format '{{.State.Running}}' "$NAME")" != true ]; then
-            podman logs "$NAME" >&2 || true
-            fail "the container exited before it was healthy"
-        fi
-        [ $(( SECONDS - started )) -lt 60 ] || { podman logs "$NAME" >&2; fail "not healthy within 60 s"; }
-        sleep 0.5
-    done
-    [ "$(podman inspect --format '{{.State.Health.Status}}' "$NAME")" = healthy ] || fail "health status is not healthy"
-    echo "healthy $(( SECONDS - started ))s after podman run"
-}
+wait_healthy() { hypermnf_wait_healthy "$NAME" "$NAME" 60; }
 api() { curl -fsS --max-time 60 -H "Authorization: Bearer $key" "$@"; }
 json() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 

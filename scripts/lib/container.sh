@@ -93,3 +93,21 @@ hypermnf_base_postgres() {
     hypermnf_mmdebstrap "$tar" --include=ca-certificates,postgresql || fail "mmdebstrap failed"
     hypermnf_import "$tar" "$BASE_POSTGRES" --change 'CMD ["/bin/bash"]'
 }
+
+# hypermnf_wait_healthy CONTAINER LABEL SECONDS: podman runs health checks from systemd timers, and there
+# is no systemd here, so this runs the container's own HEALTHCHECK by hand until it passes (`podman
+# healthcheck run` also records the status that `podman inspect` shows). Fails if the container exits
+# first or is not healthy within SECONDS.
+hypermnf_wait_healthy() {
+    local id=$1 label=$2 limit=$3 started=$SECONDS
+    until podman healthcheck run "$id" >/dev/null 2>&1; do
+        if [ "$(podman inspect --format '{{.State.Running}}' "$id")" != true ]; then
+            podman logs "$id" >&2 || true
+            fail "$label exited before it was healthy"
+        fi
+        [ $(( SECONDS - started )) -lt "$limit" ] || { podman logs "$id" >&2; fail "$label not healthy within $limit s"; }
+        sleep 0.5
+    done
+    [ "$(podman inspect --format '{{.State.Health.Status}}' "$id")" = healthy ] || fail "$label: health status is not healthy"
+    echo "$label healthy ($(( SECONDS - started ))s)"
+}
