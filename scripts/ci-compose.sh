@@ -103,23 +103,15 @@ container_of() {
     podman ps -a -q --filter "label=com.docker.compose.project=$PROJECT" \
         --filter "label=com.docker.compose.service=$1" | head -n1
 }
-# podman runs health checks from systemd timers, and there is none here; podman 4.3 also lacks the
-# `podman wait --condition=healthy` that podman-compose uses for `condition: service_healthy` (it warns
-# and goes on). So this script brings the services up in the order the file's depends_on gives, and runs
-# each container's own health check itself until it passes.
+# podman 4.3 lacks the `podman wait --condition=healthy` that podman-compose uses for `condition:
+# service_healthy` (it warns and goes on), and without systemd no health check runs by itself. So this
+# script brings the services up in the order the file's depends_on gives, and runs each container's own
+# health check until it passes (hypermnf_wait_healthy).
 wait_healthy() {
-    local service=$1 id started=$SECONDS
-    id=$(container_of "$service")
-    [ -n "$id" ] || fail "no container for $service"
-    until podman healthcheck run "$id" >/dev/null 2>&1; do
-        if [ "$(podman inspect --format '{{.State.Running}}' "$id")" != true ]; then
-            podman logs "$id" >&2 || true
-            fail "$service exited before it was healthy"
-        fi
-        [ $(( SECONDS - started )) -lt 90 ] || { podman logs "$id" >&2; fail "$service not healthy within 90 s"; }
-        sleep 0.5
-    done
-    echo "$service healthy ($(( SECONDS - started ))s)"
+    local id
+    id=$(container_of "$1")
+    [ -n "$id" ] || fail "no container for $1"
+    hypermnf_wait_healthy "$id" "$1" 90
 }
 garage() { podman exec "$(container_of garage)" /garage -c /etc/garage.toml "$@"; }
 # Garage has no health check (neither has its public image): it is ready once its bootstrap made the
@@ -141,7 +133,8 @@ up() {
     compose up -d --no-build >>"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; fail "compose up"; }
     wait_healthy hypermnf-a
     wait_healthy hypermnf-b
-    echo "cluster up in $(( SECONDS - started ))s"
+    echo "cluster up in $(( SECONDS - started ))s; restarts: $(for s in postgres garage hypermnf-a hypermnf-b; do
+        printf '%s %s  ' "$s" "$(podman inspect --format '{{.RestartCount}}' "$(container_of "$s")")"; done)"
 }
 up
 podman ps --filter "label=com.docker.compose.project=$PROJECT" --format '{{.Names}}  {{.Image}}  {{.Status}}  {{.Ports}}'

@@ -27,10 +27,16 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     # initdb allows TCP from the loopback only; the other containers of the network are "all".
     echo "host all all all scram-sha-256" >>"$PGDATA/pg_hba.conf"
     if [ "$db" != postgres ]; then
-        as_postgres pg_ctl --pgdata="$PGDATA" --silent --wait -o "-c listen_addresses=''" start
-        as_postgres psql --quiet --username="$user" --dbname=postgres \
+        # The initialising server listens on a private socket only: the health check (pg_isready on
+        # the usual socket) must not pass, nor clients connect, before the real server runs.
+        init_socket=$(mktemp -d)
+        chown postgres "$init_socket"
+        as_postgres pg_ctl --pgdata="$PGDATA" --silent --wait \
+            -o "-c listen_addresses='' -c unix_socket_directories=$init_socket" start
+        as_postgres psql --quiet --host="$init_socket" --username="$user" --dbname=postgres \
             --command="CREATE DATABASE \"$db\" OWNER \"$user\""
         as_postgres pg_ctl --pgdata="$PGDATA" --silent --wait --mode=fast stop
+        rm -rf "$init_socket"
     fi
     echo "docker-entrypoint: initialised $PGDATA (superuser $user, database $db)"
 fi
