@@ -76,8 +76,8 @@ typedef unsigned __int128 u128;
 #else
 #define HT_BOUNDS __launch_bounds__(256)
 #endif
-// ht_insert: 3 blocks per SM, the 72 registers ptxas wants. Session 4 capped it at 64 for 4 blocks
-// (more warps to hide its memory round trips); in session 5, with the kernel as it is now, the cap
+// ht_insert: 3 blocks per SM, the 72 registers ptxas wants. On 2026-11-22 it was capped at 64 for 4 blocks
+// (more warps to hide its memory round trips); later that day, with the kernel as it is now, the cap
 // made the 0.8 build on 2^28 cells slower: 7.91 against 8.10 G inserts/s.
 #ifndef HT_INSERT_MIN_BLOCKS
 #define HT_INSERT_MIN_BLOCKS 3
@@ -677,7 +677,7 @@ extern "C" __global__ void HT_INSERT_BOUNDS ht_insert(Cell* table, u64 bucket_ma
     // holds its target: the slot holding its key (an update, in b1 or b2), else the lowest empty slot
     // of b1, else (b1 full) the lowest empty slot of b2, for which it first sets its tag in b1's tag
     // word (a fire-and-forget atomicOr). Every lane issues its own 128-bit CAS; the targets found in
-    // round 1 go out before round 2's reads, so the two overlap. Session 3's one-bucket-at-a-time
+    // round 1 go out before round 2's reads, so the two overlap. The earlier one-bucket-at-a-time
     // reads made the kernel latency-bound (ncu: 0.37 eligible warps per scheduler; more occupancy did
     // not help), and with 3-slot buckets a fifth of the inserts that build a table to load 0.8 find
     // b1 full, so the b2 claims are pipelined too; only evictions (both buckets full) take the lock,
@@ -944,7 +944,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) ht_insert_rest(Cell* table,
             const u32 mytag = overflow_tag(myh);
             const u32 myb2 = bucket2(mykey, bucket_mask, myb1);
             const bool both_full = st0 == ST_FULL;
-            // No L2 prefetch of the buckets here (session 7): prefetch.global.L2 brings the whole
+            // No L2 prefetch of the buckets here (2026-11-23): prefetch.global.L2 brings the whole
             // 128-byte line, twice the bytes the eviction reads, and the build is bound by DRAM
             // traffic; without it the 0.8 build ran at 8.23 against 8.12 G inserts/s (a 64-byte
             // cp.async.bulk.prefetch.L2: 8.20).
