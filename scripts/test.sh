@@ -53,6 +53,9 @@ step "cargo test"
 cargo test --all-targets 2>&1 | tee /tmp/hypermnf-cargo-test.log
 grep -q "test result: ok" /tmp/hypermnf-cargo-test.log
 
+step "fuzz the parsers (scripts/fuzz.sh 50000: 50 000 inputs per parser, ~20 s; 10^6 is the dedicated run)"
+bash scripts/fuzz.sh 50000
+
 step "Spectral Python comparison (tests/python)"
 python -m pytest -q tests/python
 
