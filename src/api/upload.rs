@@ -459,12 +459,7 @@ fn npy_header_complete(buf: &[u8]) -> bool {
 /// `limit` (and the 3-D shape the service needs).
 pub fn npy_claim(buf: &[u8], limit: u64) -> Result<Option<Claim>, Error> {
     let h = crate::cube::npy::read_header(&mut std::io::Cursor::new(buf))?;
-    let [lines, samples, bands] = h.shape[..] else {
-        return Err(Error::bad_request(
-            "invalid_npy",
-            format!("invalid .npy: the shape must be (lines, samples, bands), got {} dimensions", h.shape.len()),
-        ));
-    };
+    let [lines, samples, bands] = h.cube_shape()?;
     let mut claim = check_claim(lines, samples, bands, h.dtype, h.data_offset, limit)?;
     if !h.fortran_order && (h.byte_order == ByteOrder::Little || h.dtype.size() == 1) {
         claim.bip_le = Some((lines, samples, bands, h.dtype));

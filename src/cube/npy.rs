@@ -29,6 +29,23 @@ pub struct NpyHeader {
     pub data_offset: u64,
 }
 
+impl NpyHeader {
+    /// The shape as (lines, samples, bands): a 3-D array without zero-sized axes (an empty array is
+    /// an invalid .npy cube, not an invalid ENVI header, whatever the shared size check would say).
+    pub fn cube_shape(&self) -> Result<[u64; 3], CubeError> {
+        let [lines, samples, bands] = self.shape[..] else {
+            return Err(npy_err(format!(
+                "expected a 3-D array shaped (lines, samples, bands), got shape {}",
+                shape_text(&self.shape)
+            )));
+        };
+        if lines == 0 || samples == 0 || bands == 0 {
+            return Err(npy_err(format!("shape {} has a zero-sized axis: the cube is empty", shape_text(&self.shape))));
+        }
+        Ok([lines, samples, bands])
+    }
+}
+
 fn npy_err(msg: impl Into<String>) -> CubeError {
     CubeError::Npy(msg.into())
 }
@@ -301,12 +318,7 @@ pub fn read_from<R: Read + Seek>(file: &mut R, have: u64, path: &Path) -> Result
         other => other,
     };
     let header = read_header(file).map_err(in_file)?;
-    let [lines, samples, bands] = header.shape[..] else {
-        return Err(in_file(npy_err(format!(
-            "expected a 3-D array shaped (lines, samples, bands), got shape {}",
-            shape_text(&header.shape)
-        ))));
-    };
+    let [lines, samples, bands] = header.cube_shape().map_err(in_file)?;
     let need = checked_cube_bytes(lines, samples, bands, header.dtype)?;
     let data_len = have.saturating_sub(header.data_offset);
     let geometry = format!("shape {} of {}", shape_text(&header.shape), header.dtype.name());
