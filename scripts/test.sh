@@ -4,9 +4,10 @@
 # the Python client's tests against a live server, schemathesis against openapi.yaml, the static
 # container checks, the hostile-input and auth tests (scripts/hostile-test.sh), the cluster test (three
 # instances on PostgreSQL + S3, scripts/cluster-test.sh), and the container built and run with podman
-# (scripts/ci-container.sh). Python packages go into .venv (git-ignored). System-wide, only Debian's packages are installed when missing: postgresql
-# (scripts/lib/postgres.sh), podman and mmdebstrap (scripts/ci-container.sh); Garage is built once into
-# ~/.cache/hypermnf-tools, as are the container's local base images.
+# (scripts/ci-container.sh). Python packages go into .venv (git-ignored). System-wide, only Debian's
+# packages are installed when missing: postgresql (scripts/lib/postgres.sh), podman and mmdebstrap
+# (scripts/ci-container.sh); Garage is built once into ~/.cache/hypermnf-tools, as are the container's
+# local base images.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/postgres.sh
