@@ -219,7 +219,7 @@ where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    let file = std::fs::File::create(&dest).map_err(Error::internal)?;
+    let file = std::fs::File::create(&dest).map_err(Error::disk)?;
     let t0 = std::time::Instant::now();
     let expected = Arc::new(OnceLock::new());
     if let Some(c) = claim {
@@ -339,7 +339,7 @@ where
 /// Closes a thread's channel and waits for its result.
 async fn join<T>((tx, task): Sink<T>) -> Result<T, Error> {
     drop(tx);
-    task.await.map_err(Error::internal)?.map_err(Error::internal)
+    task.await.map_err(Error::internal)?.map_err(Error::disk)
 }
 
 /// For a little-endian C-order `.npy` claim: how its content digest comes on the way.
@@ -396,7 +396,7 @@ pub async fn receive_multipart(
                 let text = String::from_utf8(bytes)
                     .map_err(|_| Error::bad_request("invalid_header", "the ENVI header is not UTF-8 text"))?;
                 let claim = envi_claim(&text, limit)?;
-                std::fs::write(dir.join("cube.hdr"), &text).map_err(Error::internal)?;
+                std::fs::write(dir.join("cube.hdr"), &text).map_err(Error::disk)?;
                 header = Some((text, claim));
             }
             "data" if data.is_none() => {
