@@ -161,3 +161,46 @@ def test_full_disk(tmp_path, small_disk):
     assert wait_done(server, r.json()["id"])["status"] == "succeeded"
     assert server.panics() == 0
     server.stop()
+
+
+def read_only_objects(data_dir: Path) -> Path:
+    """Makes DATA_DIR/objects (uploads, results, scratch) read-only under the running server: a
+    read-only bind mount of it over itself (the database beside it stays writable)."""
+    objects = data_dir / "objects"
+    subprocess.run(["mount", "--bind", str(objects), str(objects)], check=True)
+    subprocess.run(["mount", "-o", "remount,bind,ro", str(objects)], check=True)
+    return objects
+
+
+def test_unwritable_data_dir(tmp_path, small_disk):
+    """The data dir's files turn read-only under a running server: uploads get a clear 503, and the
+    jobs accepted before are not lost: they are not failed while the disk cannot be written, and they
+    complete once it can (a job that could not write is claimed again when its lease lapses: 3 s here)."""
+    work = tmp_path / "ro"
+    server = start_server(work, ["--lease", "3s"], data_dir=small_disk / "data")
+    cubes = [RNG.normal(size=SHAPE).astype(np.float32) for _ in range(2)]
+    ids = []
+    for c in cubes:
+        r = server.call("POST", "/v1/jobs?components=2", data=npy_of(c), headers={"Content-Type": "application/x-npy"})
+        assert r.status_code == 202, r.text
+        ids.append(r.json()["id"])
+    wait_for_running(server)
+    objects = read_only_objects(server.data_dir)
+    try:
+        r = server.call("POST", "/v1/jobs", data=npy_of(RNG.normal(size=(10, 11, 4)).astype(np.float32)),
+                        headers={"Content-Type": "application/x-npy"}, allow_5xx=(503,))
+        assert_problem(r, 503, "storage_unavailable")
+        assert server.healthy()
+        assert server.call("GET", f"/v1/jobs/{ids[0]}").status_code == 200
+        # Several leases' worth of attempts: none of them fails the jobs.
+        time.sleep(8)
+        during = {i: server.call("GET", f"/v1/jobs/{i}").json()["status"] for i in ids}
+        assert set(during.values()) <= {"queued", "running"}, during
+        assert "cannot write this instance's disk" in server.log_text()
+    finally:
+        subprocess.run(["umount", str(objects)], check=True)
+    for i in ids:
+        job = wait_done(server, i, timeout_s=300)
+        assert job["status"] == "succeeded", job
+    assert scratch_files(server.data_dir) == []
+    server.stop()
