@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The hostile HTTP corpus and the auth tests (tests/hostile) against live `hypermnf serve` processes
-# that the tests start themselves: >= 50 hostile requests, each answered by a 4xx JSON problem with a
-# stable code (odd but valid cubes: a job that ends with a reason), the server healthy after each,
-# and at the end the counts of 5xx answers, panics in the server logs and hung requests, all 0.
+# The reliability tests of tests/hostile, against live `hypermnf serve` processes that the tests start
+# themselves (~30 s): the hostile HTTP corpus (>= 50 hostile requests, each answered by a 4xx JSON
+# problem with a stable code; odd but valid cubes: a job that ends with the right reason; the server
+# healthy after each), auth (a key sees only its own jobs; --input-root cannot be escaped), crash
+# safety (kill -9 mid-job and mid-upload; a full and a read-only data dir, where mounting a tmpfs is
+# permitted) and load (50 submitting clients + 200 status readers). The last test prints and asserts
+# the counts of 5xx answers, panics in the server logs and hung requests over the run: all 0.
 # Environment: HYPERMNF_BIN (default target/debug/hypermnf, built if missing), CI_VENV (default .venv),
 # PYTEST_ARGS (extra pytest arguments). Exits non-zero on any failure, or when no test was collected.
 set -euo pipefail

@@ -52,13 +52,13 @@ class Recorder:
     server_errors: List[str] = field(default_factory=list)
     hangs: List[str] = field(default_factory=list)
 
-    def call(self, method: str, url: str, allow_5xx: tuple = (), **kw) -> requests.Response:
-        """One request. `allow_5xx`: server-side statuses the caller expects (507 on a full disk), which
-        are then not counted as server errors."""
+    def call(self, method: str, url: str, allow_5xx: tuple = (), session: Optional[requests.Session] = None, **kw) -> requests.Response:
+        """One request (on `session`'s kept-alive connections when given). `allow_5xx`: server-side
+        statuses the caller expects (507 on a full disk), which are then not counted as server errors."""
         kw.setdefault("timeout", REQUEST_TIMEOUT_S)
         what = f"{method} {url.split('?')[0]}"
         try:
-            r = requests.request(method, url, **kw)
+            r = (session or requests).request(method, url, **kw)
         except requests.Timeout:
             self.hangs.append(what)
             raise
@@ -109,8 +109,9 @@ class Server:
 SERVERS: List[Server] = []
 
 
-def start_server(workdir: Path, extra: List[str], data_dir: Optional[Path] = None, env: Optional[Dict[str, str]] = None) -> Server:
-    """Starts `hypermnf serve` (CPU backend, one worker) and waits for /healthz."""
+def start_server(workdir: Path, extra: List[str], data_dir: Optional[Path] = None, env: Optional[Dict[str, str]] = None,
+                 workers: int = 1) -> Server:
+    """Starts `hypermnf serve` (CPU backend, `workers` workers) and waits for /healthz."""
     workdir.mkdir(parents=True, exist_ok=True)
     data_dir = data_dir or workdir / "data"
     port = free_port()
@@ -120,7 +121,7 @@ def start_server(workdir: Path, extra: List[str], data_dir: Optional[Path] = Non
         "--listen", f"127.0.0.1:{port}",
         "--data-dir", str(data_dir),
         "--backend", "cpu",
-        "--workers", "1",
+        "--workers", str(workers),
         *extra,
     ]
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("HYPERMNF_")}
@@ -154,6 +155,11 @@ def server(tmp_path_factory) -> Server:
     )
     yield s
     s.stop()
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The summary test counts the answers of every other test: it runs last."""
+    items.sort(key=lambda item: item.name.startswith("test_summary_"))
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -20,8 +20,9 @@ from conftest import Server, start_server
 from test_hostile import assert_problem, npy_of, wait_done
 
 RNG = np.random.default_rng(1819)
-# Cubes whose CPU job takes about a second in a debug build: long enough to be killed in the middle.
-SHAPE = (160, 160, 48)
+# Cubes whose CPU job takes over a second in a debug build (16 MiB of float32): long enough to be
+# killed in the middle.
+SHAPE = (256, 256, 64)
 
 
 def scratch_files(data_dir: Path) -> List[Path]:
@@ -64,7 +65,6 @@ def test_kill_9_in_the_middle_of_jobs_three_times(tmp_path):
     killed_running = []
     for _ in range(3):
         killed_running.append(wait_for_running(server))
-        time.sleep(0.1)
         server = restart(server, work)
         # The job really was killed while running: the new process found it running and queued it again.
         assert "queued again" in server.log_text(), server.log_text()[-2000:]
@@ -178,7 +178,8 @@ def test_unwritable_data_dir(tmp_path, small_disk):
     complete once it can (a job that could not write is claimed again when its lease lapses: 3 s here)."""
     work = tmp_path / "ro"
     server = start_server(work, ["--lease", "3s"], data_dir=small_disk / "data")
-    cubes = [RNG.normal(size=SHAPE).astype(np.float32) for _ in range(2)]
+    # Two that fit the 24 MiB disk: the second is still to run when the disk turns read-only.
+    cubes = [RNG.normal(size=(160, 160, 48)).astype(np.float32) for _ in range(2)]
     ids = []
     for c in cubes:
         r = server.call("POST", "/v1/jobs?components=2", data=npy_of(c), headers={"Content-Type": "application/x-npy"})

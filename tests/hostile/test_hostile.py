@@ -448,13 +448,14 @@ def test_all_bands_bad(server: Server):
 
 
 # ---------------------------------------------------------------------------------------------------
-# The summary: zero 5xx, zero panics, zero hangs over everything above
+# The summary: zero 5xx, zero panics, zero hangs over every request of the run
 
 
-def test_zz_summary_no_5xx_no_panics_no_hangs(server: Server):
+def test_summary_no_5xx_no_panics_no_hangs(server: Server):
+    """Over every test of this directory (conftest runs this one last)."""
     panics = sum(s.panics() for s in SERVERS)
     print(
-        f"\nhostile corpus: {len(CASES)} refusal cases, {RECORDER.answers} answers; "
+        f"\nhostile corpus: {len(CASES)} refusal cases; over all {RECORDER.answers} answers of the run: "
         f"5xx: {len(RECORDER.server_errors)}, panics in the server log: {panics}, hangs: {len(RECORDER.hangs)}"
     )
     assert RECORDER.answers > 0
