@@ -345,7 +345,8 @@ fn precheck_file(path: &Path, limit: u64) -> ApiResult<()> {
             if meta.len() > SMALL_BODY_MAX as u64 {
                 return Err(Error::bad_request("invalid_header", "the ENVI header is larger than 1 MiB"));
             }
-            let text = std::fs::read_to_string(path).map_err(|_| Error::bad_request("invalid_header", "the ENVI header is not UTF-8 text"))?;
+            // Lossily, as the ENVI reader itself reads it (a description in Latin-1 is no reason to refuse).
+            let text = String::from_utf8_lossy(&std::fs::read(path).map_err(Error::internal)?).into_owned();
             upload::envi_claim(&text, limit)?;
         }
         _ => {

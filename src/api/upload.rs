@@ -393,8 +393,9 @@ pub async fn receive_multipart(
         match name.as_str() {
             "header" if header.is_none() => {
                 let bytes = small_part(field, &mut budget).await?;
-                let text = String::from_utf8(bytes)
-                    .map_err(|_| Error::bad_request("invalid_header", "the ENVI header is not UTF-8 text"))?;
+                // Read as the ENVI reader reads header files: lossily, so that a description in
+                // Latin-1 does not make a header the command line reads unacceptable here.
+                let text = String::from_utf8_lossy(&bytes).into_owned();
                 let claim = envi_claim(&text, limit)?;
                 std::fs::write(dir.join("cube.hdr"), &text).map_err(Error::disk)?;
                 header = Some((text, claim));

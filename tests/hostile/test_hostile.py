@@ -137,7 +137,8 @@ CASES: List[Case] = [
     post("envi: data longer than the header says", 400, "size_mismatch", lambda: envi_upload(envi_header(), SMALL_ENVI_DATA + b"\0\0")),
     post("envi: empty data part", 400, "size_mismatch", lambda: envi_upload(envi_header(), b"")),
     post("envi: 10 MB header", 413, "too_large", lambda: envi_upload(envi_header(extra="description = {" + "x" * (10 << 20) + "}\n"), SMALL_ENVI_DATA)),
-    post("envi: non-UTF-8 header", 400, "invalid_header", lambda: envi_upload(envi_header().encode() + b"description = {\xff\xfe caf\xe9}\n", SMALL_ENVI_DATA)),
+    post("envi: binary garbage in the header", 400, "invalid_header", lambda: envi_upload(envi_header().encode() + b"\xff\xfe\x00\x81\n", SMALL_ENVI_DATA)),
+    post("envi: non-UTF-8 dimension", 400, "invalid_header", lambda: envi_upload(envi_header().encode().replace(b"samples = 4", b"samples = 4\xe9"), SMALL_ENVI_DATA)),
     post("envi: complex data type 6", 422, "unsupported", lambda: envi_upload(envi_header(dtype=6), SMALL_ENVI_DATA)),
     post("envi: complex data type 9", 422, "unsupported", lambda: envi_upload(envi_header(dtype=9), SMALL_ENVI_DATA)),
     post("envi: unknown data type", 400, "invalid_header", lambda: envi_upload(envi_header(dtype=99), SMALL_ENVI_DATA)),
@@ -193,6 +194,7 @@ CASES: List[Case] = [
     npy_case("npy: header length past the end", 400, "invalid_npy", lambda: npy_raw("<f4", "(3, 4, 2)", 0, header_len=60000)),
     npy_case("npy: header of 4 GiB claimed (v2)", 400, "invalid_npy", lambda: npy_raw("<f4", "(3, 4, 2)", 96, version=2, header_len=0xFFFFFFFF)),
     npy_case("npy: empty body", 400, "invalid_npy", lambda: b""),
+    npy_case("npy: version 3.0 header not UTF-8", 400, "invalid_npy", lambda: npy_raw("<f4", "(3, 4, 2)", 96, version=3).replace(b"'descr'", b"'d\xe9scr'")),
     npy_case("npy: fortran_order not a bool", 400, "invalid_npy", lambda: npy_raw("<f4", "(3, 4, 2)", 96, fortran="'yes'")),
     npy_case("npy: X-Content-SHA256 not hex", 400, "invalid_digest", lambda: SMALL, headers={"X-Content-SHA256": "z" * 64}),
     npy_case("npy: X-Content-SHA256 of other bytes", 400, "digest_mismatch", lambda: SMALL, headers={"X-Content-SHA256": "0" * 64}),
@@ -399,6 +401,16 @@ def test_odd_cubes_end_cleanly(server: Server, name: str):
         assert job["status"] == "failed", job
         assert job["error"]["code"] == code and reason in job["error"]["message"], job["error"]
     assert server.healthy()
+
+
+def test_latin1_header_is_read_as_the_reader_reads_it(server: Server):
+    """A Latin-1 description (not UTF-8) does not make a header unacceptable: the service reads header
+    text lossily, as the ENVI reader (and so the command line) does."""
+    data = RNG.normal(size=(6, 7, 3)).astype("<f4").tobytes()
+    header = envi_header(samples=7, lines=6, bands=3, dtype=4).encode() + b"description = {Caf\xe9 de la Pr\xe9fecture}\n"
+    r = server.call("POST", "/v1/jobs", **envi_upload(header, data))
+    assert r.status_code == 202, r.text
+    assert wait_done(server, r.json()["id"])["status"] == "succeeded"
 
 
 def test_downloads_of_a_job_without_a_result(server: Server):
