@@ -6,12 +6,9 @@ the way, or of an ENVI header's data file).
 
 from __future__ import annotations
 
-import os
-import time
-from pathlib import Path
+import hashlib
 from typing import Dict
 
-import hashlib
 import numpy as np
 import pytest
 
@@ -169,8 +166,10 @@ def test_input_root_symlink_swapped_after_the_check_is_still_inside(keyed):
     """The accepted path is the resolved one: replacing a symlink after the job is created does not
     make the job read outside the root (its input is the canonical path of the file it was checked on)."""
     server, root, outside = keyed
+    target = root / "swap-target.npy"
+    target.write_bytes(npy_of(RNG.normal(size=(8, 9, 4)).astype(np.float32)))  # not seen before: no cache hit
     link = root / "swap.npy"
-    link.symlink_to(root / "cube.npy")
+    link.symlink_to(target)
     r = href(server, f"file://{link}")
     assert r.status_code in (200, 202), r.text
     link.unlink()

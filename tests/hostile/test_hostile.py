@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import requests
 
-from conftest import DATA, MAX_UPLOAD_BYTES, RECORDER, SERVERS, Server
+from conftest import DATA, RECORDER, SERVERS, Server
 
 # ---------------------------------------------------------------------------------------------------
 # Building inputs
