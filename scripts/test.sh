@@ -2,12 +2,12 @@
 # The whole test suite, as the README gives it: Rust unit and integration tests (GPU tests are reported
 # as ignored on machines without a CUDA device), the comparison with Spectral Python on the real cubes,
 # the Python client's tests against a live server, schemathesis against openapi.yaml, the static
-# container checks, the cluster test (three instances on PostgreSQL + S3, scripts/cluster-test.sh), and
-# the container built and run with podman, and the cluster compose file brought up (scripts/ci-container.sh,
-# scripts/ci-compose.sh). Python packages go into .venv
-# (git-ignored). System-wide, only Debian's packages are installed when missing: postgresql
-# (scripts/lib/postgres.sh), podman and mmdebstrap (scripts/ci-container.sh); Garage is built once into
-# ~/.cache/hypermnf-tools, as are the container's local base images.
+# container checks, the hostile-input and auth tests (scripts/hostile-test.sh), the cluster test (three
+# instances on PostgreSQL + S3, scripts/cluster-test.sh), and the container built and run with podman
+# and the cluster compose file brought up (scripts/ci-container.sh, scripts/ci-compose.sh). Python
+# packages go into .venv (git-ignored). System-wide, only Debian's packages are installed when missing:
+# postgresql (scripts/lib/postgres.sh), podman and mmdebstrap (scripts/ci-container.sh); Garage is built
+# once into ~/.cache/hypermnf-tools, as are the container's local base images.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/postgres.sh
@@ -54,10 +54,13 @@ step "cargo test"
 cargo test --all-targets 2>&1 | tee /tmp/hypermnf-cargo-test.log
 grep -q "test result: ok" /tmp/hypermnf-cargo-test.log
 
+step "fuzz the parsers (scripts/fuzz.sh 50000: 50 000 inputs per parser, ~20 s; 10^6 is the dedicated run)"
+bash scripts/fuzz.sh 50000
+
 step "Spectral Python comparison (tests/python)"
 python -m pytest -q tests/python
 
-for s in scripts/ci-python.sh scripts/schemathesis.sh scripts/ci-docker.sh scripts/cluster-test.sh scripts/ci-container.sh; do
+for s in scripts/ci-python.sh scripts/hostile-test.sh scripts/schemathesis.sh scripts/ci-docker.sh scripts/cluster-test.sh scripts/ci-container.sh; do
   step "$s"
   bash "$s"
 done

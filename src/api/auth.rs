@@ -1,21 +1,21 @@
 //! API keys: `--api-keys-file` holds one key per line, `key` or `name:key`, with `#` comments. Each key
 //! is an owner; a key sees only the jobs it created. Without a keys file every caller is `anonymous`.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use sha2::{Digest, Sha256};
+use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use super::error::Error;
 use super::ApiContext;
 
-/// Key digests → owner names. Keys are kept only as SHA-256 digests, so that a lookup compares digests
-/// (no timing hint about the key itself) and a memory dump does not show them.
+/// Key digests and their owner names. Keys are kept only as SHA-256 digests, so that a memory dump
+/// does not show them, and a presented key is compared in constant time (see `owner`).
 #[derive(Debug, Default)]
 pub struct ApiKeys {
-    owners: HashMap<[u8; 32], String>,
+    owners: Vec<([u8; 32], String)>,
 }
 
 impl ApiKeys {
@@ -30,7 +30,7 @@ impl ApiKeys {
     }
 
     pub fn parse(text: &str) -> Result<ApiKeys, String> {
-        let mut owners = HashMap::new();
+        let mut owners: Vec<([u8; 32], String)> = Vec::new();
         for (n, raw) in text.lines().enumerate() {
             let line = raw.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
@@ -45,16 +45,30 @@ impl ApiKeys {
                 return Err(format!("line {}: expected `key` or `name:key`", n + 1));
             }
             let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-            if owners.insert(digest, name).is_some() {
+            if owners.iter().any(|(d, _)| *d == digest) {
                 return Err(format!("line {}: the same key appears twice", n + 1));
             }
+            owners.push((digest, name));
         }
         Ok(ApiKeys { owners })
     }
 
+    /// The owner of `key`, if it is one of the keys. Why constant time: a comparison that stops at the
+    /// first differing byte, or a hash-table probe, answers faster or slower depending on how much of
+    /// the presented key's digest matches a stored one; measured over many requests, that would say
+    /// something about the stored digests. So the digest is compared with every stored digest, each
+    /// comparison in constant time (`subtle`), without an early exit, and the match selected without a
+    /// branch: the time depends only on the number of keys.
     pub fn owner(&self, key: &str) -> Option<&str> {
         let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-        self.owners.get(&digest).map(String::as_str)
+        let mut found = subtle::Choice::from(0u8);
+        let mut index = 0u64;
+        for (i, (stored, _)) in self.owners.iter().enumerate() {
+            let eq = stored.ct_eq(&digest);
+            index = u64::conditional_select(&index, &(i as u64), eq);
+            found |= eq;
+        }
+        bool::from(found).then(|| self.owners[index as usize].1.as_str())
     }
 }
 

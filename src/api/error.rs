@@ -43,6 +43,22 @@ impl Error {
     pub fn internal(e: impl Into<anyhow::Error>) -> Error {
         Error::Internal(e.into())
     }
+    /// An error writing this server's own disk: a full disk (507 `insufficient_storage`) or one it may
+    /// not write (503 `storage_unavailable`) is said as such, so that a client knows to retry later
+    /// and an operator sees it in the log; anything else is internal.
+    pub fn disk(e: std::io::Error) -> Error {
+        let (status, code, message) = match e.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => {
+                (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage", "the server's disk is full: the upload cannot be stored now")
+            }
+            Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable", "the server cannot write to its data directory")
+            }
+            _ => return Error::internal(e),
+        };
+        tracing::error!("{message}: {e}");
+        Error::new(status, code, message)
+    }
     pub fn status(&self) -> StatusCode {
         match self {
             Error::Client { status, .. } => *status,
@@ -115,7 +131,14 @@ impl From<StoreError> for Error {
 
 impl From<StorageError> for Error {
     fn from(e: StorageError) -> Error {
-        Error::internal(e)
+        match e {
+            StorageError::Io { source, op, path } => match Error::disk(source) {
+                // Keep the operation and the file in the log for anything else.
+                Error::Internal(source) => Error::internal(source.context(format!("cannot {op} {}", path.display()))),
+                known => known,
+            },
+            other => Error::internal(other),
+        }
     }
 }
 

@@ -21,8 +21,7 @@ use crate::jobs::store::Inserted;
 use crate::jobs::{InputKind, InputSummary, Job, JobStatus, NewJob};
 use crate::mnf::MnfParams;
 
-/// Largest JSON body (href requests) and multipart side parts.
-const SMALL_BODY_MAX: usize = 1 << 20;
+use super::upload::SMALL_BODY_MAX;
 /// Header a client may send with a `.npy` body: the hex SHA-256 of the body. When this owner already has
 /// a live job made from the same bytes and parameters, it is answered at once without reading the body.
 pub const CONTENT_SHA256: &str = "x-content-sha256";
@@ -219,45 +218,8 @@ async fn create_multipart(ctx: &ApiContext, caller: &Caller, query: Option<&str>
         .await
         .map_err(|e| Error::bad_request("invalid_multipart", format!("invalid multipart body: {}", e.body_text())))?;
     let dir = ctx.runner.storage.scratch_dir(token)?;
-    let limit = ctx.config.max_upload_bytes;
-    let mut budget = Budget::new(limit);
-    let mut header: Option<(String, Option<Claim>)> = None;
-    let mut data: Option<upload::Received> = None;
-    let mut params_part: Option<MnfParams> = None;
-    let bad = |m: String| Error::bad_request("invalid_multipart", m);
-    loop {
-        let field = match multipart.next_field().await {
-            Ok(Some(f)) => f,
-            Ok(None) => break,
-            Err(e) => return Err(bad(format!("invalid multipart body: {}", e.body_text()))),
-        };
-        let name = field.name().unwrap_or("").to_string();
-        match name.as_str() {
-            "header" if header.is_none() => {
-                let bytes = small_part(field, &mut budget).await?;
-                let text = String::from_utf8(bytes).map_err(|_| Error::bad_request("invalid_header", "the ENVI header is not UTF-8 text"))?;
-                let claim = upload::envi_claim(&text, limit)?;
-                std::fs::write(dir.join("cube.hdr"), &text).map_err(Error::internal)?;
-                header = Some((text, claim));
-            }
-            "data" if data.is_none() => {
-                // The header normally comes first; then its claim bounds the data part as it arrives.
-                let claim = header.as_ref().and_then(|h| h.1);
-                data = Some(upload::receive(field, dir.join("cube.img"), &mut budget, None, claim).await?);
-            }
-            "params" if params_part.is_none() => {
-                let bytes = small_part(field, &mut budget).await?;
-                let v: Value = serde_json::from_slice(&bytes)
-                    .map_err(|e| Error::unprocessable("invalid_params", format!("params is not JSON: {e}")))?;
-                params_part = Some(params::from_json(v)?);
-            }
-            "header" | "data" | "params" => return Err(bad(format!("part {name:?} appears twice"))),
-            other => return Err(bad(format!("unknown part {other:?}: expected header, data and optional params"))),
-        }
-    }
-    let (Some((text, _)), Some(data)) = (header, data) else {
-        return Err(bad("a multipart upload needs a `header` part (ENVI .hdr text) and a `data` part".into()));
-    };
+    let upload::MultipartUpload { header_text: text, data, params: params_part } =
+        upload::receive_multipart(&mut multipart, &dir, ctx.config.max_upload_bytes).await?;
     ApiMetrics::add(&ctx.metrics.bytes_in, data.bytes + text.len() as u64);
     let params = match (params_part, query.filter(|q| !q.is_empty())) {
         (Some(_), Some(_)) => {
@@ -270,24 +232,6 @@ async fn create_multipart(ctx: &ApiContext, caller: &Caller, query: Option<&str>
     let (cube, params) = decode_and_validate(ctx, InputKind::Envi, location, params).await?;
     let (digest, input) = digest_and_summary(&cube).await?;
     enqueue(ctx, caller, digest, input, params, InputKind::Envi, None, token).await
-}
-
-/// Reads a small multipart part (header or params) into memory, within SMALL_BODY_MAX.
-async fn small_part(mut field: axum::extract::multipart::Field<'_>, budget: &mut Budget) -> ApiResult<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        match field.chunk().await {
-            Ok(Some(c)) => {
-                budget.take(c.len())?;
-                if out.len() + c.len() > SMALL_BODY_MAX {
-                    return Err(Error::too_large(format!("a header or params part may hold at most {SMALL_BODY_MAX} bytes")));
-                }
-                out.extend_from_slice(&c);
-            }
-            Ok(None) => return Ok(out),
-            Err(e) => return Err(Error::bad_request("invalid_multipart", format!("invalid multipart body: {}", e.body_text()))),
-        }
-    }
 }
 
 #[derive(serde::Deserialize)]
@@ -401,7 +345,8 @@ fn precheck_file(path: &Path, limit: u64) -> ApiResult<()> {
             if meta.len() > SMALL_BODY_MAX as u64 {
                 return Err(Error::bad_request("invalid_header", "the ENVI header is larger than 1 MiB"));
             }
-            let text = std::fs::read_to_string(path).map_err(|_| Error::bad_request("invalid_header", "the ENVI header is not UTF-8 text"))?;
+            // Lossily, as the ENVI reader itself reads it (a description in Latin-1 is no reason to refuse).
+            let text = String::from_utf8_lossy(&std::fs::read(path).map_err(Error::internal)?).into_owned();
             upload::envi_claim(&text, limit)?;
         }
         _ => {

@@ -12,6 +12,8 @@ use futures::{Stream, StreamExt};
 use sha2::{Digest, Sha256};
 
 use super::error::Error;
+use super::params;
+use crate::mnf::MnfParams;
 use crate::cube::model::checked_cube_bytes;
 use crate::cube::{ByteOrder, DataType};
 
@@ -19,6 +21,8 @@ use crate::cube::{ByteOrder, DataType};
 const WRITE_CHUNK: usize = 4 << 20;
 /// Bytes written between two starts of writeback to the disk (see `write_durably`).
 const WRITEBACK_EVERY: u64 = 16 << 20;
+/// Largest JSON body (href requests) and multipart side parts (an ENVI header, the params).
+pub const SMALL_BODY_MAX: usize = 1 << 20;
 /// How much of a `.npy` body is looked at for its header (the format keeps headers small; 64 KiB is
 /// the v1 maximum, v2 allows more but nothing real uses it).
 const NPY_HEADER_MAX: usize = 1 << 20;
@@ -215,7 +219,7 @@ where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    let file = std::fs::File::create(&dest).map_err(Error::internal)?;
+    let file = std::fs::File::create(&dest).map_err(Error::disk)?;
     let t0 = std::time::Instant::now();
     let expected = Arc::new(OnceLock::new());
     if let Some(c) = claim {
@@ -335,7 +339,7 @@ where
 /// Closes a thread's channel and waits for its result.
 async fn join<T>((tx, task): Sink<T>) -> Result<T, Error> {
     drop(tx);
-    task.await.map_err(Error::internal)?.map_err(Error::internal)
+    task.await.map_err(Error::internal)?.map_err(Error::disk)
 }
 
 /// For a little-endian C-order `.npy` claim: how its content digest comes on the way.
@@ -354,6 +358,85 @@ fn content_digest_for(claim: &Claim, head: &[u8]) -> ContentDigest {
         h.update(&canonical);
         hash_batches(h, rx)
     }))
+}
+
+/// The parts of a multipart ENVI upload, received: the header text (also written to `cube.hdr`), the
+/// data part (streamed to `cube.img`) and the parameters, when a `params` part was given.
+#[derive(Debug)]
+pub struct MultipartUpload {
+    pub header_text: String,
+    pub data: Received,
+    pub params: Option<MnfParams>,
+}
+
+/// Receives a multipart ENVI upload into `dir`: a `header` part, a `data` part and an optional `params`
+/// part (JSON), each once, nothing else; within `limit` bytes in all. The header is parsed and its
+/// claim checked against the limit as soon as it arrives, so that a data part after it is bounded by
+/// the claim while it streams in.
+pub async fn receive_multipart(
+    multipart: &mut axum::extract::Multipart,
+    dir: &std::path::Path,
+    limit: u64,
+) -> Result<MultipartUpload, Error> {
+    let mut budget = Budget::new(limit);
+    let mut header: Option<(String, Option<Claim>)> = None;
+    let mut data: Option<Received> = None;
+    let mut params_part: Option<MnfParams> = None;
+    let bad = |m: String| Error::bad_request("invalid_multipart", m);
+    loop {
+        let field = match multipart.next_field().await {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => return Err(bad(format!("invalid multipart body: {}", e.body_text()))),
+        };
+        let name = field.name().unwrap_or("").to_string();
+        match name.as_str() {
+            "header" if header.is_none() => {
+                let bytes = small_part(field, &mut budget).await?;
+                // Read as the ENVI reader reads header files: lossily, so that a description in
+                // Latin-1 does not make a header the command line reads unacceptable here.
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                let claim = envi_claim(&text, limit)?;
+                std::fs::write(dir.join("cube.hdr"), &text).map_err(Error::disk)?;
+                header = Some((text, claim));
+            }
+            "data" if data.is_none() => {
+                // The header normally comes first; then its claim bounds the data part as it arrives.
+                let claim = header.as_ref().and_then(|h| h.1);
+                data = Some(receive(field, dir.join("cube.img"), &mut budget, None, claim).await?);
+            }
+            "params" if params_part.is_none() => {
+                let bytes = small_part(field, &mut budget).await?;
+                let v: serde_json::Value = serde_json::from_slice(&bytes)
+                    .map_err(|e| Error::unprocessable("invalid_params", format!("params is not JSON: {e}")))?;
+                params_part = Some(params::from_json(v)?);
+            }
+            "header" | "data" | "params" => return Err(bad(format!("part {name:?} appears twice"))),
+            other => return Err(bad(format!("unknown part {other:?}: expected header, data and optional params"))),
+        }
+    }
+    let (Some((header_text, _)), Some(data)) = (header, data) else {
+        return Err(bad("a multipart upload needs a `header` part (ENVI .hdr text) and a `data` part".into()));
+    };
+    Ok(MultipartUpload { header_text, data, params: params_part })
+}
+
+/// Reads a small multipart part (header or params) into memory, within SMALL_BODY_MAX.
+async fn small_part(mut field: axum::extract::multipart::Field<'_>, budget: &mut Budget) -> Result<Vec<u8>, Error> {
+    let mut out = Vec::new();
+    loop {
+        match field.chunk().await {
+            Ok(Some(c)) => {
+                budget.take(c.len())?;
+                if out.len() + c.len() > SMALL_BODY_MAX {
+                    return Err(Error::too_large(format!("a header or params part may hold at most {SMALL_BODY_MAX} bytes")));
+                }
+                out.extend_from_slice(&c);
+            }
+            Ok(None) => return Ok(out),
+            Err(e) => return Err(Error::bad_request("invalid_multipart", format!("invalid multipart body: {}", e.body_text()))),
+        }
+    }
 }
 
 /// True once `buf` holds a whole `.npy` header (or clearly is not one).
@@ -377,12 +460,7 @@ fn npy_header_complete(buf: &[u8]) -> bool {
 /// `limit` (and the 3-D shape the service needs).
 pub fn npy_claim(buf: &[u8], limit: u64) -> Result<Option<Claim>, Error> {
     let h = crate::cube::npy::read_header(&mut std::io::Cursor::new(buf))?;
-    let [lines, samples, bands] = h.shape[..] else {
-        return Err(Error::bad_request(
-            "invalid_npy",
-            format!("invalid .npy: the shape must be (lines, samples, bands), got {} dimensions", h.shape.len()),
-        ));
-    };
+    let [lines, samples, bands] = h.cube_shape()?;
     let mut claim = check_claim(lines, samples, bands, h.dtype, h.data_offset, limit)?;
     if !h.fortran_order && (h.byte_order == ByteOrder::Little || h.dtype.size() == 1) {
         claim.bip_le = Some((lines, samples, bands, h.dtype));

@@ -7,7 +7,7 @@
 //! A cube is a 3-D array shaped (lines, samples, bands). C order is exactly the BIP layout of [`Cube`].
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
 use std::path::Path;
 
 use super::layout::{read_into_bip, Dims, FileOrder};
@@ -27,6 +27,23 @@ pub struct NpyHeader {
     pub shape: Vec<u64>,
     /// Offset of the first sample in the file.
     pub data_offset: u64,
+}
+
+impl NpyHeader {
+    /// The shape as (lines, samples, bands): a 3-D array without zero-sized axes (an empty array is
+    /// an invalid .npy cube, not an invalid ENVI header, whatever the shared size check would say).
+    pub fn cube_shape(&self) -> Result<[u64; 3], CubeError> {
+        let [lines, samples, bands] = self.shape[..] else {
+            return Err(npy_err(format!(
+                "expected a 3-D array shaped (lines, samples, bands), got shape {}",
+                shape_text(&self.shape)
+            )));
+        };
+        if lines == 0 || samples == 0 || bands == 0 {
+            return Err(npy_err(format!("shape {} has a zero-sized axis: the cube is empty", shape_text(&self.shape))));
+        }
+        Ok([lines, samples, bands])
+    }
 }
 
 fn npy_err(msg: impl Into<String>) -> CubeError {
@@ -267,8 +284,13 @@ pub fn read_header<R: Read>(r: &mut R) -> Result<NpyHeader, CubeError> {
     if header_len > MAX_HEADER_LEN {
         return Err(npy_err(format!("header of {header_len} bytes is implausibly large")));
     }
-    let mut raw = vec![0u8; header_len];
-    r.read_exact(&mut raw).map_err(io)?;
+    // Read through `take`, not into a buffer of the claimed length: a 12-byte file claiming a 1 MiB
+    // header must not cost 1 MiB.
+    let mut raw = Vec::new();
+    r.take(header_len as u64).read_to_end(&mut raw).map_err(io)?;
+    if raw.len() < header_len {
+        return Err(npy_err("file ends inside the header"));
+    }
     // Versions 1 and 2 are Latin-1, version 3 UTF-8; the dict itself is ASCII either way.
     let text: String = if major == 3 {
         String::from_utf8(raw).map_err(|_| npy_err("version 3.0 header is not UTF-8"))?
@@ -284,18 +306,19 @@ pub fn read_header<R: Read>(r: &mut R) -> Result<NpyHeader, CubeError> {
 pub fn read(path: &Path) -> Result<Cube, CubeError> {
     let mut file = File::open(path).map_err(|e| CubeError::io(path, e))?;
     let have = file.metadata().map_err(|e| CubeError::io(path, e))?.len();
+    read_from(&mut file, have, path)
+}
+
+/// `read` over any reader holding `have` bytes (`path` labels it in errors). The fuzz tests read from
+/// memory.
+pub fn read_from<R: Read + Seek>(file: &mut R, have: u64, path: &Path) -> Result<Cube, CubeError> {
     let in_file = |e: CubeError| match e {
         CubeError::Npy(m) => CubeError::Npy(format!("{}: {m}", path.display())),
         CubeError::Unsupported(m) => CubeError::Unsupported(format!("{}: {m}", path.display())),
         other => other,
     };
-    let header = read_header(&mut file).map_err(in_file)?;
-    let [lines, samples, bands] = header.shape[..] else {
-        return Err(in_file(npy_err(format!(
-            "expected a 3-D array shaped (lines, samples, bands), got shape {}",
-            shape_text(&header.shape)
-        ))));
-    };
+    let header = read_header(file).map_err(in_file)?;
+    let [lines, samples, bands] = header.cube_shape().map_err(in_file)?;
     let need = checked_cube_bytes(lines, samples, bands, header.dtype)?;
     let data_len = have.saturating_sub(header.data_offset);
     let geometry = format!("shape {} of {}", shape_text(&header.shape), header.dtype.name());
@@ -326,7 +349,7 @@ pub fn read(path: &Path) -> Result<Cube, CubeError> {
     bytes.resize(len, 0);
     let order = if header.fortran_order { FileOrder::FORTRAN } else { FileOrder::BIP };
     read_into_bip(
-        &mut file,
+        file,
         header.data_offset,
         order,
         Dims::new(lines, samples, bands),

@@ -276,7 +276,7 @@ impl Runner {
         let result = match result {
             Ok(done) => match self.store_results(&id, &done.files).await {
                 Ok(results) => Ok((done, results)),
-                Err(e) => Err(JobFailure { code: "storage_error".into(), message: e.to_string() }),
+                Err(e) => Err(JobFailure::storage(&e)),
             },
             Err(f) => Err(f),
         };
@@ -322,6 +322,13 @@ impl Runner {
                 // Normally already canceled in the database; if not, record it.
                 let _ = self.store.fail(&id, &self.lease.owner, "canceled", "canceled").await;
                 tracing::info!(job = %id, "job stopped: canceled, or no longer this instance's");
+            }
+            Err(f) if f.code == JobFailure::DISK_UNAVAILABLE => {
+                tracing::error!(
+                    job = %id,
+                    "cannot write this instance's disk ({}); the job stays queued in effect: it runs again once its lease lapses",
+                    f.message
+                );
             }
             Err(f) => self.finish_failed(&id, &f.code, &f.message).await,
         }
@@ -406,7 +413,7 @@ impl Runner {
         let dir = self
             .storage
             .scratch_dir(&format!("job-{}", job.id))
-            .map_err(|e| JobFailure { code: "storage_error".into(), message: e.to_string() })?;
+            .map_err(|e| JobFailure::storage(&e))?;
         let mut files = Vec::new();
         // The same writer as `hypermnf run --out`, once as .npy and once as ENVI, so that every download
         // holds exactly the bytes the command line would have written.
@@ -418,7 +425,7 @@ impl Runner {
         }
         *progress.lock().unwrap_or_else(|p| p.into_inner()) = (Stage::Write, 0.5);
         let envi_dir = dir.join("envi");
-        std::fs::create_dir_all(&envi_dir).map_err(|e| JobFailure { code: "storage_error".into(), message: e.to_string() })?;
+        std::fs::create_dir_all(&envi_dir).map_err(|e| JobFailure::storage(&e))?;
         let envi = crate::output::write_result(&envi_dir.join("result.hdr"), &output, &cube.meta).map_err(JobFailure::cube)?;
         files.push((product::COMPONENTS_HDR.to_string(), envi.components));
         if let Some(img) = envi.components_data {
@@ -465,9 +472,36 @@ pub struct JobFailure {
 }
 
 impl JobFailure {
+    /// The code of a failure to write this instance's own disk that a later attempt can get past
+    /// (full, read-only, not permitted). Such a job is not failed: `run_job` leaves it running without
+    /// a heartbeat, its lease lapses, and it is claimed again (here or elsewhere), so that an accepted
+    /// job is not lost to a disk that was full or read-only for a while.
+    pub const DISK_UNAVAILABLE: &'static str = "disk_unavailable";
+
     fn cube(e: CubeError) -> JobFailure {
-        JobFailure { code: e.code().into(), message: e.to_string() }
+        let code = if is_disk_condition(&e) { Self::DISK_UNAVAILABLE } else { e.code() };
+        JobFailure { code: code.into(), message: e.to_string() }
     }
+
+    /// A storage or local file error: `DISK_UNAVAILABLE` for a disk condition, else `storage_error`.
+    fn storage(e: &(dyn std::error::Error + 'static)) -> JobFailure {
+        let code = if is_disk_condition(e) { Self::DISK_UNAVAILABLE } else { "storage_error" };
+        JobFailure { code: code.into(), message: e.to_string() }
+    }
+}
+
+/// True when `e` (or an error it wraps) is a local I/O error of a full, read-only or forbidden disk.
+fn is_disk_condition(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if matches!(io.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT | libc::EROFS | libc::EACCES | libc::EPERM)) {
+                return true;
+            }
+        }
+        next = err.source();
+    }
+    false
 }
 
 /// Reads a job's input cube: `<location>/cube.npy`, `<location>/cube.{hdr,img}`, or the href's file.

@@ -97,7 +97,8 @@ pub fn analyse_on(
         monitor,
     )?;
     let stats_ms = t0.elapsed().as_secs_f64() * 1e3;
-    check_counts(&stats.data, &stats.noise, params)?;
+    check_counts(&stats.data, &stats.noise, stats.masked_pixels, params)?;
+    check_finite(&stats.data, &stats.noise, &pre.used)?;
 
     // The eigen stage, for the job's progress and /metrics (without it the service's stage clock
     // counted the eigenproblem into the statistics stage).
@@ -173,7 +174,13 @@ fn whiten(
     Ok((sel, w))
 }
 
-fn check_counts(data: &Moments, noise: &Moments, params: &MnfParams) -> Result<(), MnfError> {
+fn check_counts(data: &Moments, noise: &Moments, masked: u64, params: &MnfParams) -> Result<(), MnfError> {
+    if data.n < 2 && masked == 0 {
+        return Err(MnfError::Degenerate(format!(
+            "the image has {} pixel(s): MNF needs at least 2 (and the noise estimate a few more)",
+            data.n
+        )));
+    }
     if data.n < 2 {
         return Err(MnfError::Degenerate(format!(
             "only {} valid pixel(s): every other pixel holds the no-data value",
@@ -192,6 +199,29 @@ fn check_counts(data: &Moments, noise: &Moments, params: &MnfParams) -> Result<(
         )));
     }
     Ok(())
+}
+
+/// Refuses bands whose statistics are not finite numbers: NaN or infinite samples, or values whose
+/// squares overflow float64. Unchecked, such a band passes for constant (NaN compares false, so every
+/// band is dropped) or poisons the eigenproblem, and the job fails with a reason that points elsewhere.
+fn check_finite(data: &Moments, noise: &Moments, used: &[usize]) -> Result<(), MnfError> {
+    let bad: Vec<usize> = used
+        .iter()
+        .copied()
+        .filter(|&b| !(data.mean[b].is_finite() && data.variance(b).is_finite() && noise.variance(b).is_finite()))
+        .collect();
+    if bad.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<String> = bad.iter().take(10).map(usize::to_string).collect();
+    Err(MnfError::Degenerate(format!(
+        "{} band(s) have statistics that are not finite (bands {}{}): the cube holds NaN or infinite samples \
+         there, or values too large to square in float64; give such pixels an ignore value, or list the \
+         bands in bad_bands",
+        bad.len(),
+        shown.join(", "),
+        if bad.len() > 10 { ", ..." } else { "" }
+    )))
 }
 
 /// How many components to keep.

@@ -54,6 +54,19 @@ pub fn read_parts(header_text: &str, data: &Path) -> Result<Cube, CubeError> {
     reader::read_data(header, data)
 }
 
+/// Reads an ENVI cube from its header text and a reader over its data, which holds `len` bytes (what
+/// `read_parts` does with a file; `name` labels the data in errors). The fuzz tests read from memory.
+pub fn read_parts_from<R: std::io::Read + std::io::Seek>(
+    header_text: &str,
+    data: &mut R,
+    len: u64,
+    name: &Path,
+) -> Result<Cube, CubeError> {
+    let header = parse_header(header_text)?;
+    header.data_bytes()?;
+    reader::read_data_from(header, data, len, name)
+}
+
 /// Writes float32 little-endian BSQ: `hdr` and the data file beside it (`hdr` with extension `.img`).
 /// `values_bip` holds lines × samples × bands values in BIP order; they are transposed while streaming.
 pub fn write_f32_bsq(

@@ -1,7 +1,7 @@
 //! Reading an ENVI data file into a BIP cube, after checking it against its header.
 
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
 
 use super::header::{parse_header, EnviHeader};
@@ -59,13 +59,19 @@ pub(super) fn find_data_file(hdr: &Path) -> Result<PathBuf, CubeError> {
 }
 
 /// Reads the samples of `data` described by `header` into a cube.
-///
-/// The file size is checked against the header before anything is allocated; the cube is then
-/// allocated once and the file streamed into it (BIP straight in, BSQ/BIL through a bounded buffer).
 pub(super) fn read_data(header: EnviHeader, data: &Path) -> Result<Cube, CubeError> {
-    let need = header.data_bytes()?;
     let mut file = File::open(data).map_err(|e| CubeError::io(data, e))?;
     let have = file.metadata().map_err(|e| CubeError::io(data, e))?.len();
+    read_data_from(header, &mut file, have, data)
+}
+
+/// Reads the samples described by `header` from `r`, which holds `have` bytes, into a cube (`name`
+/// says where they come from, for errors).
+///
+/// The size is checked against the header before anything is allocated; the cube is then allocated
+/// once and the bytes streamed into it (BIP straight in, BSQ/BIL through a bounded buffer).
+pub(super) fn read_data_from<R: Read + Seek>(header: EnviHeader, r: &mut R, have: u64, name: &Path) -> Result<Cube, CubeError> {
+    let need = header.data_bytes()?;
     let total = header.header_offset.checked_add(need).ok_or_else(|| {
         CubeError::TooLarge(format!("header offset {} + {need} bytes of samples overflows", header.header_offset))
     })?;
@@ -84,13 +90,13 @@ pub(super) fn read_data(header: EnviHeader, data: &Path) -> Result<Cube, CubeErr
     if have < total {
         return Err(CubeError::SizeMismatch(format!(
             "{}: truncated: {have} bytes, header needs {total} ({geometry})",
-            data.display()
+            name.display()
         )));
     }
     if have > total {
         return Err(CubeError::SizeMismatch(format!(
             "{}: {} bytes longer than the header describes ({have} bytes, header needs {total} for {geometry})",
-            data.display(),
+            name.display(),
             have - total
         )));
     }
@@ -104,15 +110,8 @@ pub(super) fn read_data(header: EnviHeader, data: &Path) -> Result<Cube, CubeErr
     bytes.resize(len, 0);
 
     let dims = Dims::new(header.lines, header.samples, header.bands);
-    read_into_bip(
-        &mut file,
-        header.header_offset,
-        FileOrder::of(header.interleave),
-        dims,
-        header.data_type.size(),
-        &mut bytes,
-    )
-    .map_err(|e| CubeError::io(data, e))?;
+    read_into_bip(r, header.header_offset, FileOrder::of(header.interleave), dims, header.data_type.size(), &mut bytes)
+        .map_err(|e| CubeError::io(name, e))?;
 
     Cube::from_raw(header.lines, header.samples, header.bands, header.data_type, header.byte_order, bytes, header.meta)
 }
