@@ -33,6 +33,10 @@ pub enum Error {
     /// a singular noise covariance (duplicated bands), non-finite samples.
     #[error("cannot fit: {0}")]
     Degenerate(String),
+    /// A NaN or infinite sample in a band used, at a pixel that is not no-data (no-data pixels must hold
+    /// the `ignore_value`; NaN cannot be one).
+    #[error("the sample at line {line}, sample {sample}, band {band} is not finite (mark no-data pixels with ignore_value, or exclude the band with bad_bands)")]
+    NonFiniteSample { line: usize, sample: usize, band: usize },
     /// The cube is larger than the crate accepts (`cube::model::MAX_CUBE_BYTES`).
     #[error(transparent)]
     Cube(#[from] CubeError),
@@ -50,6 +54,7 @@ impl Error {
             Error::BandCountMismatch { .. } => "band_count_mismatch",
             Error::DataTypeMismatch { .. } => "data_type_mismatch",
             Error::InverseNotRequested => "inverse_not_requested",
+            Error::NonFiniteSample { .. } => "non_finite_sample",
             Error::InvalidOptions(_) => "invalid_params",
             Error::Degenerate(_) => "degenerate_input",
             Error::Cube(e) => e.code(),
