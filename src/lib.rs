@@ -3,26 +3,23 @@
 //! library on `ndarray` ([`Mnf`], module [`library`]).
 //!
 //! ```
+//! use hypermnf::library::cube_to_array;
 //! use hypermnf::{Backend, Mnf, NoiseEstimator};
-//! use ndarray::Array3;
 //!
-//! // Any (lines, samples, bands) array of integer or float samples; here a smooth two-dimensional
-//! // signal over 6 bands plus a deterministic pseudo-random noise.
-//! let mut state = 1u64;
-//! let cube = Array3::from_shape_fn((40, 30, 6), |(l, s, b)| {
-//!     state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-//!     let noise = (state >> 40) as f64 / (1u64 << 24) as f64 - 0.5;
-//!     let (x, y) = (l as f64 / 40.0, s as f64 / 30.0);
-//!     (100.0 * x * (b + 1) as f64 + 80.0 * y * (6 - b) as f64 + noise) as f32
-//! });
+//! // Any (lines, samples, bands) array of integer or float samples; here an AVIRIS chip read from ENVI.
+//! let cube = hypermnf::cube::open("tests/data/salinasA_224_bip_be.hdr".as_ref())?;
+//! let x: ndarray::Array3<i16> = cube_to_array(&cube)?;
 //! let fit = Mnf::new()
-//!     .components(2)
+//!     .components(10)
 //!     .noise(NoiseEstimator::ShiftDifference)
-//!     .backend(Backend::Cpu)
-//!     .fit(cube.view())?;
-//! assert_eq!(fit.components().dim(), (40, 30, 2));
-//! assert_eq!(fit.eigenvalues().len(), 6);
-//! assert!(fit.snr()[1] > 100.0 * fit.snr()[2].abs(), "SNR {}", fit.snr());
+//!     .backend(Backend::Auto) // CUDA when a device is found, else the CPU
+//!     .fit(x.view())?;
+//! assert_eq!(fit.components().dim(), (83, 86, 10)); // Array3<f32>
+//! println!("SNR {}", fit.snr()); // Array1<f64>: λ − 1 per band used, descending
+//! let t = fit.transform_matrix(); // Array2<f64>: bands used × 10
+//! let lower = fit.transform(x.slice(ndarray::s![40.., .., ..]))?; // the fitted system on other pixels
+//! # assert_eq!(t.dim().1, 10);
+//! # assert_eq!(lower.dim(), (43, 86, 10));
 //! # Ok::<(), hypermnf::Error>(())
 //! ```
 

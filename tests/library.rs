@@ -468,3 +468,20 @@ fn the_cuda_backend_fits_where_there_is_a_device_and_is_a_typed_error_elsewhere(
         }
     }
 }
+
+/// The README's Rust example is the crate's doc example (src/lib.rs, which `cargo test --doc` compiles
+/// and runs), less the hidden `# ` lines: so the README's code is tested too.
+#[test]
+fn the_readme_example_is_the_tested_crate_doc_example() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = &readme[readme.find("### As a Rust library").expect("the README's library section")..];
+    let start = section.find("```rust\n").expect("a rust block") + "```rust\n".len();
+    let readme_code = &section[start..start + section[start..].find("```").unwrap()];
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    let doc: Vec<&str> = lib.lines().take_while(|l| l.starts_with("//!")).map(|l| l.trim_start_matches("//!").strip_prefix(' ').unwrap_or("")).collect();
+    let open = doc.iter().position(|l| *l == "```").expect("a doc example");
+    let close = open + 1 + doc[open + 1..].iter().position(|l| *l == "```").unwrap();
+    let doc_code: String = doc[open + 1..close].iter().filter(|l| !l.starts_with("# ")).map(|l| format!("{l}\n")).collect();
+    assert_eq!(readme_code, doc_code, "README.md's example and src/lib.rs's doc example differ");
+}
