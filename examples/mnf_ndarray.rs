@@ -51,7 +51,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The signal is 5-dimensional: the 5 leading components stand far above the noise, the next does not.
     let snr = fit.snr();
     let k = spec.signal_dims;
-    if !(snr[k - 1] > 10.0 * snr[k].abs().max(1.0)) || !(rms > 0.5 * spec.noise_sigma && rms < 1.5 * spec.noise_sigma) {
+    let signal_found = snr[k - 1] > 10.0 * snr[k].abs().max(1.0);
+    let noise_removed = rms > 0.5 * spec.noise_sigma && rms < 1.5 * spec.noise_sigma;
+    if !(signal_found && noise_removed) {
         return Err(format!("unexpected fit: SNR {snr}, RMS change {rms}").into());
     }
     println!("ok: {k} signal components found");
