@@ -430,6 +430,17 @@ fn a_non_finite_sample_is_refused_where_the_statistics_would_read_it() {
 }
 
 #[test]
+fn a_fit_and_its_error_can_cross_threads() {
+    fn send_sync<T: Send + Sync + 'static>() {}
+    send_sync::<MnfFit>();
+    send_sync::<Mnf>();
+    send_sync::<Error>();
+    // std::error::Error, so that `?` into Box<dyn Error> and anyhow works.
+    let e: Box<dyn std::error::Error + Send + Sync> = Box::new(Error::InverseNotRequested);
+    assert!(e.to_string().contains("inverse(true)"));
+}
+
+#[test]
 fn misuse_of_a_fit_is_refused() {
     let x = small();
     let fit = Mnf::new().components(3).backend(Backend::Cpu).fit(x.view()).unwrap();
@@ -454,8 +465,11 @@ fn the_cuda_backend_fits_where_there_is_a_device_and_is_a_typed_error_elsewhere(
             let fit = result.unwrap();
             assert_eq!(fit.backend_name(), "cuda");
             let cpu = Mnf::new().components(3).backend(Backend::Cpu).fit(x.view()).unwrap();
-            for (g, c) in fit.eigenvalues().iter().zip(cpu.eigenvalues()) {
-                assert!((g - c).abs() <= 1e-6 * cpu.eigenvalues()[0], "eigenvalue {g} on CUDA vs {c} on the CPU");
+            // The tolerance of tests/gpu.rs for the leading eigenvalues (the GPU forms the covariances
+            // from float32 samples).
+            assert_eq!(fit.bands_used(), cpu.bands_used());
+            for (g, c) in fit.eigenvalues().iter().zip(cpu.eigenvalues()).take(fit.k()) {
+                assert!((g - c).abs() <= 1e-4 * c.abs(), "eigenvalue {g} on CUDA vs {c} on the CPU");
             }
         }
         Err(_) => {
