@@ -28,9 +28,12 @@ use crate::mnf::{pipeline, Metadata, MnfOutput, MnfParams, Monitor};
 /// assert_eq!(fit.bands_used().len(), 12);
 /// // The same system applied to the same cube gives the same components, bit for bit.
 /// assert_eq!(&fit.transform(cube.view()).unwrap(), fit.components());
-/// // The denoised cube: in the input's band space, close to the input.
+/// // The denoised cube: in the input's band space, within about the noise (σ = 10) of the input.
 /// let denoised = fit.inverse().unwrap();
 /// assert_eq!(denoised.dim(), (24, 24, 12));
+/// let mean_square: f64 =
+///     denoised.iter().zip(&cube).map(|(d, &x)| (*d as f64 - x as f64).powi(2)).sum::<f64>() / cube.len() as f64;
+/// assert!(mean_square.sqrt() < 15.0, "RMS change {}", mean_square.sqrt());
 /// ```
 pub struct MnfFit {
     components: Array3<f32>,
