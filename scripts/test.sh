@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite, as the README gives it: Rust unit and integration tests (GPU tests are reported
-# as ignored on machines without a CUDA device), the comparison with Spectral Python on the real cubes,
-# the Python client's tests against a live server, schemathesis against openapi.yaml, the static
-# container checks, the hostile-input and auth tests (scripts/hostile-test.sh), the cluster test (three
-# instances on PostgreSQL + S3, scripts/cluster-test.sh), and the container built and run with podman
-# and the cluster compose file brought up (scripts/ci-container.sh, scripts/ci-compose.sh). Python
-# packages go into .venv (git-ignored). System-wide, only Debian's packages are installed when missing:
-# postgresql (scripts/lib/postgres.sh), podman and mmdebstrap (scripts/ci-container.sh); Garage is built
-# once into ~/.cache/hypermnf-tools, as are the container's local base images.
+# as ignored on machines without a CUDA device), the parsers fuzzed, the doc tests and the library
+# example, the comparison with Spectral Python on the real cubes, the Python client's tests against a
+# live server, schemathesis against openapi.yaml, the static container checks, the hostile-input and
+# auth tests (scripts/hostile-test.sh), the cluster test (three instances on PostgreSQL + S3,
+# scripts/cluster-test.sh), and the container built and run with podman and the cluster compose file
+# brought up (scripts/ci-container.sh, scripts/ci-compose.sh). Python packages go into .venv
+# (git-ignored). System-wide, only Debian's packages are installed when missing: postgresql
+# (scripts/lib/postgres.sh), podman and mmdebstrap (scripts/ci-container.sh); Garage is built once into
+# ~/.cache/hypermnf-tools, as are the container's local base images.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/postgres.sh
@@ -56,6 +57,13 @@ grep -q "test result: ok" /tmp/hypermnf-cargo-test.log
 
 step "fuzz the parsers (scripts/fuzz.sh 50000: 50 000 inputs per parser, ~20 s; 10^6 is the dedicated run)"
 bash scripts/fuzz.sh 50000
+
+# `cargo test --all-targets` builds the examples and runs no doc tests: the library's doc tests (which
+# include the README's Rust example) and its example program run here (~1 min on 2 cores, most of it the
+# doc tests' build).
+step "library doc tests and examples/mnf_ndarray.rs"
+cargo test --doc
+cargo run --example mnf_ndarray
 
 step "Spectral Python comparison (tests/python)"
 python -m pytest -q tests/python

@@ -1,6 +1,7 @@
 //! Cubes: the data model (`model`), the ENVI format (`envi`), NumPy `.npy` (`npy`) and synthetic
 //! cubes with a known signal subspace (`synthetic`).
 
+mod bytes;
 pub mod envi;
 pub mod layout;
 pub mod model;

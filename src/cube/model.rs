@@ -6,6 +6,7 @@
 //! is never held twice. Why BIP: a chunk of lines is one contiguous byte range, which is what streaming,
 //! chunked statistics and pinned staging buffers want.
 
+use super::bytes::SampleBytes;
 use super::CubeError;
 
 /// ENVI `data type` codes that hypermnf reads. Complex types (6, 9) are refused with a clear error.
@@ -172,7 +173,8 @@ pub struct Cube {
     bands: usize,
     dtype: DataType,
     byte_order: ByteOrder,
-    data: Vec<u8>,
+    /// Owned, or borrowed for the length of a `with_borrowed` call (bytes.rs says why that is sound).
+    data: SampleBytes,
     pub meta: CubeMeta,
 }
 
@@ -201,6 +203,18 @@ pub fn checked_cube_bytes(lines: u64, samples: u64, bands: u64, dtype: DataType)
         })
 }
 
+/// `len` bytes must be exactly what the (checked) dimensions need.
+fn check_size(lines: usize, samples: usize, bands: usize, dtype: DataType, len: usize) -> Result<(), CubeError> {
+    let want = checked_cube_bytes(lines as u64, samples as u64, bands as u64, dtype)?;
+    if len as u64 != want {
+        return Err(CubeError::SizeMismatch(format!(
+            "{len} bytes of samples for {lines} x {samples} x {bands} {} (expected {want})",
+            dtype.name()
+        )));
+    }
+    Ok(())
+}
+
 impl Cube {
     /// Wraps raw BIP bytes. `data.len()` must equal lines × samples × bands × dtype size.
     pub fn from_raw(
@@ -212,15 +226,34 @@ impl Cube {
         data: Vec<u8>,
         meta: CubeMeta,
     ) -> Result<Self, CubeError> {
-        let want = checked_cube_bytes(lines as u64, samples as u64, bands as u64, dtype)?;
-        if data.len() as u64 != want {
-            return Err(CubeError::SizeMismatch(format!(
-                "{} bytes of samples for {lines} x {samples} x {bands} {} (expected {want})",
-                data.len(),
-                dtype.name()
-            )));
-        }
-        Ok(Cube { lines, samples, bands, dtype, byte_order, data, meta })
+        check_size(lines, samples, bands, dtype, data.len())?;
+        Ok(Cube { lines, samples, bands, dtype, byte_order, data: SampleBytes::Owned(data), meta })
+    }
+
+    /// Runs `f` on a cube whose samples are `data`, borrowed instead of copied (same checks as
+    /// [`from_raw`](Self::from_raw)). The cube exists only during the call: `f` sees `&Cube`, and a
+    /// clone of it owns a copy of the bytes. The library API runs the MNF on an `ndarray` view this way
+    /// without holding the cube twice.
+    #[allow(clippy::too_many_arguments)] // the same fields as `from_raw`, plus the closure
+    pub fn with_borrowed<R>(
+        lines: usize,
+        samples: usize,
+        bands: usize,
+        dtype: DataType,
+        byte_order: ByteOrder,
+        data: &[u8],
+        meta: CubeMeta,
+        f: impl FnOnce(&Cube) -> R,
+    ) -> Result<R, CubeError> {
+        check_size(lines, samples, bands, dtype, data.len())?;
+        let cube = Cube { lines, samples, bands, dtype, byte_order, data: SampleBytes::borrowed(data), meta };
+        // `cube` is dropped at the end of this function, while `data` is still borrowed.
+        Ok(f(&cube))
+    }
+
+    /// Whether the samples are borrowed (inside [`with_borrowed`](Self::with_borrowed)) rather than owned.
+    pub fn is_borrowed(&self) -> bool {
+        self.data.is_borrowed()
     }
 
     /// A float32 cube in native byte order from BIP values (synthetic data, tests, notebooks).
@@ -261,7 +294,7 @@ impl Cube {
     }
     /// Raw BIP bytes in the cube's byte order (what the GPU backend uploads).
     pub fn raw(&self) -> &[u8] {
-        &self.data
+        self.data.as_slice()
     }
     /// Bytes of one line (samples × bands samples).
     pub fn line_bytes(&self) -> usize {
@@ -270,7 +303,7 @@ impl Cube {
     /// Raw bytes of lines `first..first + count`.
     pub fn raw_lines(&self, first: usize, count: usize) -> &[u8] {
         let lb = self.line_bytes();
-        &self.data[first * lb..(first + count) * lb]
+        &self.raw()[first * lb..(first + count) * lb]
     }
 
     /// Widens lines `first..first + count` into `out` (BIP order, length count × samples × bands).
@@ -341,11 +374,11 @@ impl Cube {
         h.update(super::npy::canonical_header(self.dtype, self.lines, self.samples, self.bands));
         let size = self.dtype.size();
         if self.byte_order == ByteOrder::Little || size == 1 {
-            h.update(&self.data);
+            h.update(self.raw());
         } else {
             // Swap to little-endian a bounded chunk at a time (never a second copy of the cube).
             let mut buf = Vec::with_capacity(1 << 20);
-            for chunk in self.data.chunks(1 << 20) {
+            for chunk in self.raw().chunks(1 << 20) {
                 buf.clear();
                 for s in chunk.chunks_exact(size) {
                     buf.extend(s.iter().rev());

@@ -1,0 +1,89 @@
+//! The bytes behind a [`Cube`](super::Cube): owned (read from a file, decoded from an upload), or
+//! borrowed from the caller's memory for the length of one call ([`Cube::with_borrowed`]).
+//!
+//! Why borrowed at all: the library API (`crate::library`) runs the MNF on an `ndarray` view the caller
+//! owns. Copying it into an owned cube would hold the cube twice (a 1087 × 614 × 224 int16 scene is
+//! 300 MB). The pipeline and the backends take `&Cube` without a lifetime, so a borrowed cube must not
+//! outlive the borrow: it exists only inside [`Cube::with_borrowed`], whose closure sees `&Cube` and
+//! nothing it could keep (every accessor ties what it returns to `&self`, and `Clone` copies the bytes
+//! into an owned cube).
+//!
+//! [`Cube::with_borrowed`]: super::Cube::with_borrowed
+
+/// Raw sample bytes, owned or borrowed.
+pub(super) enum SampleBytes {
+    Owned(Vec<u8>),
+    /// Points into memory that a caller of `Cube::with_borrowed` holds borrowed for the whole time the
+    /// cube exists (see the module doc); never written through, never freed here.
+    Borrowed { ptr: *const u8, len: usize },
+}
+
+// SAFETY: a borrowed `SampleBytes` is a shared `&[u8]` with its lifetime checked by `Cube::with_borrowed`
+// instead of the type system, and `&[u8]` is Send and Sync.
+unsafe impl Send for SampleBytes {}
+unsafe impl Sync for SampleBytes {}
+
+impl SampleBytes {
+    /// Borrows `bytes`. The caller (only `Cube::with_borrowed`) must drop the value before the borrow
+    /// of `bytes` ends.
+    pub(super) fn borrowed(bytes: &[u8]) -> Self {
+        SampleBytes::Borrowed { ptr: bytes.as_ptr(), len: bytes.len() }
+    }
+
+    pub(super) fn as_slice(&self) -> &[u8] {
+        match self {
+            SampleBytes::Owned(v) => v,
+            // SAFETY: `ptr` and `len` come from a `&[u8]` that outlives `self` (see `borrowed`).
+            SampleBytes::Borrowed { ptr, len } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+        }
+    }
+
+    pub(super) fn is_borrowed(&self) -> bool {
+        matches!(self, SampleBytes::Borrowed { .. })
+    }
+}
+
+/// A clone owns its bytes: a borrowed cube cloned inside `Cube::with_borrowed` may outlive the call.
+impl Clone for SampleBytes {
+    fn clone(&self) -> Self {
+        SampleBytes::Owned(self.as_slice().to_vec())
+    }
+}
+
+/// As the bytes themselves, whichever way they are held (what `Cube`'s derived `Debug` printed before).
+impl std::fmt::Debug for SampleBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_slice().fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cube::{ByteOrder, Cube, CubeMeta, DataType};
+
+    #[test]
+    fn a_borrowed_cube_reads_the_callers_bytes_and_its_clone_owns_a_copy() {
+        let values: Vec<u8> = (0..24).collect();
+        let owned = Cube::from_raw(2, 3, 4, DataType::U8, ByteOrder::Little, values.clone(), CubeMeta::default()).unwrap();
+        let clone = Cube::with_borrowed(2, 3, 4, DataType::U8, ByteOrder::Little, &values, CubeMeta::default(), |c| {
+            assert!(c.is_borrowed());
+            assert_eq!(c.raw().as_ptr(), values.as_ptr(), "no copy");
+            assert_eq!(c.raw_lines(1, 1), owned.raw_lines(1, 1));
+            assert_eq!(c.content_digest(), owned.content_digest());
+            c.clone()
+        })
+        .unwrap();
+        assert!(!clone.is_borrowed());
+        assert_ne!(clone.raw().as_ptr(), values.as_ptr());
+        assert_eq!(clone.raw(), &values[..]);
+    }
+
+    #[test]
+    fn a_borrowed_cube_is_checked_like_an_owned_one() {
+        let values = [0u8; 10];
+        let r = Cube::with_borrowed(2, 3, 4, DataType::U8, ByteOrder::Little, &values, CubeMeta::default(), |_| ());
+        assert!(matches!(r, Err(crate::cube::CubeError::SizeMismatch(_))), "{r:?}");
+        let r = Cube::with_borrowed(0, 3, 4, DataType::U8, ByteOrder::Little, &[], CubeMeta::default(), |_| ());
+        assert!(matches!(r, Err(crate::cube::CubeError::Header(_))), "{r:?}");
+    }
+}
