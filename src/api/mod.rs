@@ -7,6 +7,7 @@ pub mod health;
 pub mod jobs;
 pub mod linger;
 pub mod metrics;
+pub mod ogc;
 pub mod params;
 pub mod upload;
 
@@ -58,6 +59,7 @@ pub fn app(ctx: ApiContext) -> Router {
         .and(NotForContentType::const_new("application/zip"));
     Router::new()
         .nest("/v1", v1)
+        .merge(ogc::routes())
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
