@@ -684,7 +684,7 @@ pub async fn purge_files(ctx: &ApiContext, job: &Job) {
 // ---------------------------------------------------------------------------------------------------
 // Downloads
 
-fn require_succeeded(job: &Job) -> ApiResult<()> {
+pub fn require_succeeded(job: &Job) -> ApiResult<()> {
     match job.status {
         JobStatus::Succeeded => Ok(()),
         JobStatus::Queued | JobStatus::Running => {

@@ -9,7 +9,9 @@ pub mod linger;
 pub mod metrics;
 pub mod ogc;
 pub mod params;
+pub mod preview;
 pub mod upload;
+pub mod web;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -52,11 +54,13 @@ pub fn app(ctx: ApiContext) -> Router {
         .route("/jobs/{id}", get(jobs::get).delete(jobs::delete))
         .route("/jobs/{id}/result", get(jobs::result))
         .route("/jobs/{id}/metadata", get(jobs::metadata))
+        .route("/jobs/{id}/preview", get(preview::preview))
         .route("/info", get(health::info));
     // Results are float samples that hardly compress; JSON does.
     let compress = DefaultPredicate::new()
         .and(NotForContentType::const_new("application/x-npy"))
-        .and(NotForContentType::const_new("application/zip"));
+        .and(NotForContentType::const_new("application/zip"))
+        .and(NotForContentType::const_new("image/png"));
     Router::new()
         .nest("/v1", v1)
         .merge(ogc::routes())

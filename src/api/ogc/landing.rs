@@ -1,9 +1,11 @@
 //! The landing page, the conformance declaration and the API definition.
 
-use axum::http::{header, HeaderValue};
+use axum::extract::RawQuery;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use super::problem::{OgcResult, Problem};
 use super::{link, rel, BaseUrl};
 
 /// The conformance classes implemented: Core, the OGC process description, JSON, OpenAPI 3.0, the
@@ -29,6 +31,7 @@ pub fn landing_document(base: &BaseUrl) -> serde_json::Value {
         "description": "Maximum Noise Fraction reduction of hyperspectral cubes (OGC API - Processes; the native API is under /v1)",
         "links": [
             link(base.join("/"), "self", "application/json", "this document"),
+            link(base.join("/?f=html"), "alternate", "text/html", "the web page"),
             link(base.join("/api"), "service-desc", OPENAPI_YAML, "the API definition (OpenAPI 3.0, YAML)"),
             link(base.join("/conformance"), rel::CONFORMANCE, "application/json", "conformance classes implemented"),
             link(base.join("/processes"), rel::PROCESSES, "application/json", "the processes"),
@@ -37,8 +40,24 @@ pub fn landing_document(base: &BaseUrl) -> serde_json::Value {
     })
 }
 
-pub async fn landing(base: BaseUrl) -> Response {
-    axum::Json(landing_document(&base)).into_response()
+/// `/`: the landing page's JSON for API clients, the web page for browsers (content negotiation on
+/// `Accept`, or `?f=json` / `?f=html`).
+pub async fn landing(base: BaseUrl, headers: HeaderMap, RawQuery(query): RawQuery) -> OgcResult<Response> {
+    let mut format = None;
+    for (k, v) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
+        match (k.as_ref(), v.as_ref()) {
+            ("f", "json" | "html") => format = Some(v.into_owned()),
+            ("f", other) => return Err(Problem::new(StatusCode::BAD_REQUEST, "invalid_query", format!("f must be json or html, not {other:?}"))),
+            (other, _) => return Err(Problem::new(StatusCode::BAD_REQUEST, "invalid_query", format!("unknown query parameter {other:?} (f)"))),
+        }
+    }
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    if crate::api::web::prefers_html(accept, format.as_deref()) {
+        return Ok(crate::api::web::page());
+    }
+    let mut r = axum::Json(landing_document(&base)).into_response();
+    r.headers_mut().insert(header::VARY, HeaderValue::from_static("accept"));
+    Ok(r)
 }
 
 pub async fn conformance() -> Response {
