@@ -8,7 +8,7 @@ const $ = (id) => document.getElementById(id);
 const SVG = "http://www.w3.org/2000/svg";
 // cached: jobs an upload was answered with (same cube and parameters as before); reused: jobs whose
 // metadata says the eigen system came from the job cache.
-const state = { jobs: [], selected: null, shown: null, cached: new Set(), reused: new Set(), timer: null };
+const state = { jobs: [], selected: null, shown: null, cached: new Set(), reused: new Set(), timer: null, info: "" };
 
 // ---- the API key (kept in this browser only) and requests ------------------------------------------
 
@@ -69,6 +69,7 @@ async function refresh() {
     renderJobs();
     live = state.jobs.some((j) => j.status === "queued" || j.status === "running");
     if (state.selected) await renderDetail(state.jobs.find((j) => j.id === state.selected));
+    $("server-info").textContent = state.info;
     $("server-info").classList.remove("error");
   } catch (e) {
     $("server-info").textContent = "cannot list the jobs: " + e.message;
@@ -86,7 +87,10 @@ function renderJobs() {
     tr.dataset.id = job.id;
     tr.dataset.status = job.status;
     if (job.id === state.selected) tr.classList.add("selected");
-    tr.append(el("td", job.id.slice(0, 8)));
+    // The end of the id: its start is a timestamp (UUID v7), the same for jobs made close together.
+    const short = el("td", "…" + job.id.slice(-8));
+    short.title = job.id;
+    tr.append(short);
     tr.append(el("td", job.status, "status " + job.status));
     const bar = el("progress");
     bar.max = 1;
@@ -169,7 +173,10 @@ function plot(meta) {
   const kx = (x(k - 1) + x(Math.min(k, values.length - 1))) / 2;
   s.append(svg("line", { x1: kx, x2: kx, y1: T, y2: H - B, class: "kline" }));
   s.append(svg("text", { x: kx + 4, y: T + 10, class: "klabel" }, `k = ${k}`));
-  s.append(svg("text", { x: (L + W - R) / 2, y: H - 8, "text-anchor": "middle" }, `component (1 … ${values.length})`));
+  for (const i of new Set([0, k - 1, values.length - 1])) {
+    s.append(svg("text", { x: x(i), y: H - B + 14, "text-anchor": "middle" }, String(i + 1)));
+  }
+  s.append(svg("text", { x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle" }, "component"));
   $("plot").replaceChildren(s);
 }
 
@@ -319,6 +326,7 @@ $("upload-form").addEventListener("submit", (ev) => {
 });
 
 fetch("/readyz").then((r) => r.json()).then((r) => {
-  if (r.backend) $("server-info").textContent = `backend ${r.backend} (${r.device})`;
+  if (r.backend) state.info = `backend ${r.backend} (${r.device})`;
+  if (!$("server-info").classList.contains("error")) $("server-info").textContent = state.info;
 }).catch(() => {});
 refresh();

@@ -22,7 +22,7 @@ pub fn page() -> Response {
     // The page only talks to this server.
     h.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'self'; img-src 'self' blob:; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self'"),
+        HeaderValue::from_static("default-src 'self'; img-src 'self' blob: data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self'"),
     );
     h.insert(header::VARY, HeaderValue::from_static("accept"));
     r
