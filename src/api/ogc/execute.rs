@@ -212,20 +212,30 @@ fn content_length(h: &HeaderMap) -> Option<u64> {
     h.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok())
 }
 
-async fn read_body(headers: &HeaderMap, body: Body) -> OgcResult<bytes::Bytes> {
+/// The largest execute request this server reads: EXECUTE_BODY_MAX, or less when `--max-upload-bytes`
+/// is smaller (base64 of that many bytes, and 1 MiB for the rest), so that an inline cube the server
+/// would refuse is not read into memory first.
+fn body_limit(max_upload_bytes: u64) -> usize {
+    let base64_len = max_upload_bytes.saturating_add(2) / 3 * 4;
+    base64_len.saturating_add(1 << 20).min(EXECUTE_BODY_MAX as u64) as usize
+}
+
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> OgcResult<bytes::Bytes> {
     let mime = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    if mime.split(';').next().unwrap_or("").trim().to_ascii_lowercase() != "application/json" {
+    if !mime.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json") {
         return Err(Problem::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
             format!("an execute request is application/json, not {mime:?}"),
         ));
     }
-    let too_large = || Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", format!("an execute request may hold at most {EXECUTE_BODY_MAX} bytes; send larger cubes by reference"));
-    if content_length(headers).is_some_and(|n| n > EXECUTE_BODY_MAX as u64) {
+    let too_large = || {
+        Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", format!("an execute request may hold at most {limit} bytes; send larger cubes by reference"))
+    };
+    if content_length(headers).is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    let limited = http_body_util::Limited::new(body, EXECUTE_BODY_MAX);
+    let limited = http_body_util::Limited::new(body, limit);
     match http_body_util::BodyExt::collect(limited).await {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
@@ -244,7 +254,7 @@ pub async fn execute(
     if process_id != PROCESS_ID {
         return Err(Problem::no_such_process(&process_id));
     }
-    let bytes = read_body(&headers, body).await?;
+    let bytes = read_body(&headers, body, body_limit(ctx.config.max_upload_bytes)).await?;
     let execution = parse_request(&bytes)?;
     drop(bytes);
     let created: Created = match execution.cube {
@@ -436,6 +446,12 @@ mod tests {
                 Ok(e) => panic!("{body} accepted: {e:?}"),
             }
         }
+    }
+
+    #[test]
+    fn the_body_limit_follows_the_upload_limit() {
+        assert_eq!(body_limit(3 << 20), (4 << 20) + (1 << 20));
+        assert_eq!(body_limit(4 << 30), EXECUTE_BODY_MAX);
     }
 
     #[test]

@@ -362,26 +362,28 @@ pub async fn list(State(ctx): State<ApiContext>, base: BaseUrl, caller: Caller, 
     let mut next: Option<String> = None;
     // One status is filtered by the database; several, and the other filters, here.
     let db_status = if q.statuses.len() == 1 { Some(q.statuses[0]) } else { None };
-    while q.ours {
-        let batch = ctx.runner.store.list(&caller.owner, db_status, 200, cursor.as_deref()).await.map_err(crate::api::error::Error::from)?;
-        let exhausted = batch.len() < 200;
-        for job in batch {
-            scanned += 1;
-            cursor = Some(job.id.clone());
-            if q.keeps(&job, now) {
-                if page.len() == q.limit as usize {
-                    next = page.last().map(|j| j.id.clone());
-                    break;
+    if q.ours {
+        loop {
+            let batch = ctx.runner.store.list(&caller.owner, db_status, 200, cursor.as_deref()).await.map_err(crate::api::error::Error::from)?;
+            let exhausted = batch.len() < 200;
+            for job in batch {
+                scanned += 1;
+                cursor = Some(job.id.clone());
+                if q.keeps(&job, now) {
+                    if page.len() == q.limit as usize {
+                        next = page.last().map(|j| j.id.clone());
+                        break;
+                    }
+                    page.push(job);
                 }
-                page.push(job);
             }
-        }
-        if next.is_some() || exhausted {
-            break;
-        }
-        if scanned >= LIST_SCAN_MAX {
-            next = cursor.clone();
-            break;
+            if next.is_some() || exhausted {
+                break;
+            }
+            if scanned >= LIST_SCAN_MAX {
+                next = cursor.clone();
+                break;
+            }
         }
     }
     let jobs: Vec<Value> = page.iter().map(|j| status_info(j, &base, false)).collect();

@@ -43,7 +43,7 @@ pub fn description(base: &BaseUrl) -> Value {
             "description": "The hyperspectral cube, (lines, samples, bands). By reference: {\"href\": \"file:///...\"} naming \
                 an ENVI header (.hdr, its data file beside it) or a .npy file under one of the server's --input-root \
                 directories (an absolute path is read as file://). Inline: {\"value\": \"<base64 of a .npy file>\", \
-                \"mediaType\": \"application/x-npy\", \"encoding\": \"base64\"}, for cubes of up to 192 MiB \
+                \"mediaType\": \"application/x-npy\", \"encoding\": \"base64\"}, for cubes of up to 192 MiB (or --max-upload-bytes) \
                 (larger ones by reference, or uploaded to POST /v1/jobs).",
             "schema": {"oneOf": [
                 {"type": "string", "contentMediaType": NPY, "contentEncoding": "base64"},
