@@ -2,13 +2,15 @@
 # The whole test suite, as the README gives it: Rust unit and integration tests (GPU tests are reported
 # as ignored on machines without a CUDA device), the parsers fuzzed, the doc tests and the library
 # example, the comparison with Spectral Python on the real cubes, the Python client's tests against a
-# live server, schemathesis against openapi.yaml, the static container checks, the hostile-input and
-# auth tests (scripts/hostile-test.sh), the cluster test (three instances on PostgreSQL + S3,
+# live server, the hostile-input and auth tests (scripts/hostile-test.sh), OGC API - Processes with
+# OWSLib (scripts/ogc-test.sh), the web page in Chromium (scripts/web-test.sh), schemathesis against
+# openapi.yaml, the static container checks, the cluster test (three instances on PostgreSQL + S3,
 # scripts/cluster-test.sh), and the container built and run with podman and the cluster compose file
 # brought up (scripts/ci-container.sh, scripts/ci-compose.sh). Python packages go into .venv
 # (git-ignored). System-wide, only Debian's packages are installed when missing: postgresql
-# (scripts/lib/postgres.sh), podman and mmdebstrap (scripts/ci-container.sh); Garage is built once into
-# ~/.cache/hypermnf-tools, as are the container's local base images.
+# (scripts/lib/postgres.sh), chromium and chromium-driver (scripts/web-test.sh), podman and mmdebstrap
+# (scripts/ci-container.sh); Garage is built once into ~/.cache/hypermnf-tools, as are the container's
+# local base images.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/postgres.sh
@@ -68,7 +70,7 @@ cargo run --example mnf_ndarray
 step "Spectral Python comparison (tests/python)"
 python -m pytest -q tests/python
 
-for s in scripts/ci-python.sh scripts/hostile-test.sh scripts/schemathesis.sh scripts/ci-docker.sh scripts/cluster-test.sh scripts/ci-container.sh; do
+for s in scripts/ci-python.sh scripts/hostile-test.sh scripts/ogc-test.sh scripts/web-test.sh scripts/schemathesis.sh scripts/ci-docker.sh scripts/cluster-test.sh scripts/ci-container.sh; do
   step "$s"
   bash "$s"
 done

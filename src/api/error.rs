@@ -153,7 +153,8 @@ pub async fn jsonify_errors(resp: Response) -> Response {
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
+        // The OGC API's problem details are JSON already.
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("application/problem+json"));
     if is_json {
         return resp;
     }

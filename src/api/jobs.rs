@@ -51,6 +51,27 @@ pub fn job_document(job: &Job, cached: bool) -> Value {
     })
 }
 
+/// A job a create request led to: a new one, or the caller's existing job of the same cube and
+/// parameters (`cached`). Shared by `/v1/jobs` and the OGC API's execution.
+pub struct Created {
+    pub job: Job,
+    pub cached: bool,
+}
+
+impl Created {
+    fn new(job: Job) -> ApiResult<Created> {
+        Ok(Created { job, cached: false })
+    }
+    fn existing(job: Job) -> ApiResult<Created> {
+        Ok(Created { job, cached: true })
+    }
+    /// The `/v1` answer: 202 for a new job, 200 with `cached: true` for an existing one.
+    fn response(self) -> Response {
+        let status = if self.cached { StatusCode::OK } else { StatusCode::ACCEPTED };
+        job_response(status, &self.job, self.cached)
+    }
+}
+
 fn job_response(status: StatusCode, job: &Job, cached: bool) -> Response {
     let mut r = (status, axum::Json(job_document(job, cached))).into_response();
     if let Ok(v) = HeaderValue::from_str(&format!("/v1/jobs/{}", job.id)) {
@@ -60,7 +81,7 @@ fn job_response(status: StatusCode, job: &Job, cached: bool) -> Response {
 }
 
 /// The caller's job, or 404 (also for other owners' jobs and for ids that are not job ids at all).
-async fn owned_job(ctx: &ApiContext, caller: &Caller, id: &str) -> ApiResult<Job> {
+pub async fn owned_job(ctx: &ApiContext, caller: &Caller, id: &str) -> ApiResult<Job> {
     if uuid::Uuid::parse_str(id).is_err() {
         return Err(Error::not_found());
     }
@@ -116,8 +137,8 @@ async fn create_inner(ctx: &ApiContext, caller: &Caller, query: Option<String>, 
     let _scratch = ScratchGuard { storage: ctx.runner.storage.clone(), token: token.clone() };
     match mime.as_str() {
         "application/x-npy" | "application/octet-stream" => create_npy(ctx, caller, query.as_deref(), req, &token).await,
-        "multipart/form-data" => create_multipart(ctx, caller, query.as_deref(), req, &token).await,
-        "application/json" => create_href(ctx, caller, query.as_deref(), req).await,
+        "multipart/form-data" => create_multipart(ctx, caller, query.as_deref(), req, &token).await.map(Created::response),
+        "application/json" => create_href(ctx, caller, query.as_deref(), req).await.map(Created::response),
         _ => Err(Error::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
@@ -168,9 +189,49 @@ async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req:
             return Ok(r);
         }
     }
+    let announced = content_length(req.headers());
+    let stream = req.into_body().into_data_stream();
+    let created = npy_job(ctx, caller, params, stream, announced, claimed_sha, token).await?;
+    Ok(created.response())
+}
+
+/// A job from `.npy` bytes already in memory (the OGC API's inline values), through the same checks
+/// and digests as a `.npy` body.
+pub async fn create_from_npy_bytes(ctx: &ApiContext, caller: &Caller, bytes: bytes::Bytes, params: MnfParams) -> ApiResult<Created> {
+    if bytes.len() as u64 > ctx.config.max_upload_bytes {
+        return Err(Error::too_large(format!(
+            "the cube ({} bytes) exceeds the limit of {} bytes",
+            bytes.len(),
+            ctx.config.max_upload_bytes
+        )));
+    }
+    let token = format!("upload-{}", uuid::Uuid::now_v7());
+    let _scratch = ScratchGuard { storage: ctx.runner.storage.clone(), token: token.clone() };
+    // In strides, as a body would arrive (slices share the one buffer).
+    const STRIDE: usize = 4 << 20;
+    let len = bytes.len();
+    let chunks: Vec<Result<bytes::Bytes, std::convert::Infallible>> =
+        (0..len).step_by(STRIDE).map(|at| Ok(bytes.slice(at..(at + STRIDE).min(len)))).collect();
+    npy_job(ctx, caller, params, futures::stream::iter(chunks), Some(len as u64), None, &token).await
+}
+
+/// Receives a `.npy` stream into scratch under `token` (header checked before the bulk is read),
+/// and enqueues it.
+async fn npy_job<S, E>(
+    ctx: &ApiContext,
+    caller: &Caller,
+    params: MnfParams,
+    stream: S,
+    announced: Option<u64>,
+    claimed_sha: Option<String>,
+    token: &str,
+) -> ApiResult<Created>
+where
+    S: futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
     let dir = ctx.runner.storage.scratch_dir(token)?;
     let limit = ctx.config.max_upload_bytes;
-    let announced = content_length(req.headers());
     let claim_seen = std::sync::Mutex::new(None::<Claim>);
     let mut check = |prefix: &[u8]| -> ApiResult<Option<Claim>> {
         let claim = upload::npy_claim(prefix, limit)?;
@@ -188,7 +249,6 @@ async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req:
         Ok(claim)
     };
     let mut budget = Budget::new(limit);
-    let stream = req.into_body().into_data_stream();
     let t = std::time::Instant::now();
     let got = upload::receive(stream, dir.join("cube.npy"), &mut budget, Some(&mut check), None).await?;
     tracing::debug!(bytes = got.bytes, secs = t.elapsed().as_secs_f64(), "npy upload received and hashed");
@@ -213,7 +273,7 @@ async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req:
     enqueue(ctx, caller, digest, input, params, InputKind::Npy, Some(sha), token).await
 }
 
-async fn create_multipart(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req: Request, token: &str) -> ApiResult<Response> {
+async fn create_multipart(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req: Request, token: &str) -> ApiResult<Created> {
     let mut multipart = Multipart::from_request(req, &())
         .await
         .map_err(|e| Error::bad_request("invalid_multipart", format!("invalid multipart body: {}", e.body_text())))?;
@@ -248,7 +308,7 @@ struct HrefInput {
     href: String,
 }
 
-async fn create_href(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req: Request) -> ApiResult<Response> {
+async fn create_href(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req: Request) -> ApiResult<Created> {
     if query.is_some_and(|q| !q.is_empty()) {
         return Err(Error::unprocessable("invalid_params", "with a JSON body, the parameters go in its `params` member"));
     }
@@ -266,7 +326,12 @@ async fn create_href(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req
     let request: HrefRequest = serde_json::from_slice(&bytes)
         .map_err(|e| Error::bad_request("invalid_json", format!("expected {{\"input\": {{\"href\": \"file:///...\"}}, \"params\": {{...}}}}: {e}")))?;
     let params = params::from_json(request.params)?;
-    let path = resolve_href(&request.input.href, &ctx.input_roots)?;
+    create_from_href(ctx, caller, &request.input.href, params).await
+}
+
+/// A job from a `file://` href under an input root (also the OGC API's href inputs).
+pub async fn create_from_href(ctx: &ApiContext, caller: &Caller, href: &str, params: MnfParams) -> ApiResult<Created> {
+    let path = resolve_href(href, &ctx.input_roots)?;
     let limit = ctx.config.max_upload_bytes;
     precheck_file(&path, limit)?;
     let location = path.to_str().ok_or_else(|| Error::bad_request("invalid_href", "the path is not UTF-8"))?.to_string();
@@ -413,7 +478,7 @@ async fn enqueue(
     kind: InputKind,
     upload_sha256: Option<String>,
     scratch_token: &str,
-) -> ApiResult<Response> {
+) -> ApiResult<Created> {
     let id = uuid::Uuid::now_v7().to_string();
     enqueue_at(ctx, caller, cube_digest, input, params, kind, upload_sha256, format!("uploads/{id}"), Some((scratch_token, id))).await
 }
@@ -431,18 +496,18 @@ async fn enqueue_at(
     upload_sha256: Option<String>,
     location: String,
     scratch: Option<(&str, String)>,
-) -> ApiResult<Response> {
+) -> ApiResult<Created> {
     let canonical = params::canonical(&params);
     let digest = job_digest(&cube_digest, &canonical);
     // The result level first (a succeeded job, checked against its row), then SQLite, which also
     // knows the queued and running jobs the cache does not hold.
     if let Some(job) = ctx.runner.cache.find_result(&caller.owner, &digest).await? {
         ApiMetrics::add(&ctx.metrics.cache_hits, 1);
-        return Ok(job_response(StatusCode::OK, &job, true));
+        return Created::existing(job);
     }
     if let Some(job) = ctx.runner.store.find_live_by_digest(&caller.owner, &digest).await? {
         ApiMetrics::add(&ctx.metrics.cache_hits, 1);
-        return Ok(job_response(StatusCode::OK, &job, true));
+        return Created::existing(job);
     }
     let id = match &scratch {
         Some((_, id)) => id.clone(),
@@ -473,14 +538,14 @@ async fn enqueue_at(
         Inserted::Created(job) => {
             ApiMetrics::add(&ctx.metrics.jobs_created, 1);
             ctx.runner.notify();
-            Ok(job_response(StatusCode::ACCEPTED, &job, false))
+            Created::new(job)
         }
         Inserted::Existing(job) => {
             if scratch.is_some() {
                 let _ = ctx.runner.storage.delete_prefix(&location).await;
             }
             ApiMetrics::add(&ctx.metrics.cache_hits, 1);
-            Ok(job_response(StatusCode::OK, &job, true))
+            Created::existing(job)
         }
     }
 }
@@ -520,14 +585,30 @@ pub async fn list(State(ctx): State<ApiContext>, caller: Caller, RawQuery(query)
 
 pub async fn delete(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): UrlPath<String>) -> ApiResult<Response> {
     let job = owned_job(&ctx, &caller, &id).await?;
-    if !job.status.is_finished() && ctx.runner.store.cancel(&id).await? {
-        ctx.runner.cancel(&id);
-        return Ok(StatusCode::NO_CONTENT.into_response());
+    cancel_or_delete(&ctx, job).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// What `cancel_or_delete` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// It was queued or running: now canceled (its row stays, status `canceled`).
+    Canceled,
+    /// It was finished: its row and files are gone.
+    Deleted,
+}
+
+/// Cancels a queued or running job, or deletes a finished one with its files (`DELETE /v1/jobs/{id}`
+/// and the OGC API's dismiss).
+pub async fn cancel_or_delete(ctx: &ApiContext, job: Job) -> ApiResult<Removal> {
+    if !job.status.is_finished() && ctx.runner.store.cancel(&job.id).await? {
+        ctx.runner.cancel(&job.id);
+        return Ok(Removal::Canceled);
     }
     // Finished (or finished in between): remove it and its files.
-    ctx.runner.store.delete(&id).await?;
-    purge_files(&ctx, &job).await;
-    Ok(StatusCode::NO_CONTENT.into_response())
+    ctx.runner.store.delete(&job.id).await?;
+    purge_files(ctx, &job).await;
+    Ok(Removal::Deleted)
 }
 
 /// Removes a job's stored upload and results (its row is already gone or going), and its job cache
@@ -548,7 +629,7 @@ pub async fn purge_files(ctx: &ApiContext, job: &Job) {
 // ---------------------------------------------------------------------------------------------------
 // Downloads
 
-fn require_succeeded(job: &Job) -> ApiResult<()> {
+pub fn require_succeeded(job: &Job) -> ApiResult<()> {
     match job.status {
         JobStatus::Succeeded => Ok(()),
         JobStatus::Queued | JobStatus::Running => {

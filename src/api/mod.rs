@@ -7,8 +7,11 @@ pub mod health;
 pub mod jobs;
 pub mod linger;
 pub mod metrics;
+pub mod ogc;
 pub mod params;
+pub mod preview;
 pub mod upload;
+pub mod web;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -51,13 +54,16 @@ pub fn app(ctx: ApiContext) -> Router {
         .route("/jobs/{id}", get(jobs::get).delete(jobs::delete))
         .route("/jobs/{id}/result", get(jobs::result))
         .route("/jobs/{id}/metadata", get(jobs::metadata))
+        .route("/jobs/{id}/preview", get(preview::preview))
         .route("/info", get(health::info));
     // Results are float samples that hardly compress; JSON does.
     let compress = DefaultPredicate::new()
         .and(NotForContentType::const_new("application/x-npy"))
-        .and(NotForContentType::const_new("application/zip"));
+        .and(NotForContentType::const_new("application/zip"))
+        .and(NotForContentType::const_new("image/png"));
     Router::new()
         .nest("/v1", v1)
+        .merge(ogc::routes())
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

@@ -1,0 +1,115 @@
+//! `/processes` and `/processes/mnf`: the one process, described in OGC process-description JSON.
+//! The inputs are the native API's parameters under the same names, and the cube; the outputs are the
+//! products `/v1/jobs/{id}/result` and `/metadata` serve.
+
+use axum::extract::Path;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use super::problem::{OgcResult, Problem};
+use super::{link, rel, BaseUrl, PROCESS_ID};
+
+pub const NPY: &str = "application/x-npy";
+
+fn summary(base: &BaseUrl) -> Value {
+    let url = base.join(&format!("/processes/{PROCESS_ID}"));
+    json!({
+        "id": PROCESS_ID,
+        "title": "Maximum Noise Fraction",
+        "description": "Reduces a hyperspectral cube (lines x samples x bands) to its first MNF components, \
+                        ordered by signal-to-noise ratio; optionally the denoised cube (inverse transform).",
+        "version": env!("CARGO_PKG_VERSION"),
+        "keywords": ["hyperspectral", "MNF", "noise", "dimensionality reduction"],
+        "jobControlOptions": ["async-execute", "sync-execute", "dismiss"],
+        "outputTransmission": ["value", "reference"],
+        "links": [
+            link(url.clone(), "self", "application/json", "process description"),
+            link(url.clone(), rel::PROCESS_DESC, "application/json", "process description"),
+            link(format!("{url}/execution"), rel::EXECUTE, "application/json", "execute the process"),
+        ],
+    })
+}
+
+fn literal(title: &str, description: &str, schema: Value) -> Value {
+    json!({"title": title, "description": description, "schema": schema, "minOccurs": 0, "maxOccurs": 1})
+}
+
+/// The process description (OGC process description, Processes 1.0).
+pub fn description(base: &BaseUrl) -> Value {
+    let mut d = summary(base);
+    d["inputs"] = json!({
+        "cube": {
+            "title": "Input cube",
+            "description": "The hyperspectral cube, (lines, samples, bands). By reference: {\"href\": \"file:///...\"} naming \
+                an ENVI header (.hdr, its data file beside it) or a .npy file under one of the server's --input-root \
+                directories (an absolute path is read as file://). Inline: {\"value\": \"<base64 of a .npy file>\", \
+                \"mediaType\": \"application/x-npy\", \"encoding\": \"base64\"}, for cubes of up to 192 MiB (or --max-upload-bytes) \
+                (larger ones by reference, or uploaded to POST /v1/jobs).",
+            "schema": {"oneOf": [
+                {"type": "string", "contentMediaType": NPY, "contentEncoding": "base64"},
+                {"type": "string", "format": "uri", "contentMediaType": "application/x-envi-header"},
+                {"type": "string", "format": "uri", "contentMediaType": NPY},
+            ]},
+            "minOccurs": 1,
+            "maxOccurs": 1,
+        },
+        "components": literal("Components", "Number of components to keep (default 10, capped at the bands used). Exclusive with snr.",
+            json!({"type": "integer", "minimum": 1})),
+        "snr": literal("SNR threshold", "Keep the components whose eigenvalue is at least 1 + snr. Exclusive with components.",
+            json!({"type": "number", "minimum": 0})),
+        "noise": literal("Noise estimator", "How the noise is estimated from the image.",
+            json!({"type": "string", "enum": ["mean-filter", "shift-difference"], "default": "mean-filter"})),
+        "inverse": literal("Inverse", "Also compute the denoised cube (output `denoised`); requesting that output sets it.",
+            json!({"type": "boolean", "default": false})),
+        "bad_bands": literal("Bad bands", "0-based bands to exclude, beside the header's bbl and constant bands.",
+            json!({"type": "array", "items": {"type": "integer", "minimum": 0}})),
+        "ignore_value": literal("No-data value", "Pixels holding this value in any band are left out (overrides the header's data ignore value).",
+            json!({"type": "number"})),
+        "noise_window": literal("Noise window", "[x0, y0, x1, y1]: the noise statistics from columns x0..x1 and rows y0..y1 only (ends excluded).",
+            json!({"type": "array", "minItems": 4, "maxItems": 4, "items": {"type": "integer", "minimum": 0}})),
+        "backend": literal("Backend", "Where the job runs.",
+            json!({"type": "string", "enum": ["auto", "cpu", "cuda", "cuda-cublas"], "default": "auto"})),
+    });
+    d["outputs"] = json!({
+        "components": {
+            "title": "MNF components",
+            "description": "float32, (lines, samples, k): the first k components, highest SNR first.",
+            "schema": {"oneOf": [
+                {"type": "string", "contentMediaType": NPY, "contentEncoding": "binary"},
+                {"type": "string", "contentMediaType": "application/zip", "contentEncoding": "binary",
+                 "description": "ENVI .hdr + .img in a zip (by reference only)"},
+            ]},
+        },
+        "denoised": {
+            "title": "Denoised cube",
+            "description": "float32, (lines, samples, bands): the inverse transform of the kept components; only with inverse.",
+            "schema": {"oneOf": [
+                {"type": "string", "contentMediaType": NPY, "contentEncoding": "binary"},
+                {"type": "string", "contentMediaType": "application/zip", "contentEncoding": "binary"},
+            ]},
+        },
+        "metadata": {
+            "title": "Metadata",
+            "description": "Eigenvalues, SNR, bands used and dropped (with reasons), transform, noise and timings: \
+                            the JSON `hypermnf run` writes beside its output.",
+            "schema": {"type": "object", "contentMediaType": "application/json"},
+        },
+    });
+    d
+}
+
+pub async fn list(base: BaseUrl) -> Response {
+    let url = base.join("/processes");
+    axum::Json(json!({
+        "processes": [summary(&base)],
+        "links": [link(url, "self", "application/json", "the processes")],
+    }))
+    .into_response()
+}
+
+pub async fn describe(base: BaseUrl, Path(process_id): Path<String>) -> OgcResult<Response> {
+    if process_id != PROCESS_ID {
+        return Err(Problem::no_such_process(&process_id));
+    }
+    Ok(axum::Json(description(&base)).into_response())
+}
