@@ -553,9 +553,48 @@ async fn enqueue_at(
 // ---------------------------------------------------------------------------------------------------
 // GET / DELETE
 
-pub async fn get(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): UrlPath<String>) -> ApiResult<Response> {
-    let job = owned_job(&ctx, &caller, &id).await?;
-    Ok(job_response(StatusCode::OK, &job, false))
+/// The longest `?wait=` (seconds) a GET of a job may be held: below the idle timeouts of common
+/// proxies and load balancers (60 s).
+pub const MAX_WAIT_S: f64 = 50.0;
+/// How often a held GET reads its job without a wake-up: a job that failed on another instance sends
+/// no notification (only successes, cancellations and deletions do).
+const WAIT_RECHECK: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// `GET /v1/jobs/{id}`, and with `?wait=S` a long poll: the answer comes as soon as the job has
+/// finished (succeeded, failed, canceled), or after S seconds with its state then. A client sees
+/// `succeeded` the moment it is recorded instead of at its next poll.
+pub async fn get(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): UrlPath<String>, RawQuery(query): RawQuery) -> ApiResult<Response> {
+    let wait = wait_param(query.as_deref())?;
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        // Registered before the read: an end recorded between the read and the await still wakes us.
+        let ended = ctx.runner.job_ended();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        let job = owned_job(&ctx, &caller, &id).await?;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if job.status.is_finished() || left.is_zero() {
+            return Ok(job_response(StatusCode::OK, &job, false));
+        }
+        let _ = tokio::time::timeout(left.min(WAIT_RECHECK), ended).await;
+    }
+}
+
+/// `wait` of a job GET: seconds from 0 to `MAX_WAIT_S` (0 when absent).
+fn wait_param(query: Option<&str>) -> ApiResult<std::time::Duration> {
+    let bad = |m: String| Error::bad_request("invalid_query", m);
+    let mut wait = std::time::Duration::ZERO;
+    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        match k.as_ref() {
+            "wait" => {
+                let s = v.trim().parse::<f64>().ok().filter(|s| s.is_finite() && (0.0..=MAX_WAIT_S).contains(s));
+                let s = s.ok_or_else(|| bad(format!("wait must be a number of seconds from 0 to {MAX_WAIT_S}, not {v:?}")))?;
+                wait = std::time::Duration::from_secs_f64(s);
+            }
+            other => return Err(bad(format!("unknown query parameter {other:?} (wait)"))),
+        }
+    }
+    Ok(wait)
 }
 
 pub async fn list(State(ctx): State<ApiContext>, caller: Caller, RawQuery(query): RawQuery) -> ApiResult<Response> {
@@ -607,6 +646,7 @@ pub async fn cancel_or_delete(ctx: &ApiContext, job: Job) -> ApiResult<Removal> 
     }
     // Finished (or finished in between): remove it and its files.
     ctx.runner.store.delete(&job.id).await?;
+    ctx.runner.job_may_have_ended();
     purge_files(ctx, &job).await;
     Ok(Removal::Deleted)
 }

@@ -42,6 +42,14 @@ pub async fn render(api: &ApiMetrics, runner: &Runner) -> Result<String, crate::
         let _ = writeln!(s, "hypermnf_stage_seconds_sum{{stage=\"{}\"}} {secs}", stage.name());
         let _ = writeln!(s, "hypermnf_stage_seconds_count{{stage=\"{}\"}} {n}", stage.name());
     }
+    let _ = writeln!(
+        s,
+        "# HELP hypermnf_job_phase_seconds Time of each part of a job's trip outside the pipeline's stages (queued: creation to claim; compute: the blocking task; store: results to storage; register: job cache records; record: the final status written).\n# TYPE hypermnf_job_phase_seconds summary"
+    );
+    for (phase, secs, n) in runner.metrics.phases() {
+        let _ = writeln!(s, "hypermnf_job_phase_seconds_sum{{phase=\"{phase}\"}} {secs}");
+        let _ = writeln!(s, "hypermnf_job_phase_seconds_count{{phase=\"{phase}\"}} {n}");
+    }
 
     let _ = writeln!(s, "# HELP hypermnf_job_outcomes_total Jobs finished by this process, by outcome.\n# TYPE hypermnf_job_outcomes_total counter");
     for (name, c) in [("succeeded", &runner.metrics.succeeded), ("failed", &runner.metrics.failed), ("canceled", &runner.metrics.canceled)] {

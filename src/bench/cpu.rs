@@ -28,14 +28,6 @@ pub struct Args {
     pub repeat: usize,
 }
 
-/// Peak resident set size of this process in bytes (Linux), if known.
-fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let spec = SyntheticSpec { lines: args.lines, samples: args.samples, bands: args.bands, ..SyntheticSpec::paper_size() };
     let t = Instant::now();
@@ -49,7 +41,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         t.elapsed().as_secs_f64(),
         rayon::current_num_threads()
     );
-    let rss_before = peak_rss().unwrap_or(0);
+    let rss_before = super::peak_rss().unwrap_or(0);
     let backend = CpuBackend::new();
     println!("{:<18} {:>10} {:>10} {:>10} {:>10} {:>10}", "noise", "median s", "min s", "stats ms", "eigen ms", "proj ms");
     for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
@@ -75,7 +67,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             tm("projection")
         );
     }
-    let peak = peak_rss().unwrap_or(0);
+    let peak = super::peak_rss().unwrap_or(0);
     println!(
         "peak resident memory: {:.0} MB (cube {:.0} MB + components {:.0} MB; {:.0} MB before the runs)",
         peak as f64 / 1e6,

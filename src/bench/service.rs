@@ -1,5 +1,8 @@
 //! `hypermnf bench service`: the HTTP service over loopback with a synthetic 1087 × 614 × 224 int16
-//! cube sent as `.npy` — upload ingest rate, job time, download rate, and the latency of a cache hit.
+//! cube sent as `.npy` — upload ingest rate, the time from the upload's last byte to a visible
+//! `succeeded` (seen through a long poll, so no poll interval is counted), where that time goes (the
+//! server's `/metrics` before and after the job), a statistics-level re-projection, the download rate,
+//! the latency of a cache hit, the peak RSS, and the same MNF run in-process on the same backend.
 //!
 //! The server runs in this process (the same code as `hypermnf serve`) on a temporary data dir; the
 //! client is a minimal HTTP/1.1 client on std sockets in another thread, so that what is timed is the
@@ -8,13 +11,14 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use sha2::{Digest, Sha256};
 
 use crate::config::ServeArgs;
-use crate::mnf::BackendChoice;
+use crate::mnf::{BackendChoice, MnfParams, Monitor};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -29,19 +33,30 @@ pub struct Args {
     /// Cache-hit requests timed for the latency percentiles.
     #[arg(long, default_value_t = 500)]
     pub cache_requests: usize,
+    /// In-process pipeline runs timed (after one warm-up run); the median is reported.
+    #[arg(long, default_value_t = 5)]
+    pub pipeline_runs: usize,
     /// Backend of the server (auto: CUDA when a device is found).
     #[arg(long, default_value = "auto")]
     pub backend: BackendChoice,
+    /// Also write the figures as JSON (keys upload_gbps, after_upload_ms, pipeline_ms,
+    /// reprojection_ms, download_gbps, peak_rss_mb, and the breakdown).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
     if args.cache_requests < 200 {
         bail!("--cache-requests must be at least 200 for a meaningful p99");
     }
+    if args.pipeline_runs == 0 {
+        bail!("--pipeline-runs must be at least 1");
+    }
     eprintln!("building the {} x {} x {} int16 cube ...", args.lines, args.samples, args.bands);
     let data_dir = std::env::temp_dir().join(format!("hypermnf-bench-service-{}", std::process::id()));
     let npy = synthetic_npy(args.lines, args.samples, args.bands, &data_dir)?;
     let sha = hex::encode(Sha256::digest(&npy));
+    let rss_before = super::peak_rss().unwrap_or(0);
     let rt = tokio::runtime::Runtime::new()?;
     let mut serve = ServeArgs::with_data_dir(&data_dir);
     serve.backend = args.backend;
@@ -52,24 +67,45 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let (bname, device) = (backend.name(), backend.device());
 
     let result = measure(addr, &npy, &sha, args);
+    let peak_rss = super::peak_rss().unwrap_or(0);
     rt.block_on(server.stop())?;
     drop(rt);
     let _ = std::fs::remove_dir_all(&data_dir);
     let m = result?;
 
+    // The same MNF in this process, on the same backend object, from the cube in memory: what the
+    // service adds is the difference.
+    eprintln!("timing the in-process pipeline ({} runs) ...", args.pipeline_runs);
+    let cube_mb = npy.len() as f64 / 1e6;
+    let cube = crate::cube::npy::read_from(&mut std::io::Cursor::new(&npy[..]), npy.len() as u64, std::path::Path::new("bench.npy"))?;
+    drop(npy);
+    let params = MnfParams { components: Some(args.components), ..Default::default() };
+    let mut runs = Vec::with_capacity(args.pipeline_runs);
+    for i in 0..=args.pipeline_runs {
+        let t = Instant::now();
+        crate::mnf::pipeline::run(&cube, &params, backend.as_ref(), &Monitor::silent())?;
+        if i > 0 {
+            runs.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let (pipeline_ms, _, _) = percentiles(&runs);
+
     let gb = |b: usize, d: Duration| b as f64 / d.as_secs_f64() / 1e9;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
         "hypermnf bench service — {} x {} x {} int16 as .npy ({:.1} MB), {} components, backend {bname} ({device})",
-        args.lines,
-        args.samples,
-        args.bands,
-        npy.len() as f64 / 1e6,
-        args.components
+        args.lines, args.samples, args.bands, cube_mb, args.components
     );
     println!("| measure | value |");
     println!("|---|---|");
-    println!("| upload, POST until 202 (streamed to disk with writeback on the way + fsync, one SHA-256 (also the content digest of a canonical .npy), job queued) | {:.3} s = {:.2} GB/s |", m.upload.as_secs_f64(), gb(npy.len(), m.upload));
-    println!("| job, 202 until succeeded (polled every 10 ms) | {:.3} s |", m.job.as_secs_f64());
+    println!("| upload, POST until 202 (streamed to disk with writeback on the way + fsync, one SHA-256 (also the content digest of a canonical .npy), job queued) | {:.3} s = {:.2} GB/s |", m.upload.as_secs_f64(), gb(m.upload_bytes, m.upload));
+    println!("| last byte of the upload until 202 | {:.1} ms |", ms(m.last_byte_to_202));
+    println!("| **last byte of the upload until `succeeded` is seen** (long poll `?wait=`) | {:.1} ms |", ms(m.after_upload));
+    println!("| in-process pipeline, same backend, cube in memory (median of {}) | {:.1} ms |", runs.len(), pipeline_ms);
+    println!("| ratio service / pipeline | {:.1}x |", ms(m.after_upload) / pipeline_ms);
+    let parts = m.breakdown.iter().map(|(k, v)| format!("{k} {v:.1}")).collect::<Vec<_>>().join(", ");
+    println!("| where the job's time went (server /metrics, ms) | {parts} |");
+    println!("| statistics-level re-projection ({} components), last byte until `succeeded` | {:.1} ms |", args.components + 2, ms(m.reprojection));
     println!("| download components .npy ({:.1} MB) | {:.3} s = {:.2} GB/s |", m.download_bytes as f64 / 1e6, m.download.as_secs_f64(), gb(m.download_bytes, m.download));
     println!("| cache hit, identical re-upload (whole body sent) | {:.3} s |", m.reupload.as_secs_f64());
     let (p50, p99, max) = percentiles(&m.hits);
@@ -80,40 +116,110 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         p99 * 1e3,
         max * 1e3
     );
+    println!(
+        "| peak RSS of this process (server + the client's copy of the .npy) | {:.0} MB (before the server: {:.0} MB) |",
+        peak_rss as f64 / 1e6,
+        rss_before as f64 / 1e6
+    );
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({
+            "backend": bname,
+            "device": device,
+            "shape": [args.lines, args.samples, args.bands],
+            "components": args.components,
+            "cube_mb": cube_mb,
+            "upload_gbps": gb(m.upload_bytes, m.upload),
+            "last_byte_to_202_ms": ms(m.last_byte_to_202),
+            "after_upload_ms": ms(m.after_upload),
+            "pipeline_ms": pipeline_ms,
+            "reprojection_ms": ms(m.reprojection),
+            "download_gbps": gb(m.download_bytes, m.download),
+            "peak_rss_mb": peak_rss as f64 / 1e6,
+            "rss_before_server_mb": rss_before as f64 / 1e6,
+            "cache_hit_p50_ms": p50 * 1e3,
+            "cache_hit_p99_ms": p99 * 1e3,
+            "breakdown_ms": m.breakdown.iter().cloned().collect::<serde_json::Map<String, serde_json::Value>>(),
+        });
+        std::fs::write(path, serde_json::to_vec_pretty(&doc)?).with_context(|| format!("writing {}", path.display()))?;
+    }
     Ok(())
 }
 
 struct Measured {
     upload: Duration,
-    job: Duration,
+    upload_bytes: usize,
+    last_byte_to_202: Duration,
+    after_upload: Duration,
+    breakdown: Vec<(String, serde_json::Value)>,
+    reprojection: Duration,
     download: Duration,
     download_bytes: usize,
     reupload: Duration,
     hits: Vec<f64>,
 }
 
-fn measure(addr: SocketAddr, npy: &[u8], sha: &str, args: &Args) -> anyhow::Result<Measured> {
-    let path = format!("/v1/jobs?components={}", args.components);
+/// Posts `npy` with `query` and follows the job with long polls until it succeeded: (time of the
+/// POST, time from the last byte to the 202, time from the last byte to `succeeded` seen, job id).
+fn submit_and_follow(addr: SocketAddr, npy: &[u8], query: &str) -> anyhow::Result<(Duration, Duration, Duration, String)> {
     let t = Instant::now();
-    let r = request(addr, "POST", &path, &[("content-type", "application/x-npy")], Some(npy), false)?;
+    let r = request(addr, "POST", &format!("/v1/jobs?{query}"), &[("content-type", "application/x-npy")], Some(npy), false)?;
     let upload = t.elapsed();
     if r.status != 202 {
         bail!("upload answered {}: {}", r.status, String::from_utf8_lossy(&r.body));
     }
+    let last = r.last_byte.context("the body was not sent")?;
+    let to_202 = r.received.saturating_duration_since(last);
     let job: serde_json::Value = serde_json::from_slice(&r.body)?;
     let id = job["id"].as_str().context("no job id")?.to_string();
-
-    let t = Instant::now();
     loop {
-        let r = request(addr, "GET", &format!("/v1/jobs/{id}"), &[], None, false)?;
+        let r = request(addr, "GET", &format!("/v1/jobs/{id}?wait=50"), &[], None, false)?;
+        let seen = last.elapsed();
         let j: serde_json::Value = serde_json::from_slice(&r.body)?;
         match j["status"].as_str() {
-            Some("succeeded") => break,
-            Some("queued") | Some("running") => std::thread::sleep(Duration::from_millis(10)),
+            Some("succeeded") => return Ok((upload, to_202, seen, id)),
+            Some("queued") | Some("running") => continue,
             _ => bail!("the job ended {}", j),
         }
     }
-    let job_time = t.elapsed();
+}
+
+/// The server's `hypermnf_job_phase_seconds_sum` and `hypermnf_stage_seconds_sum` series, in seconds.
+fn phase_sums(addr: SocketAddr) -> anyhow::Result<HashMap<String, f64>> {
+    let r = request(addr, "GET", "/metrics", &[], None, false)?;
+    let text = String::from_utf8_lossy(&r.body);
+    let mut out = HashMap::new();
+    for line in text.lines() {
+        for (prefix, label) in [("hypermnf_job_phase_seconds_sum{phase=\"", "phase"), ("hypermnf_stage_seconds_sum{stage=\"", "stage")] {
+            if let Some(rest) = line.strip_prefix(prefix) {
+                if let Some((name, value)) = rest.split_once("\"} ") {
+                    out.insert(format!("{label}:{name}"), value.trim().parse().unwrap_or(0.0));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn measure(addr: SocketAddr, npy: &[u8], sha: &str, args: &Args) -> anyhow::Result<Measured> {
+    let query = format!("components={}", args.components);
+    let before = phase_sums(addr)?;
+    let (upload, last_byte_to_202, after_upload, id) = submit_and_follow(addr, npy, &query)?;
+    let after = phase_sums(addr)?;
+    // The phases in the order a job goes through them, the pipeline's stages inside `compute`.
+    let order = [
+        "phase:queued", "stage:read", "stage:statistics", "stage:eigen", "stage:projection", "stage:inverse", "stage:write",
+        "phase:compute", "phase:store", "phase:register", "phase:record",
+    ];
+    let breakdown = order
+        .iter()
+        .filter_map(|k| {
+            let d = (after.get(*k).copied().unwrap_or(0.0) - before.get(*k).copied().unwrap_or(0.0)) * 1e3;
+            (d > 0.0).then(|| (k.split_once(':').map_or(*k, |x| x.1).to_string(), serde_json::json!((d * 10.0).round() / 10.0)))
+        })
+        .collect();
+
+    // Other components of the same cube: the eigen system is in the job cache, only the projection runs.
+    let (_, _, reprojection, _) = submit_and_follow(addr, npy, &format!("components={}", args.components + 2))?;
 
     let t = Instant::now();
     let r = request(addr, "GET", &format!("/v1/jobs/{id}/result"), &[], None, false)?;
@@ -123,7 +229,7 @@ fn measure(addr: SocketAddr, npy: &[u8], sha: &str, args: &Args) -> anyhow::Resu
     }
 
     let t = Instant::now();
-    let again = request(addr, "POST", &path, &[("content-type", "application/x-npy")], Some(npy), false)?;
+    let again = request(addr, "POST", &format!("/v1/jobs?{query}"), &[("content-type", "application/x-npy")], Some(npy), false)?;
     let reupload = t.elapsed();
     if again.status != 200 {
         bail!("the identical upload answered {} instead of 200", again.status);
@@ -133,7 +239,7 @@ fn measure(addr: SocketAddr, npy: &[u8], sha: &str, args: &Args) -> anyhow::Resu
     let headers = [("content-type", "application/x-npy"), ("x-content-sha256", sha), ("expect", "100-continue")];
     for i in 0..args.cache_requests + 10 {
         let t = Instant::now();
-        let r = request(addr, "POST", &path, &headers, Some(npy), true)?;
+        let r = request(addr, "POST", &format!("/v1/jobs?{query}"), &headers, Some(npy), true)?;
         let took = t.elapsed().as_secs_f64();
         if r.status != 200 {
             bail!("cache hit answered {}", r.status);
@@ -142,7 +248,18 @@ fn measure(addr: SocketAddr, npy: &[u8], sha: &str, args: &Args) -> anyhow::Resu
             hits.push(took); // the first ten warm the connection pool and caches
         }
     }
-    Ok(Measured { upload, job: job_time, download, download_bytes: r.body.len(), reupload, hits })
+    Ok(Measured {
+        upload,
+        upload_bytes: npy.len(),
+        last_byte_to_202,
+        after_upload,
+        breakdown,
+        reprojection,
+        download,
+        download_bytes: r.body.len(),
+        reupload,
+        hits,
+    })
 }
 
 fn percentiles(v: &[f64]) -> (f64, f64, f64) {
@@ -155,6 +272,10 @@ fn percentiles(v: &[f64]) -> (f64, f64, f64) {
 struct Reply {
     status: u16,
     body: Vec<u8>,
+    /// When the last byte of the body was handed to the socket (None: no body sent).
+    last_byte: Option<Instant>,
+    /// When the answer's head had been read.
+    received: Instant,
 }
 
 /// One HTTP/1.1 request on a fresh connection. With `expect_continue`, the body is sent only if the
@@ -179,19 +300,23 @@ fn request(
     head.push_str("\r\n");
     s.write_all(head.as_bytes())?;
     let mut reader = BufReader::with_capacity(1 << 20, s.try_clone()?);
+    let mut last_byte = None;
     if let Some(b) = body {
         if expect_continue {
             let (status, headers) = read_head(&mut reader)?;
             if status != 100 {
+                let received = Instant::now();
                 let (status, body) = read_rest(&mut reader, status, &headers)?;
-                return Ok(Reply { status, body });
+                return Ok(Reply { status, body, last_byte: None, received });
             }
         }
         s.write_all(b)?;
+        last_byte = Some(Instant::now());
     }
     let (status, headers) = read_head(&mut reader)?;
+    let received = Instant::now();
     let (status, body) = read_rest(&mut reader, status, &headers)?;
-    Ok(Reply { status, body })
+    Ok(Reply { status, body, last_byte, received })
 }
 
 fn read_head(r: &mut impl BufRead) -> anyhow::Result<(u16, HashMap<String, String>)> {

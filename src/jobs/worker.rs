@@ -72,10 +72,20 @@ pub struct JobMetrics {
     /// Per stage (index = `stage_index`): total microseconds and count.
     stage_us: [AtomicU64; 6],
     stage_n: [AtomicU64; 6],
+    /// Per job-path phase (index into `PHASES`): total microseconds and count.
+    phase_us: [AtomicU64; 5],
+    phase_n: [AtomicU64; 5],
     pub succeeded: AtomicU64,
     pub failed: AtomicU64,
     pub canceled: AtomicU64,
 }
+
+/// The parts of a job's trip outside the pipeline's stages, so that the time between an accepted
+/// upload and a visible `succeeded` can be accounted for (`hypermnf_job_phase_seconds`):
+/// `queued` from creation to the claim, `compute` the blocking task (plan, pipeline, result files),
+/// `store` the result files to storage, `register` the job cache's records, `record` the final
+/// status written to the database.
+pub const PHASES: [&str; 5] = ["queued", "compute", "store", "register", "record"];
 
 pub const STAGES: [Stage; 6] = [Stage::Read, Stage::Statistics, Stage::Eigen, Stage::Projection, Stage::Inverse, Stage::Write];
 
@@ -88,6 +98,21 @@ impl JobMetrics {
         let i = stage_index(stage);
         self.stage_us[i].fetch_add(took.as_micros() as u64, Ordering::Relaxed);
         self.stage_n[i].fetch_add(1, Ordering::Relaxed);
+    }
+    /// Adds one sample of a job-path phase (a name of `PHASES`).
+    pub fn record_phase(&self, phase: &str, took: Duration) {
+        if let Some(i) = PHASES.iter().position(|&p| p == phase) {
+            self.phase_us[i].fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+            self.phase_n[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    /// (phase, seconds in total, times) for each phase.
+    pub fn phases(&self) -> Vec<(&'static str, f64, u64)> {
+        PHASES
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| (p, self.phase_us[i].load(Ordering::Relaxed) as f64 / 1e6, self.phase_n[i].load(Ordering::Relaxed)))
+            .collect()
     }
     /// (stage, seconds in total, times) for each stage.
     pub fn stages(&self) -> Vec<(Stage, f64, u64)> {
@@ -109,6 +134,9 @@ pub struct Runner {
     /// This instance's claims.
     pub lease: Lease,
     wake: Notify,
+    /// Woken whenever a job may have finished (here, or on another instance that notified): the
+    /// clients that hold a `GET /v1/jobs/{id}?wait=` look at their job again.
+    ended: Notify,
     running: Mutex<HashMap<String, Arc<AtomicBool>>>,
 }
 
@@ -135,6 +163,7 @@ impl Runner {
             cache,
             lease,
             wake: Notify::new(),
+            ended: Notify::new(),
             running: Mutex::new(HashMap::new()),
         }
     }
@@ -177,8 +206,14 @@ impl Runner {
             match Event::parse(n.payload()) {
                 Some(Event::Queued) => self.wake.notify_one(),
                 Some(Event::Canceled(id)) => self.cancel(&id),
-                Some(Event::Succeeded(id)) => self.cache.adopt_job(&id).await,
-                Some(Event::Deleted(id)) => self.cache.forget_job(&id),
+                Some(Event::Succeeded(id)) => {
+                    self.cache.adopt_job(&id).await;
+                    self.ended.notify_waiters();
+                }
+                Some(Event::Deleted(id)) => {
+                    self.cache.forget_job(&id);
+                    self.ended.notify_waiters();
+                }
                 None => tracing::debug!(payload = n.payload(), "unknown notification"),
             }
         }
@@ -189,8 +224,20 @@ impl Runner {
         self.wake.notify_one();
     }
 
+    /// A future that completes at the next `job_may_have_ended`. Enable it (`Notified::enable`) before
+    /// reading the job, so that an end between the read and the await is not missed.
+    pub fn job_ended(&self) -> tokio::sync::futures::Notified<'_> {
+        self.ended.notified()
+    }
+
+    /// Wakes the clients waiting on a job's end (a job finished, or was canceled or deleted here).
+    pub fn job_may_have_ended(&self) {
+        self.ended.notify_waiters();
+    }
+
     /// Asks the running job `id` (if it runs in this process) to stop at its next chunk.
     pub fn cancel(&self, id: &str) {
+        self.ended.notify_waiters();
         if let Some(flag) = self.running.lock().unwrap_or_else(|p| p.into_inner()).get(id) {
             flag.store(true, Ordering::Relaxed);
         }
@@ -216,6 +263,8 @@ impl Runner {
 
     async fn run_job(self: Arc<Self>, job: Job) {
         let id = job.id.clone();
+        let queued_ms = (super::model::now_ms() - job.created_at).max(0) as u64;
+        self.metrics.record_phase("queued", Duration::from_millis(queued_ms));
         let cancel = Arc::new(AtomicBool::new(false));
         self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), cancel.clone());
         let progress = Arc::new(Mutex::new((Stage::Read, 0.0f64)));
@@ -262,7 +311,10 @@ impl Runner {
             let cancel = cancel.clone();
             let progress = progress.clone();
             let rt = tokio::runtime::Handle::current();
-            tokio::task::spawn_blocking(move || me.compute(&job, cancel, progress, &rt)).await
+            let started = Instant::now();
+            let r = tokio::task::spawn_blocking(move || me.compute(&job, cancel, progress, &rt)).await;
+            self.metrics.record_phase("compute", started.elapsed());
+            r
         };
         ticker.abort();
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
@@ -274,10 +326,15 @@ impl Runner {
         // The results leave scratch for storage, and scratch is cleared, before the job's final
         // status is written: a client that sees the job finished finds nothing of it left there.
         let result = match result {
-            Ok(done) => match self.store_results(&id, &done.files).await {
-                Ok(results) => Ok((done, results)),
-                Err(e) => Err(JobFailure::storage(&e)),
-            },
+            Ok(done) => {
+                let started = Instant::now();
+                let stored = self.store_results(&id, &done.files).await;
+                self.metrics.record_phase("store", started.elapsed());
+                match stored {
+                    Ok(results) => Ok((done, results)),
+                    Err(e) => Err(JobFailure::storage(&e)),
+                }
+            }
             Err(f) => Err(f),
         };
         self.storage.remove_scratch(&format!("job-{id}"));
@@ -285,13 +342,18 @@ impl Runner {
             Ok((done, results)) => {
                 // The eigen system this job computed goes beside its results before the job is
                 // marked succeeded: if the job is canceled or deleted meanwhile, both go together.
+                let started = Instant::now();
                 let system = match &done.fresh {
                     Some((key, record)) => self.cache.write_system(&id, *key, record, done.backend).await,
                     None => None,
                 };
                 // The cache knows the job before anyone can see it succeeded.
                 let registered = self.cache.register_before_success(&job, system).await;
-                match self.store.succeed(&id, &self.lease.owner, &results).await {
+                self.metrics.record_phase("register", started.elapsed());
+                let started = Instant::now();
+                let recorded = self.store.succeed(&id, &self.lease.owner, &results).await;
+                self.metrics.record_phase("record", started.elapsed());
+                match recorded {
                     Ok(true) => {
                         self.metrics.succeeded.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(job = %id, "job succeeded");
@@ -332,6 +394,7 @@ impl Runner {
             }
             Err(f) => self.finish_failed(&id, &f.code, &f.message).await,
         }
+        self.ended.notify_waiters();
         // The upload is no longer needed once the job is finished (an href is not ours to delete).
         if job.input_kind != InputKind::Href {
             if let Ok(Some(j)) = self.store.get(&id).await {

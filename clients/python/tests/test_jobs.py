@@ -113,6 +113,27 @@ def test_wait_times_out_then_cancel(client: hypermnf.Client, big_cube: np.ndarra
         assert job.status() == "canceled"
 
 
+def test_wait_is_a_long_poll(client: hypermnf.Client, big_cube: np.ndarray) -> None:
+    """The server holds ``GET /v1/jobs/{id}?wait=`` until the job ends, so wait() sends one request per
+    hold instead of polling: a queued job is answered after the hold, and waiting for a job queued
+    behind about a second of work takes one or two requests (back-off polling would send about eight)."""
+    with queued_job(client, big_cube, components=7) as job:
+        started = time.monotonic()
+        document = job.refresh(wait=0.3)
+        if document["status"] == "queued":
+            assert time.monotonic() - started >= 0.3
+        sent: list = []
+        hooks = client._http.event_hooks
+        client._http.event_hooks = {"request": [sent.append], "response": []}
+        try:
+            job.wait(timeout=300, progress=False)
+        finally:
+            client._http.event_hooks = hooks
+        assert job.document["status"] == "succeeded"
+        assert 1 <= len(sent) <= 3, [str(r.url) for r in sent]
+        assert all("wait=" in str(r.url) for r in sent)
+
+
 def test_result_before_the_job_succeeded_is_not_ready(client: hypermnf.Client, big_cube: np.ndarray) -> None:
     with queued_job(client, big_cube, components=8) as job:
         with pytest.raises(hypermnf.APIError) as info:

@@ -22,6 +22,12 @@ TERMINAL = ("succeeded", "failed", "canceled")
 FIRST_POLL_S = 0.05
 POLL_GROWTH = 1.5
 MAX_POLL_S = 2.0
+# Servers that know ``GET /v1/jobs/{id}?wait=S`` hold the request until the job ends (at most
+# MAX_WAIT_S): the client then asks for holds of LONG_POLL_S, or PROGRESS_EVERY_S while a progress bar
+# shows, and the back-off above only serves older servers.
+MAX_WAIT_S = 50.0
+LONG_POLL_S = 20.0
+PROGRESS_EVERY_S = 1.0
 
 PRODUCTS = ("components", "denoised")
 FORMATS = ("npy", "envi")
@@ -61,9 +67,14 @@ class Job:
         """The pipeline stage as last fetched (``None`` when not running)."""
         return self.document.get("stage")
 
-    def refresh(self) -> Dict[str, Any]:
-        """Fetches the job document again (``GET /v1/jobs/{id}``) and returns it."""
-        self.document = self._client._get_json(self._path())
+    def refresh(self, wait: Optional[float] = None) -> Dict[str, Any]:
+        """Fetches the job document again (``GET /v1/jobs/{id}``) and returns it.
+
+        With ``wait`` (seconds, at most 50), the server holds the request until the job has finished or
+        ``wait`` has passed, whichever comes first (a long poll).
+        """
+        params = None if not wait or wait <= 0 else {"wait": f"{min(wait, MAX_WAIT_S):.3f}"}
+        self.document = self._client._get_json(self._path(), params=params)
         return self.document
 
     def status(self) -> str:
@@ -85,9 +96,17 @@ class Job:
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = FIRST_POLL_S
         bar = None
+        # Long polls: the server answers the moment the job finishes. Each is held at most
+        # PROGRESS_EVERY_S while a progress bar shows (so that it moves), else LONG_POLL_S.
+        hold = PROGRESS_EVERY_S if progress else LONG_POLL_S
+        if self._client.timeout is not None:
+            hold = min(hold, 0.5 * self._client.timeout)  # the hold must end well before a read times out
         try:
             while True:
-                document = self.refresh()
+                asked = hold if deadline is None else max(0.0, min(hold, deadline - time.monotonic()))
+                sent = time.monotonic()
+                document = self.refresh(wait=asked)
+                held = time.monotonic() - sent
                 status = document.get("status")
                 if status not in TERMINAL and progress and bar is None:
                     bar = _progress_bar()(total=100, desc=f"job {self.id[:8]}", unit="%", bar_format=_BAR_FORMAT, leave=True)
@@ -103,7 +122,9 @@ class Job:
                     raise JobFailed(self.id, error.get("code"), error.get("message"))
                 if status == "canceled":
                     raise JobCanceled(self.id)
-                pause = delay
+                # A server that held the request has done the waiting; one that answered at once (an
+                # older server, or a wait cut short) is polled with a growing pause instead.
+                pause = 0.0 if asked > 0 and held >= 0.8 * asked else delay
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -112,8 +133,9 @@ class Job:
                             "it goes on on the server: wait() again or cancel() it"
                         )
                     pause = min(pause, left)
-                time.sleep(pause)
-                delay = min(delay * POLL_GROWTH, MAX_POLL_S)
+                if pause > 0:
+                    time.sleep(pause)
+                    delay = min(delay * POLL_GROWTH, MAX_POLL_S)
         finally:
             if bar is not None:
                 bar.close()
