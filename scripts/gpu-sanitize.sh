@@ -1,18 +1,46 @@
 #!/usr/bin/env bash
-# compute-sanitizer memcheck and racecheck over the small GPU test case (tests/gpu.rs:
-# sanitizer_small_case), run on the GPU host after `bash .gpu/run`. Exit 1 on any reported error.
+# compute-sanitizer over the packed GPU test binaries, on the GPU host after `gpu-pack` (run from the
+# repository root, after or instead of `bash .gpu/run`):
+#
+#   scripts/gpu-sanitize.sh                      memcheck, racecheck, synccheck over every packed test binary
+#   SANITIZE_TOOLS="memcheck" SANITIZE_TESTS="test-gpu" scripts/gpu-sanitize.sh
+#   SANITIZE_FILTER=sanitizer_small_case         only the tests whose name contains this
+#   SANITIZE_TIMEOUT=300                         seconds per (tool, binary) before it counts as unfinished
+#
+# Every test runs under each tool (kernels run 10-100x slower there, so the hash-table binaries, whose
+# tests fill tables of 2^28 cells, are left out unless named in SANITIZE_TESTS). Exit 1 when a tool
+# reports an error or a hazard, when a test fails under it, or when a run does not finish in time; the
+# summary line of each run is printed, the whole output goes to $OUT/sanitizer-<tool>-<binary>.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
+tools=${SANITIZE_TOOLS:-memcheck racecheck synccheck}
+tests=${SANITIZE_TESTS:-}
+if [ -z "$tests" ]; then
+  for t in .gpu/bin/test-*; do
+    case "$t" in *hashtable* | *ht_designs*) continue ;; esac
+    [ -x "$t" ] && tests="$tests $(basename "$t")"
+  done
+fi
+limit=${SANITIZE_TIMEOUT:-300}
+filter=${SANITIZE_FILTER:-}
 status=0
-for tool in memcheck racecheck; do
-  echo "== compute-sanitizer --tool $tool"
-  compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
-    .gpu/bin/test-gpu --include-ignored --test-threads=1 sanitizer_small_case \
-    >"$out/sanitizer-$tool.txt" 2>&1
-  rc=$?
-  tail -n 5 "$out/sanitizer-$tool.txt"
-  grep -E "ERROR SUMMARY|test result" "$out/sanitizer-$tool.txt" || true
-  [ $rc -eq 0 ] || { echo "compute-sanitizer $tool: exit $rc"; status=1; }
+for bin in $tests; do
+  for tool in $tools; do
+    log="$out/sanitizer-$tool-$bin.txt"
+    echo "== compute-sanitizer --tool $tool .gpu/bin/$bin ${filter:+(tests matching $filter)}"
+    start=$(date +%s)
+    # shellcheck disable=SC2086
+    timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+      ".gpu/bin/$bin" --include-ignored --test-threads=1 $filter >"$log" 2>&1
+    rc=$?
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result" "$log" | tail -n 3
+    echo "   exit $rc after $(( $(date +%s) - start )) s"
+    case $rc in
+      0) ;;
+      124) echo "   UNFINISHED within $limit s"; status=1 ;;
+      *) tail -n 20 "$log"; status=1 ;;
+    esac
+  done
 done
 exit $status
