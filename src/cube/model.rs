@@ -251,6 +251,32 @@ impl Cube {
         Ok(f(&cube))
     }
 
+    /// Wraps `len` bytes of BIP samples at `offset` of a file mapping (same checks as
+    /// [`from_raw`](Self::from_raw), and the range must lie in the mapping).
+    #[allow(clippy::too_many_arguments)] // the same fields as `from_raw`, plus where the samples lie
+    pub(super) fn from_mapped(
+        lines: usize,
+        samples: usize,
+        bands: usize,
+        dtype: DataType,
+        byte_order: ByteOrder,
+        map: memmap2::Mmap,
+        offset: usize,
+        len: usize,
+        meta: CubeMeta,
+    ) -> Result<Self, CubeError> {
+        check_size(lines, samples, bands, dtype, len)?;
+        if offset.checked_add(len).is_none_or(|end| end > map.len()) {
+            return Err(CubeError::SizeMismatch(format!("{len} bytes from offset {offset} run past a {} byte file", map.len())));
+        }
+        Ok(Cube { lines, samples, bands, dtype, byte_order, data: SampleBytes::Mapped { map, offset, len }, meta })
+    }
+
+    /// Whether the samples are a file mapping ([`crate::cube::npy::map`]) rather than memory of their own.
+    pub fn is_mapped(&self) -> bool {
+        self.data.is_mapped()
+    }
+
     /// Whether the samples are borrowed (inside [`with_borrowed`](Self::with_borrowed)) rather than owned.
     pub fn is_borrowed(&self) -> bool {
         self.data.is_borrowed()

@@ -312,6 +312,57 @@ pub fn read(path: &Path) -> Result<Cube, CubeError> {
 /// `read` over any reader holding `have` bytes (`path` labels it in errors). The fuzz tests read from
 /// memory.
 pub fn read_from<R: Read + Seek>(file: &mut R, have: u64, path: &Path) -> Result<Cube, CubeError> {
+    let v = validate(file, have, path)?;
+    let mut bytes = Vec::new();
+    bytes
+        .try_reserve_exact(v.len)
+        .map_err(|_| CubeError::TooLarge(format!("cannot allocate {} bytes for {}", v.len, v.geometry)))?;
+    bytes.resize(v.len, 0);
+    let order = if v.header.fortran_order { FileOrder::FORTRAN } else { FileOrder::BIP };
+    read_into_bip(file, v.header.data_offset, order, Dims::new(v.lines, v.samples, v.bands), v.header.dtype.size(), &mut bytes)
+        .map_err(|e| CubeError::io(path, e))?;
+    Cube::from_raw(v.lines, v.samples, v.bands, v.header.dtype, v.header.byte_order, bytes, v.meta())
+}
+
+/// Like [`read`], but a C-order array whose data starts 64-byte aligned (as NumPy writes it) is mapped
+/// instead of read: the cube's samples are the file's pages (see `cube/bytes.rs` for why, and for the
+/// condition that the file is not changed while the cube lives). Other files are read.
+pub fn map(path: &Path) -> Result<Cube, CubeError> {
+    let mut file = File::open(path).map_err(|e| CubeError::io(path, e))?;
+    let have = file.metadata().map_err(|e| CubeError::io(path, e))?.len();
+    let v = validate(&mut file, have, path)?;
+    let offset = usize::try_from(v.header.data_offset).ok().filter(|o| o % 64 == 0);
+    let (Some(offset), false) = (offset, v.header.fortran_order) else {
+        file.seek(std::io::SeekFrom::Start(0)).map_err(|e| CubeError::io(path, e))?;
+        return read_from(&mut file, have, path);
+    };
+    // SAFETY: a read-only private mapping of a file the service wrote once and never changes in place
+    // (the caller's contract, see above); the cube only reads it.
+    let map = unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(|e| CubeError::io(path, e))?;
+    let meta = v.meta();
+    Cube::from_mapped(v.lines, v.samples, v.bands, v.header.dtype, v.header.byte_order, map, offset, v.len, meta)
+}
+
+/// What a `.npy` file's header says, checked against the file's size before anything is allocated.
+struct Validated {
+    header: NpyHeader,
+    lines: usize,
+    samples: usize,
+    bands: usize,
+    len: usize,
+    geometry: String,
+}
+
+impl Validated {
+    fn meta(&self) -> CubeMeta {
+        CubeMeta {
+            source_interleave: Some(if self.header.fortran_order { Interleave::Bsq } else { Interleave::Bip }),
+            ..CubeMeta::default()
+        }
+    }
+}
+
+fn validate<R: Read + Seek>(file: &mut R, have: u64, path: &Path) -> Result<Validated, CubeError> {
     let in_file = |e: CubeError| match e {
         CubeError::Npy(m) => CubeError::Npy(format!("{}: {m}", path.display())),
         CubeError::Unsupported(m) => CubeError::Unsupported(format!("{}: {m}", path.display())),
@@ -336,32 +387,8 @@ pub fn read_from<R: Read + Seek>(file: &mut R, have: u64, path: &Path) -> Result
         )));
     }
     let too_big = || CubeError::TooLarge(format!("{geometry} does not fit this machine"));
-    let (lines, samples, bands) = (
-        usize::try_from(lines).map_err(|_| too_big())?,
-        usize::try_from(samples).map_err(|_| too_big())?,
-        usize::try_from(bands).map_err(|_| too_big())?,
-    );
-    let len = usize::try_from(need).map_err(|_| too_big())?;
-    let mut bytes = Vec::new();
-    bytes
-        .try_reserve_exact(len)
-        .map_err(|_| CubeError::TooLarge(format!("cannot allocate {len} bytes for {geometry}")))?;
-    bytes.resize(len, 0);
-    let order = if header.fortran_order { FileOrder::FORTRAN } else { FileOrder::BIP };
-    read_into_bip(
-        file,
-        header.data_offset,
-        order,
-        Dims::new(lines, samples, bands),
-        header.dtype.size(),
-        &mut bytes,
-    )
-    .map_err(|e| CubeError::io(path, e))?;
-    let meta = CubeMeta {
-        source_interleave: Some(if header.fortran_order { Interleave::Bsq } else { Interleave::Bip }),
-        ..CubeMeta::default()
-    };
-    Cube::from_raw(lines, samples, bands, header.dtype, header.byte_order, bytes, meta)
+    let size = |n: u64| usize::try_from(n).map_err(|_| too_big());
+    Ok(Validated { lines: size(lines)?, samples: size(samples)?, bands: size(bands)?, len: size(need)?, header, geometry })
 }
 
 /// The header bytes (magic, version, length, dict, padding) for a C-order array: version 1.0, or 2.0
@@ -452,6 +479,64 @@ pub fn write_cube(path: &Path, cube: &Cube) -> Result<(), CubeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A mapped C-order file gives the cube `read` gives (same samples, digest and metadata), without
+    /// memory of its own; Fortran order and an unaligned data offset are read instead; the size checks
+    /// hold for the mapping too.
+    #[test]
+    fn map_gives_the_cube_read_gives() {
+        let dir = tempfile::tempdir().unwrap();
+        let values: Vec<i16> = (0..5 * 7 * 3).map(|i| (i * 37 % 1001 - 500) as i16).collect();
+        let cube = Cube::from_i16(5, 7, 3, &values).unwrap();
+        let p = dir.path().join("c.npy");
+        write_cube(&p, &cube).unwrap();
+        let (mapped, read) = (map(&p).unwrap(), read(&p).unwrap());
+        assert!(mapped.is_mapped() && !read.is_mapped());
+        assert_eq!(mapped.raw(), read.raw());
+        assert_eq!(mapped.content_digest(), read.content_digest());
+        assert_eq!(mapped.meta.source_interleave, read.meta.source_interleave);
+        assert!(!mapped.clone().is_mapped(), "a clone owns its bytes");
+
+        // Fortran order (the same values, BSQ on disk) is read and transposed.
+        let mut bsq = header_bytes("<i2", &[5, 7, 3]);
+        let (from, to) = (b"'fortran_order': False,", b"'fortran_order': True, ");
+        let at = bsq.windows(from.len()).position(|w| w == from).unwrap();
+        bsq[at..at + to.len()].copy_from_slice(to);
+        for b in 0..3 {
+            for smp in 0..7 {
+                for l in 0..5 {
+                    bsq.extend_from_slice(&values[(l * 7 + smp) * 3 + b].to_le_bytes());
+                }
+            }
+        }
+        let f = dir.path().join("f.npy");
+        std::fs::write(&f, &bsq).unwrap();
+        let fortran = map(&f).unwrap();
+        assert!(!fortran.is_mapped());
+        assert_eq!(fortran.raw(), read.raw());
+
+        // A data offset that is not 64-byte aligned (a hand-made header) is read, not mapped.
+        let good = std::fs::read(&p).unwrap();
+        let off = good.iter().position(|&c| c == b'\n').unwrap() + 1;
+        let mut odd = good[..off - 1].to_vec();
+        odd.extend_from_slice(b" \n");
+        let hl = u16::from_le_bytes([odd[8], odd[9]]) + 1;
+        odd[8..10].copy_from_slice(&hl.to_le_bytes());
+        odd.extend_from_slice(&good[off..]);
+        let u = dir.path().join("u.npy");
+        std::fs::write(&u, &odd).unwrap();
+        let unaligned = map(&u).unwrap();
+        assert!(!unaligned.is_mapped());
+        assert_eq!(unaligned.raw(), read.raw());
+
+        // Truncated and overlong files are refused before mapping.
+        std::fs::write(&u, &good[..good.len() - 2]).unwrap();
+        assert!(matches!(map(&u), Err(CubeError::SizeMismatch(_))));
+        let mut long = good.clone();
+        long.push(0);
+        std::fs::write(&u, &long).unwrap();
+        assert!(matches!(map(&u), Err(CubeError::SizeMismatch(_))));
+    }
 
     #[test]
     fn dict_parser_is_tolerant() {

@@ -576,7 +576,8 @@ pub fn load_cube(kind: InputKind, location: &str, storage: &Storage, rt: &tokio:
         rt.block_on(storage.local_copy(&key)).map_err(|e| CubeError::Io { path: key, source: e.into_io() })
     };
     match kind {
-        InputKind::Npy => crate::cube::npy::read(local("cube.npy")?.path()),
+        // Mapped: the upload is ours, written once (a copy from S3 is a scratch file of this job).
+        InputKind::Npy => crate::cube::npy::map(local("cube.npy")?.path()),
         InputKind::Envi => {
             let hdr = local("cube.hdr")?;
             let text = std::fs::read_to_string(hdr.path()).map_err(|e| CubeError::io(hdr.path(), e))?;
