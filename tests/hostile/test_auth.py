@@ -104,6 +104,14 @@ def test_a_key_sees_only_its_own_jobs(keyed):
                      f"/v1/jobs/{theirs}/result?product=denoised", f"/v1/jobs/{theirs}/metadata"]:
             assert_problem(server.call("GET", path, headers=h), 404, "not_found")
         assert_problem(server.call("DELETE", f"/v1/jobs/{theirs}", headers=h), 404, "not_found")
+        assert_problem(server.call("GET", f"/v1/jobs/{theirs}/preview?component=1", headers=h), 404, "not_found")
+        # The same jobs seen through OGC API - Processes: listed, status, results and dismiss.
+        ogc_listed = [j["jobID"] for j in server.call("GET", "/jobs?limit=1000", headers=h).json()["jobs"]]
+        assert mine in ogc_listed and theirs not in ogc_listed, (owner, ogc_listed)
+        for method, path in [("GET", f"/jobs/{theirs}"), ("GET", f"/jobs/{theirs}/results"), ("DELETE", f"/jobs/{theirs}")]:
+            r = server.call(method, path, headers=h)
+            assert r.status_code == 404 and theirs not in r.text.replace(path, ""), (owner, method, path, r.text)
+        assert server.call("GET", f"/jobs/{mine}", headers=h).status_code == 200
         # The owner still sees and downloads their own job.
         assert server.call("GET", f"/v1/jobs/{mine}", headers=h).status_code == 200
         assert server.call("GET", f"/v1/jobs/{mine}/result", headers=h).status_code == 200
