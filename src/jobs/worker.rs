@@ -479,17 +479,24 @@ impl Runner {
             .map_err(|e| JobFailure::storage(&e))?;
         let mut files = Vec::new();
         // The same writer as `hypermnf run --out`, once as .npy and once as ENVI, so that every download
-        // holds exactly the bytes the command line would have written.
-        let npy = crate::output::write_result(&dir.join("result.npy"), &output, &cube.meta).map_err(JobFailure::cube)?;
+        // holds exactly the bytes the command line would have written. The two are written side by side:
+        // the ENVI files are band-sequential, a transposition that took as long as the rest of the write.
+        let envi_dir = dir.join("envi");
+        let (npy, envi) = std::thread::scope(|s| {
+            let envi = s.spawn(|| {
+                std::fs::create_dir_all(&envi_dir).map_err(|e| JobFailure::storage(&e))?;
+                crate::output::write_result(&envi_dir.join("result.hdr"), &output, &cube.meta).map_err(JobFailure::cube)
+            });
+            let npy = crate::output::write_result(&dir.join("result.npy"), &output, &cube.meta).map_err(JobFailure::cube);
+            let envi = envi.join().unwrap_or_else(|_| Err(JobFailure { code: "internal".into(), message: "the ENVI writer panicked".into() }));
+            (npy, envi)
+        });
+        let (npy, envi) = (npy?, envi?);
         files.push((product::COMPONENTS_NPY.to_string(), npy.components));
         files.push((product::METADATA.to_string(), npy.metadata));
         if let Some(d) = npy.denoised {
             files.push((product::DENOISED_NPY.to_string(), d));
         }
-        *progress.lock().unwrap_or_else(|p| p.into_inner()) = (Stage::Write, 0.5);
-        let envi_dir = dir.join("envi");
-        std::fs::create_dir_all(&envi_dir).map_err(|e| JobFailure::storage(&e))?;
-        let envi = crate::output::write_result(&envi_dir.join("result.hdr"), &output, &cube.meta).map_err(JobFailure::cube)?;
         files.push((product::COMPONENTS_HDR.to_string(), envi.components));
         if let Some(img) = envi.components_data {
             files.push((product::COMPONENTS_IMG.to_string(), img));
