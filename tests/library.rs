@@ -108,7 +108,10 @@ fn fit_equals_the_cpu_pipeline_on_every_real_cube() {
 }
 
 fn hypermnf_run(args: &[&str]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_hypermnf")).args(args).output().expect("hypermnf runs");
+    // HYPERMNF_BIN: where the binary is on a machine other than the one that built the tests (the GPU
+    // host runs a packed copy, where CARGO_BIN_EXE_hypermnf's build path does not exist).
+    let bin = std::env::var_os("HYPERMNF_BIN").map(std::path::PathBuf::from).unwrap_or_else(|| env!("CARGO_BIN_EXE_hypermnf").into());
+    let out = Command::new(&bin).args(args).output().unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
     assert!(out.status.success(), "hypermnf {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
 }
 
