@@ -14,19 +14,36 @@ pub(crate) fn cuda<E: std::fmt::Display>(what: &'static str) -> impl FnOnce(E) -
     move |e| BackendError::Cuda(format!("{what}: {e}"))
 }
 
-/// Creates the context of device 0 without ever panicking: cudarc loads libcuda dynamically and panics
-/// where it is missing, so look for the library first and catch any panic of the first driver calls.
-pub(crate) fn open_context() -> Result<Arc<CudaContext>, BackendError> {
+/// Number of CUDA devices the driver reports; `Err(Unavailable)` where there is no driver (never a
+/// panic: cudarc loads libcuda dynamically and panics where it is missing, so look for the library
+/// first and catch any panic of the first driver call).
+pub(crate) fn device_count() -> Result<usize, BackendError> {
     // SAFETY: only tries to dlopen the library names cudarc would use.
     if !unsafe { sys::is_culib_present() } {
         return Err(BackendError::Unavailable("no CUDA driver (libcuda.so) found".into()));
     }
-    let attempt = std::panic::catch_unwind(|| -> Result<Arc<CudaContext>, BackendError> {
-        let n = CudaContext::device_count().map_err(cuda("cuDeviceGetCount"))?;
-        if n < 1 {
-            return Err(BackendError::Unavailable("the CUDA driver reports no device".into()));
-        }
-        CudaContext::new(0).map_err(|e| BackendError::Unavailable(format!("cannot create a CUDA context: {e}")))
+    match std::panic::catch_unwind(|| CudaContext::device_count().map_err(cuda("cuDeviceGetCount"))) {
+        Ok(r) => Ok(r?.max(0) as usize),
+        Err(_) => Err(BackendError::Unavailable("the CUDA driver could not be loaded".into())),
+    }
+}
+
+/// Creates the context of device `ordinal` without ever panicking (see `device_count`). An ordinal the
+/// driver does not have is `Unavailable`, with the number of devices it does have.
+pub(crate) fn open_context(ordinal: usize) -> Result<Arc<CudaContext>, BackendError> {
+    let n = device_count()?;
+    if n < 1 {
+        return Err(BackendError::Unavailable("the CUDA driver reports no device".into()));
+    }
+    if ordinal >= n {
+        return Err(BackendError::Unavailable(format!(
+            "there is no CUDA device {ordinal}: the driver reports {n} (0..={})",
+            n - 1
+        )));
+    }
+    let attempt = std::panic::catch_unwind(|| {
+        CudaContext::new(ordinal)
+            .map_err(|e| BackendError::Unavailable(format!("cannot create a CUDA context on device {ordinal}: {e}")))
     });
     let ctx = match attempt {
         Ok(r) => r?,
