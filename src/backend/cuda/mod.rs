@@ -230,6 +230,16 @@ impl CudaBackend {
         HostRegistration::new(&self.ctx, &self.registry, bytes)
     }
 
+    /// Page-locks `bytes` for every device of `backends` at once (portable registration, made in the
+    /// first one's context): a cube split over them, whose shares each device copies directly.
+    pub fn register_host_shared<'a>(backends: &[&CudaBackend], bytes: &'a [u8]) -> Result<HostRegistration<'a>, BackendError> {
+        let first = backends
+            .first()
+            .ok_or_else(|| BackendError::Invalid("no device to page-lock the memory for".into()))?;
+        let registries: Vec<_> = backends.iter().map(|b| b.registry.clone()).collect();
+        HostRegistration::new_portable(&first.ctx, &registries, bytes)
+    }
+
     /// Page-locks an output buffer the caller keeps writing through the returned slice (the benchmark's
     /// components, as PyTorch's pinned output): projections into it download straight into it.
     pub fn register_host_mut<'a>(&self, bytes: &'a mut [u8]) -> Result<(HostRegistration<'a>, &'a mut [u8]), BackendError> {
