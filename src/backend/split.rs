@@ -89,7 +89,9 @@ fn view_spec(spec: &StatsSpec, view: &Range<usize>, keep: &Range<usize>, samples
 pub enum SplitMode {
     /// Every cube (`--split-cube`).
     Always,
-    /// Only a cube that does not fit the first device's free memory; others run on that device.
+    /// Only a cube that does not fit the first device's free memory; others run on that device, and
+    /// the backend then stands for that device (its name, memory and ordinal, so that the job cache
+    /// keeps its cubes in that device's level).
     WhenTooLarge,
 }
 
@@ -137,13 +139,30 @@ impl Backend for SplitBackend {
     }
     fn device(&self) -> String {
         let first = self.parts[0].device();
+        if self.mode == SplitMode::WhenTooLarge {
+            return first;
+        }
         if self.parts.iter().all(|p| p.device() == first) {
             format!("{} x {first}", self.parts.len())
         } else {
             self.parts.iter().map(|p| p.device()).collect::<Vec<_>>().join(" + ")
         }
     }
-    // memory_in_use stays None: the job cache's device level keeps no split cube (it is per device).
+    /// Always-split: None, so that the job cache's device level (one per device) keeps no split cube.
+    /// Split only when too large: the first device's (a split cube holds no resident bytes, so the
+    /// cache never keeps one).
+    fn memory_in_use(&self) -> Option<(u64, u64)> {
+        match self.mode {
+            SplitMode::Always => None,
+            SplitMode::WhenTooLarge => self.parts[0].memory_in_use(),
+        }
+    }
+    fn ordinal(&self) -> Option<usize> {
+        match self.mode {
+            SplitMode::Always => None,
+            SplitMode::WhenTooLarge => self.parts[0].ordinal(),
+        }
+    }
     fn release_idle_memory(&self) {
         for p in &self.parts {
             p.release_idle_memory();
@@ -152,6 +171,14 @@ impl Backend for SplitBackend {
     fn prepare<'c>(&'c self, cube: &'c Cube, monitor: &Monitor) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError> {
         if !self.splits(cube) {
             return self.parts[0].prepare(cube, monitor);
+        }
+        if self.mode == SplitMode::WhenTooLarge {
+            tracing::info!(
+                bytes = cube.raw().len(),
+                device = %self.parts[0].device(),
+                devices = self.parts.len(),
+                "the cube does not fit the device's free memory: split over the devices"
+            );
         }
         let mut out = Vec::new();
         for (lines, backend) in shares(cube.lines(), self.parts.len()).into_iter().zip(&self.parts) {

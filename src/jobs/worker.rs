@@ -38,7 +38,8 @@ const IDLE_POLL: Duration = Duration::from_secs(2);
 /// The compute backends, one set per choice, created on first use and shared by every job (the CUDA
 /// backend holds a context and compiled kernels): one backend per device of `--devices`, handed to
 /// the jobs in turn (round robin per job), or with `--split-cube` one backend that runs every job on
-/// all of them.
+/// all of them. With several devices, a job whose cube does not fit its device's free memory is
+/// split over all of them (its device first).
 pub struct Backends {
     default: BackendChoice,
     devices: DeviceSelection,
@@ -73,12 +74,22 @@ impl Backends {
         if let Some(b) = made.get(&choice) {
             return Ok(b.clone());
         }
-        let devices = crate::backend::devices::select_devices(choice, &self.devices)?;
+        let mut devices = crate::backend::devices::select_devices(choice, &self.devices)?;
         let split: Option<Arc<dyn Backend>> = if self.split && devices.len() > 1 {
             Some(Arc::new(SplitBackend::new(devices.clone(), SplitMode::Always)?))
         } else {
             None
         };
+        if split.is_none() && devices.len() > 1 {
+            // Device i, then the others: it runs the job alone unless the cube is too large for it.
+            let all = devices.clone();
+            devices = (0..all.len())
+                .map(|i| -> Result<Arc<dyn Backend>, crate::backend::BackendError> {
+                    let order: Vec<_> = all[i..].iter().chain(&all[..i]).cloned().collect();
+                    Ok(Arc::new(SplitBackend::new(order, SplitMode::WhenTooLarge)?))
+                })
+                .collect::<Result<_, _>>()?;
+        }
         let set = Arc::new(DeviceSet { devices, split, next: AtomicUsize::new(0) });
         made.insert(choice, set.clone());
         Ok(set)
