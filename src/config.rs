@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::backend::devices::DeviceSelection;
 use crate::mnf::BackendChoice;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -32,6 +33,16 @@ pub struct ServeArgs {
     /// Backend for jobs that ask for `auto`: auto (CUDA when a device is found), cpu, cuda, cuda-cublas.
     #[arg(long, env = "HYPERMNF_BACKEND", default_value = "auto")]
     pub backend: BackendChoice,
+    /// CUDA devices to use: `all`, or ordinals such as `0,2`. One backend per device; jobs go to them
+    /// in turn, and each device keeps its own cached cubes (`--gpu-cache-bytes` each). A device the
+    /// host lacks, a duplicate or an empty entry stops the start. Ignored, with a log line, where the
+    /// CPU backend runs.
+    #[arg(long, env = "HYPERMNF_DEVICES", default_value = "all")]
+    pub devices: DeviceSelection,
+    /// Run every job on all the devices at once, each computing a share of the cube's lines, instead
+    /// of one job per device (for cubes that are large against one device).
+    #[arg(long, env = "HYPERMNF_SPLIT_CUBE")]
+    pub split_cube: bool,
     /// Jobs run at the same time.
     #[arg(long, env = "HYPERMNF_WORKERS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub workers: u16,
@@ -78,6 +89,8 @@ impl ServeArgs {
             instance_id: None,
             store: None,
             backend: BackendChoice::Auto,
+            devices: DeviceSelection::All,
+            split_cube: false,
             workers: 1,
             max_upload_bytes: 4 << 30,
             api_keys_file: None,

@@ -68,6 +68,13 @@ struct RunArgs {
     /// auto (CUDA if a device is found), cpu, cuda or cuda-cublas.
     #[arg(long, default_value = "auto")]
     backend: hypermnf::mnf::BackendChoice,
+    /// CUDA devices: `all` or ordinals such as `0,2`. With several, a cube that does not fit the first
+    /// device's memory is split over them by lines (ignored by the CPU backend).
+    #[arg(long, env = "HYPERMNF_DEVICES", default_value = "all")]
+    devices: hypermnf::backend::devices::DeviceSelection,
+    /// Split the cube over the devices whatever its size, each computing a share of its lines.
+    #[arg(long)]
+    split_cube: bool,
     /// Output: OUT.npy (float32 (lines, samples, k)) or OUT.hdr (ENVI float32 BSQ + OUT.img).
     #[arg(long)]
     out: PathBuf,
@@ -124,6 +131,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         Some("npy") | Some("hdr") => {}
         _ => anyhow::bail!("--out must end in .npy or .hdr, not {}", args.out.display()),
     }
+    // Devices first: a bad --devices list is reported before the cube is read.
+    let backend = run_backend(params.backend, &args.devices, args.split_cube)?;
     let t = Instant::now();
     eprintln!("hypermnf: reading {}", args.input.display());
     let cube = hypermnf::cube::open(&args.input)?;
@@ -136,7 +145,6 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         cube.dtype().name(),
         read_ms
     );
-    let backend = hypermnf::backend::select(params.backend)?;
     eprintln!("hypermnf: backend {} on {}", backend.name(), backend.device());
 
     // Progress to stderr: a line when a stage starts and at every further 25%.
@@ -170,12 +178,49 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The backend of `hypermnf run`: one device, or with several a split backend (every cube with
+/// `--split-cube`, else only a cube too large for the first device).
+fn run_backend(
+    choice: hypermnf::mnf::BackendChoice,
+    devices: &hypermnf::backend::devices::DeviceSelection,
+    split_cube: bool,
+) -> anyhow::Result<std::sync::Arc<dyn hypermnf::backend::Backend>> {
+    use hypermnf::backend::split::{SplitBackend, SplitMode};
+    let mut all = hypermnf::backend::devices::select_devices(choice, devices)?;
+    if all.len() == 1 {
+        if split_cube {
+            eprintln!("hypermnf: one device: --split-cube has nothing to split over");
+        }
+        return Ok(all.remove(0));
+    }
+    let mode = if split_cube { SplitMode::Always } else { SplitMode::WhenTooLarge };
+    Ok(std::sync::Arc::new(SplitBackend::new(all, mode)?))
+}
+
 fn info() -> anyhow::Result<()> {
+    use hypermnf::backend::cuda::{device_count, CudaBackend, Route};
     use hypermnf::backend::Backend;
     println!("hypermnf {}", env!("CARGO_PKG_VERSION"));
     println!("cpu: {}", hypermnf::backend::cpu::CpuBackend::new().device());
-    match hypermnf::backend::cuda::CudaBackend::new(hypermnf::backend::cuda::Route::Kernels) {
-        Ok(b) => println!("cuda: {}", b.device()),
+    match device_count() {
+        Ok(0) => println!("cuda: unavailable (the driver reports no device)"),
+        Ok(n) => {
+            println!("cuda: {n} device{}", if n == 1 { "" } else { "s" });
+            for d in 0..n {
+                match CudaBackend::on_device(d, Route::Kernels) {
+                    Ok(b) => match b.memory_in_use() {
+                        Some((used, total)) => println!(
+                            "cuda {d}: {} ({:.1} GiB, {:.1} GiB in use)",
+                            b.device(),
+                            total as f64 / (1u64 << 30) as f64,
+                            used as f64 / (1u64 << 30) as f64
+                        ),
+                        None => println!("cuda {d}: {}", b.device()),
+                    },
+                    Err(e) => println!("cuda {d}: unavailable ({e})"),
+                }
+            }
+        }
         Err(e) => println!("cuda: unavailable ({e})"),
     }
     Ok(())

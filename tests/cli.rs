@@ -151,3 +151,30 @@ fn failures_are_clear() {
     }
     assert!(!out.exists(), "no output written on failure");
 }
+
+/// `--devices`: a malformed list is refused before anything runs, on any machine; on a machine
+/// without a GPU a well-formed list is ignored (the CPU runs) and the result is the CPU's.
+#[test]
+fn device_lists_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.npy");
+    let input = data("salinasA_224_bip_be.hdr");
+    for (list, needle) in [("x", "not a device ordinal"), ("0,0", "listed twice"), ("", "empty"), ("1,", "empty entry")] {
+        let r = hypermnf(&["run", input.to_str().unwrap(), "--devices", list, "--out", out.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&r.stderr);
+        assert!(!r.status.success(), "--devices {list:?} should fail");
+        assert!(!stderr.contains("panicked") && stderr.contains(needle), "--devices {list:?}: {stderr}");
+        let r = hypermnf(&["serve", "--devices", list, "--data-dir", dir.path().join("d").to_str().unwrap()]);
+        assert!(!r.status.success() && String::from_utf8_lossy(&r.stderr).contains(needle), "serve --devices {list:?}");
+    }
+    assert!(!out.exists());
+    // SAFETY: only tries to dlopen libcuda.
+    if unsafe { cudarc::driver::sys::is_culib_present() } {
+        eprintln!("a CUDA driver is present: the CPU fallback is not exercised here");
+        return;
+    }
+    let cpu = dir.path().join("cpu.npy");
+    run_ok(&["run", input.to_str().unwrap(), "--backend", "cpu", "--out", cpu.to_str().unwrap()]);
+    run_ok(&["run", input.to_str().unwrap(), "--devices", "3,1", "--split-cube", "--out", out.to_str().unwrap()]);
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&cpu).unwrap(), "the CPU ran, list ignored");
+}

@@ -126,8 +126,8 @@ pub async fn context(args: ServeArgs) -> anyhow::Result<ApiContext> {
     let store = JobStore::open(&args.database_url()).await.context("cannot open the job database")?;
     let storage = Storage::open(args.store.as_ref(), &args.data_dir).context("cannot open the storage")?;
     storage.clear_scratch();
-    let choice = args.backend;
-    let backends = tokio::task::spawn_blocking(move || Backends::new(choice))
+    let (choice, devices, split) = (args.backend, args.devices.clone(), args.split_cube);
+    let backends = tokio::task::spawn_blocking(move || Backends::with_devices(choice, devices, split))
         .await?
         .with_context(|| format!("cannot start the {} backend", choice.name()))?;
     let lease = crate::jobs::store::Lease { owner: args.instance_id(), duration: args.lease };

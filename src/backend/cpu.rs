@@ -6,6 +6,7 @@
 //! thread count, so results are bit-identical from run to run (the cache and the service rely on it).
 //! Working memory is O(threads × chunk), on top of the input cube and the output.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rayon::prelude::*;
@@ -41,18 +42,31 @@ impl Backend for CpuBackend {
         format!("CPU ({} threads)", rayon::current_num_threads())
     }
     fn prepare<'c>(&'c self, cube: &'c Cube, _monitor: &Monitor) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError> {
-        Ok(Box::new(CpuCube { cube }))
+        Ok(Box::new(CpuCube { cube, view: 0..cube.lines() }))
+    }
+    fn prepare_lines<'c>(
+        &'c self,
+        cube: &'c Cube,
+        lines: Range<usize>,
+        _monitor: &Monitor,
+    ) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError> {
+        super::check_line_range(cube, &lines)?;
+        Ok(Box::new(CpuCube { cube, view: lines }))
     }
 }
 
+/// Lines `view` of a cube, seen by the passes as a cube of their own: the image ends at the view's
+/// ends (no noise residual reaches past them) and a noise window is in the view's coordinates. The
+/// whole cube is the view 0..lines.
 struct CpuCube<'c> {
     cube: &'c Cube,
+    view: Range<usize>,
 }
 
-/// Line ranges of the chunks, fixed by the cube's shape.
-fn chunks(cube: &Cube) -> Vec<(usize, usize)> {
-    let per = (CHUNK_PIXELS / cube.samples().max(1)).clamp(1, cube.lines());
-    (0..cube.lines()).step_by(per).map(|l0| (l0, (l0 + per).min(cube.lines()))).collect()
+/// Line ranges (in the cube) of the chunks of `view`, fixed by the cube's shape and the view.
+fn chunks(cube: &Cube, view: &Range<usize>) -> Vec<(usize, usize)> {
+    let per = (CHUNK_PIXELS / cube.samples().max(1)).clamp(1, view.len().max(1));
+    view.clone().step_by(per).map(|l0| (l0, (l0 + per).min(view.end))).collect()
 }
 
 /// Counts finished chunks and reports progress / checks cancellation.
@@ -78,13 +92,14 @@ impl PreparedCube for CpuCube<'_> {
         monitor: &Monitor,
     ) -> Result<Statistics, BackendError> {
         let cube = self.cube;
-        let chunks = chunks(cube);
+        let view = &self.view;
+        let chunks = chunks(cube, view);
         let ticker = Ticker { monitor, stage: Stage::Statistics, done: AtomicUsize::new(0), total: chunks.len() };
         monitor.tick(Stage::Statistics, 0.0)?;
         let parts: Vec<(Moments, Moments, u64)> = chunks
             .par_iter()
             .map(|&(l0, l1)| {
-                let r = chunk_statistics(cube, spec, l0, l1);
+                let r = chunk_statistics(cube, spec, view, l0, l1);
                 ticker.tick()?;
                 Ok(r)
             })
@@ -104,7 +119,7 @@ impl PreparedCube for CpuCube<'_> {
     fn project(&mut self, p: &Projection, out: &mut [f32], monitor: &Monitor) -> Result<(), BackendError> {
         let u = p.bands_used.len();
         let k = p.k;
-        transform_pass(self.cube, out, k, Stage::Projection, monitor, p.ignore_value, &p.mask_bands, |x, rows, z| {
+        transform_pass(self.cube, &self.view, out, k, Stage::Projection, monitor, p.ignore_value, &p.mask_bands, |x, rows, z| {
             // z (rows × k) = (x_used − μ) (rows × u) · T (u × k)
             let centred = gather_centred(x, rows, self.cube.bands(), &p.bands_used, &p.means);
             let mut zz = vec![0.0f64; rows * k];
@@ -118,7 +133,7 @@ impl PreparedCube for CpuCube<'_> {
     fn denoise(&mut self, d: &Denoise, out: &mut [f32], monitor: &Monitor) -> Result<(), BackendError> {
         let u = d.bands_used.len();
         let b = self.cube.bands();
-        transform_pass(self.cube, out, b, Stage::Inverse, monitor, d.ignore_value, &d.mask_bands, |x, rows, z| {
+        transform_pass(self.cube, &self.view, out, b, Stage::Inverse, monitor, d.ignore_value, &d.mask_bands, |x, rows, z| {
             // x̂_used (rows × u) = μ + (x_used − μ) · Aᵀ; other bands pass through.
             let centred = gather_centred(x, rows, b, &d.bands_used, &d.means);
             let mut y = vec![0.0f64; rows * u];
@@ -136,10 +151,14 @@ impl PreparedCube for CpuCube<'_> {
     }
 }
 
-/// Widens one chunk (with halo lines) and forms its data and noise moments.
-fn chunk_statistics(cube: &Cube, spec: &StatsSpec, l0: usize, l1: usize) -> (Moments, Moments, u64) {
-    let (s, b, lines) = (cube.samples(), cube.bands(), cube.lines());
-    let h0 = l0.saturating_sub(1);
+/// Widens one chunk, lines l0..l1 of the cube (with halo lines inside `view`), and forms its data
+/// moments and the moments of the noise residuals centred on its lines whose neighbours lie in `view`.
+/// Lines are the cube's; `spec.window` is in the view's coordinates.
+pub(crate) fn chunk_statistics(cube: &Cube, spec: &StatsSpec, view: &Range<usize>, l0: usize, l1: usize) -> (Moments, Moments, u64) {
+    let (s, b) = (cube.samples(), cube.bands());
+    // The view's first line plays line 0, its end the image's end.
+    let (top, lines) = (view.start, view.end);
+    let h0 = l0.saturating_sub(1).max(top);
     let h1 = (l1 + 1).min(lines);
     let mut x = vec![0.0f64; (h1 - h0) * s * b];
     cube.decode_lines_f64(h0, h1 - h0, &mut x);
@@ -154,11 +173,11 @@ fn chunk_statistics(cube: &Cube, spec: &StatsSpec, l0: usize, l1: usize) -> (Mom
 
     // Noise first: the data moments below may centre the chunk's lines of `x` in place.
     let mut rows: Vec<f64> = Vec::new();
-    let in_window = |l: usize, c: usize| spec.window.is_none_or(|w| w.contains(l, c));
+    let in_window = |l: usize, c: usize| spec.window.is_none_or(|w| w.contains(l - top, c));
     match spec.noise {
-        NoiseEstimator::MeanFilter if lines >= 3 && s >= 3 => {
+        NoiseEstimator::MeanFilter if lines - top >= 3 && s >= 3 => {
             rows.reserve((l1 - l0) * s * b);
-            for l in l0.max(1)..l1.min(lines - 1) {
+            for l in l0.max(top + 1)..l1.min(lines - 1) {
                 for c in 1..s - 1 {
                     if !in_window(l, c) || !(l - 1..=l + 1).all(|ll| (c - 1..=c + 1).all(|cc| ok(ll, cc))) {
                         continue;
@@ -177,7 +196,7 @@ fn chunk_statistics(cube: &Cube, spec: &StatsSpec, l0: usize, l1: usize) -> (Mom
                 }
             }
         }
-        NoiseEstimator::ShiftDifference if lines >= 2 && s >= 2 => {
+        NoiseEstimator::ShiftDifference if lines - top >= 2 && s >= 2 => {
             rows.reserve((l1 - l0) * s * b);
             for l in l0..l1.min(lines - 1) {
                 for c in 0..s - 1 {
@@ -237,6 +256,7 @@ fn gather_centred(x: &[f64], rows: usize, bands: usize, used: &[usize], means: &
 #[allow(clippy::too_many_arguments)]
 fn transform_pass(
     cube: &Cube,
+    view: &Range<usize>,
     out: &mut [f32],
     width: usize,
     stage: Stage,
@@ -246,8 +266,14 @@ fn transform_pass(
     map: impl Fn(&[f64], usize, &mut [f32]) + Sync,
 ) -> Result<(), BackendError> {
     let (s, b) = (cube.samples(), cube.bands());
-    assert_eq!(out.len(), cube.pixels() * width, "output buffer size");
-    let chunks = chunks(cube);
+    if out.len() != view.len() * s * width {
+        return Err(BackendError::Invalid(format!(
+            "output buffer of {} values for {} lines x {s} samples x {width}",
+            out.len(),
+            view.len()
+        )));
+    }
+    let chunks = chunks(cube, view);
     let per = chunks[0].1 - chunks[0].0;
     let ticker = Ticker { monitor, stage, done: AtomicUsize::new(0), total: chunks.len() };
     monitor.tick(stage, 0.0)?;

@@ -4,7 +4,10 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod devices;
+pub mod split;
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::cube::Cube;
@@ -51,6 +54,23 @@ pub trait Backend: Send + Sync {
     /// Gets ready to run passes over `cube` (the CUDA backend uploads it here when it fits). `Send`, so
     /// that the job cache can keep a prepared cube between jobs run on different threads.
     fn prepare<'c>(&'c self, cube: &'c Cube, monitor: &Monitor) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError>;
+    /// Like `prepare`, for lines `lines` of the cube only, which the passes then see as a cube of its
+    /// own: the image ends at the range's ends (no noise residual reaches past them), a noise window is
+    /// in the range's coordinates, and the outputs hold the range's pixels only. The shares of a cube
+    /// split over several devices ([`split`]). Backends that cannot say so.
+    fn prepare_lines<'c>(
+        &'c self,
+        _cube: &'c Cube,
+        _lines: Range<usize>,
+        _monitor: &Monitor,
+    ) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError> {
+        Err(BackendError::Unavailable(format!("the {} backend cannot prepare a share of a cube", self.name())))
+    }
+    /// The CUDA device ordinal the backend runs on; None for the CPU (the job cache keeps one device
+    /// level per ordinal).
+    fn ordinal(&self) -> Option<usize> {
+        None
+    }
     /// Returns device memory the backend keeps idle for reuse (its buffer pool) to the device: the job
     /// cache calls it after evicting device-resident cubes, so that eviction really frees memory.
     /// Nothing to do where there is no device memory.
@@ -93,6 +113,24 @@ pub trait PreparedCube {
     fn eigen_solver(&self) -> Option<&dyn crate::mnf::eigen::GeneralizedEigenSolver> {
         None
     }
+    /// For backends that form the statistics from values shifted by a per-band value near the mean
+    /// (the CUDA one): use these shifts (data, noise) instead of sampling the prepared lines. The
+    /// shares of a split cube all take the whole cube's, so that they form exactly the float32 values
+    /// one device would. Nothing to do elsewhere.
+    fn use_shifts(&mut self, _data: &[f64], _noise: &[f64]) {}
+}
+
+/// Checks a line range of `cube` given to `prepare_lines`.
+pub(crate) fn check_line_range(cube: &Cube, lines: &Range<usize>) -> Result<(), BackendError> {
+    if lines.is_empty() || lines.end > cube.lines() {
+        return Err(BackendError::Invalid(format!(
+            "lines {}..{} are not a non-empty range of the cube's {} lines",
+            lines.start,
+            lines.end,
+            cube.lines()
+        )));
+    }
+    Ok(())
 }
 
 /// Creates the backend asked for. `Auto` tries CUDA and falls back to the CPU, logging why.

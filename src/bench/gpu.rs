@@ -11,6 +11,11 @@
 //!   (it also allocates and NaN-fills the output and builds the metadata);
 //! - the CPU backend through `mnf::run`.
 //!
+//! With `--devices` naming two or more devices, each scale also gets the several-device rows: `mnf::run`
+//! on each device alone, on the cube split over all of them (`--split-cube`), and the job rate of a
+//! stream of cubes on one device against all of them (one job per device at a time), all from the
+//! same page-locked cube (portable registration, so every device copies it directly).
+//!
 //! The per-stage columns come from CUDA events of the last `backend` run (points on a timeline from the
 //! start of each pass; the stages overlap).
 
@@ -19,7 +24,11 @@ use std::time::Instant;
 
 use anyhow::Context;
 
+use std::sync::Arc;
+
 use crate::backend::cuda::{CudaBackend, Route, Timeline};
+use crate::backend::devices::DeviceSelection;
+use crate::backend::split::{SplitBackend, SplitMode};
 use crate::backend::{Backend, PreparedCube};
 use crate::cube::synthetic::{self, SyntheticSpec};
 use crate::cube::Cube;
@@ -48,6 +57,16 @@ pub struct Args {
     /// Also write all numbers as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// CUDA devices for the several-device rows: `all` or ordinals such as 0,1 (rows only with two or
+    /// more).
+    #[arg(long)]
+    pub devices: Option<DeviceSelection>,
+    /// Only the several-device rows (no single-device variants, cuBLAS route, CPU backend or PCIe row).
+    #[arg(long, requires = "devices")]
+    pub devices_only: bool,
+    /// Jobs in each stream of the job-rate rows.
+    #[arg(long, default_value_t = 24)]
+    pub stream_jobs: usize,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -60,6 +79,18 @@ struct Row {
     runs: usize,
     timeline: Option<Timeline>,
     eigen_ms: Option<f64>,
+    /// Job-rate rows: jobs per second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jobs_per_s: Option<f64>,
+    /// Split rows: largest relative difference from the first device alone (eigenvalues; components).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rel_error: Option<(f64, f64)>,
+}
+
+impl Row {
+    fn new(scale: usize, lines: usize, what: String, (median_ms, min_ms): (f64, f64), runs: usize) -> Row {
+        Row { scale, lines, what, median_ms, min_ms, runs, timeline: None, eigen_ms: None, jobs_per_s: None, rel_error: None }
+    }
 }
 
 fn median(mut v: Vec<f64>) -> (f64, f64) {
@@ -203,6 +234,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let k = args.components;
     let mut rows: Vec<Row> = Vec::new();
     let mut device = String::new();
+    // The device list is checked before any cube is generated.
+    let several = match &args.devices {
+        Some(sel) => Some(sel.resolve(crate::backend::cuda::device_count()?)?),
+        None => None,
+    };
+    if args.devices_only && several.as_ref().is_none_or(|o| o.len() < 2) {
+        anyhow::bail!("--devices-only needs --devices with two or more devices");
+    }
     for &scale in &args.scales {
         let mut spec = SyntheticSpec::paper_size();
         spec.lines *= scale;
@@ -217,163 +256,189 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             cube.raw().len() >> 20,
             t.elapsed().as_secs_f64()
         );
-        let mut out = vec![0f32; cube.pixels() * k];
-        for route in [Route::Kernels, Route::Cublas] {
-            let be = CudaBackend::new(route).with_context(|| format!("CUDA backend {route:?}"))?;
-            device = be.device();
-            let label = be.name();
-            if route == Route::Kernels {
-                let (m, lo) = pcie_ms(&be, &cube, args.warmup, args.runs)?;
-                rows.push(Row {
-                    scale,
-                    lines: cube.lines(),
-                    what: "pcie (pinned raw cube, H2D only)".into(),
-                    median_ms: m,
-                    min_ms: lo,
-                    runs: args.runs,
-                    timeline: None,
-                    eigen_ms: None,
-                });
-            }
-            // Page-locked input (skipped, with a note, where the driver refuses to register it).
-            match be.register_host(cube.raw()) {
-                Err(e) => eprintln!("bench gpu: cannot page-lock the cube ({e}); pinned-input rows skipped"),
-                Ok(_reg) => {
-                    // The design choices measured against their alternatives on the same cube: the eigen
-                    // step on the host (faer), T in constant memory (the published v3), and the generic
-                    // kernels instead of the int16 fast paths.
-                    if route == Route::Kernels {
-                        let variants = [
-                            (
-                                "host eigen (faer)",
-                                CudaBackend::new(route)?.with_host_eigen(),
-                            ),
-                            (
-                                "T in constant memory",
-                                CudaBackend::new(route)?.with_constant_projection(),
-                            ),
-                            (
-                                "generic kernels (no int16 fast path)",
-                                CudaBackend::new(route)?.with_generic_kernels(),
-                            ),
-                        ];
-                        for (what, vb) in variants {
-                            let mut eig = Vec::new();
-                            let (m, lo) = time_runs(args.warmup, args.runs, || {
-                                eig.push(backend_mnf(&vb, &cube, k, &mut out)?);
-                                Ok(())
-                            })?;
-                            rows.push(Row {
-                                scale,
-                                lines: cube.lines(),
-                                what: format!("{label}: backend, pinned input, {what}"),
-                                median_ms: m,
-                                min_ms: lo,
-                                runs: args.runs,
-                                timeline: vb.last_timeline(),
-                                eigen_ms: Some(median(eig).0),
-                            });
-                        }
-                    }
-                    let (m, lo, eigen_ms) = timed_phases(&be, &cube, k, &mut out, args, &format!("{scale}x {label}"))?;
+        if !args.devices_only {
+            let mut out = vec![0f32; cube.pixels() * k];
+            for route in [Route::Kernels, Route::Cublas] {
+                let be = CudaBackend::new(route).with_context(|| format!("CUDA backend {route:?}"))?;
+                device = be.device();
+                let label = be.name();
+                if route == Route::Kernels {
+                    let (m, lo) = pcie_ms(&be, &cube, args.warmup, args.runs)?;
                     rows.push(Row {
                         scale,
                         lines: cube.lines(),
-                        what: format!("{label}: backend, pinned input"),
-                        median_ms: m,
-                        min_ms: lo,
-                        runs: args.runs,
-                        timeline: be.last_timeline(),
-                        eigen_ms: Some(eigen_ms),
-                    });
-                    // The same with the components written into page-locked memory, as the PyTorch
-                    // reference does (pinned output): the downloads land in it, no host copy.
-                    {
-                        let len = std::mem::size_of_val(out.as_slice());
-                        // SAFETY: a byte view of the f32 output, only for the registration below.
-                        let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, len) };
-                        match be.register_host_mut(bytes) {
-                            Err(e) => eprintln!("bench gpu: cannot page-lock the output ({e}); pinned-output row skipped"),
-                            Ok((_out_reg, pinned)) => {
-                                // SAFETY: the same memory as f32 again (it came from a Vec<f32>, so aligned).
-                                let pinned_out = unsafe { std::slice::from_raw_parts_mut(pinned.as_mut_ptr() as *mut f32, len / 4) };
-                                let what = format!("{scale}x {label} pinned output,");
-                                let (m, lo, eigen_ms) = timed_phases(&be, &cube, k, pinned_out, args, &what)?;
-                                rows.push(Row {
-                                    scale,
-                                    lines: cube.lines(),
-                                    what: format!("{label}: backend, pinned input and output"),
-                                    median_ms: m,
-                                    min_ms: lo,
-                                    runs: args.runs,
-                                    timeline: be.last_timeline(),
-                                    eigen_ms: Some(eigen_ms),
-                                });
-                            }
-                        }
-                    }
-                    let params = MnfParams {
-                        components: Some(k),
-                        ..Default::default()
-                    };
-                    let (m, lo) = time_runs(1, args.runs, || {
-                        crate::mnf::run(&cube, &params, &be, &Monitor::silent())?;
-                        Ok(())
-                    })?;
-                    rows.push(Row {
-                        scale,
-                        lines: cube.lines(),
-                        what: format!("{label}: mnf::run, pinned input"),
+                        what: "pcie (pinned raw cube, H2D only)".into(),
                         median_ms: m,
                         min_ms: lo,
                         runs: args.runs,
                         timeline: None,
                         eigen_ms: None,
+                        jobs_per_s: None,
+                        rel_error: None,
                     });
                 }
+                // Page-locked input (skipped, with a note, where the driver refuses to register it).
+                match be.register_host(cube.raw()) {
+                    Err(e) => eprintln!("bench gpu: cannot page-lock the cube ({e}); pinned-input rows skipped"),
+                    Ok(_reg) => {
+                        // The design choices measured against their alternatives on the same cube: the eigen
+                        // step on the host (faer), T in constant memory (the published v3), and the generic
+                        // kernels instead of the int16 fast paths.
+                        if route == Route::Kernels {
+                            let variants = [
+                                (
+                                    "host eigen (faer)",
+                                    CudaBackend::new(route)?.with_host_eigen(),
+                                ),
+                                (
+                                    "T in constant memory",
+                                    CudaBackend::new(route)?.with_constant_projection(),
+                                ),
+                                (
+                                    "generic kernels (no int16 fast path)",
+                                    CudaBackend::new(route)?.with_generic_kernels(),
+                                ),
+                            ];
+                            for (what, vb) in variants {
+                                let mut eig = Vec::new();
+                                let (m, lo) = time_runs(args.warmup, args.runs, || {
+                                    eig.push(backend_mnf(&vb, &cube, k, &mut out)?);
+                                    Ok(())
+                                })?;
+                                rows.push(Row {
+                                    scale,
+                                    lines: cube.lines(),
+                                    what: format!("{label}: backend, pinned input, {what}"),
+                                    median_ms: m,
+                                    min_ms: lo,
+                                    runs: args.runs,
+                                    timeline: vb.last_timeline(),
+                                    eigen_ms: Some(median(eig).0),
+                                    jobs_per_s: None,
+                                    rel_error: None,
+                                });
+                            }
+                        }
+                        let (m, lo, eigen_ms) = timed_phases(&be, &cube, k, &mut out, args, &format!("{scale}x {label}"))?;
+                        rows.push(Row {
+                            scale,
+                            lines: cube.lines(),
+                            what: format!("{label}: backend, pinned input"),
+                            median_ms: m,
+                            min_ms: lo,
+                            runs: args.runs,
+                            timeline: be.last_timeline(),
+                            eigen_ms: Some(eigen_ms),
+                            jobs_per_s: None,
+                            rel_error: None,
+                        });
+                        // The same with the components written into page-locked memory, as the PyTorch
+                        // reference does (pinned output): the downloads land in it, no host copy.
+                        {
+                            let len = std::mem::size_of_val(out.as_slice());
+                            // SAFETY: a byte view of the f32 output, only for the registration below.
+                            let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, len) };
+                            match be.register_host_mut(bytes) {
+                                Err(e) => eprintln!("bench gpu: cannot page-lock the output ({e}); pinned-output row skipped"),
+                                Ok((_out_reg, pinned)) => {
+                                    // SAFETY: the same memory as f32 again (it came from a Vec<f32>, so aligned).
+                                    let pinned_out = unsafe { std::slice::from_raw_parts_mut(pinned.as_mut_ptr() as *mut f32, len / 4) };
+                                    let what = format!("{scale}x {label} pinned output,");
+                                    let (m, lo, eigen_ms) = timed_phases(&be, &cube, k, pinned_out, args, &what)?;
+                                    rows.push(Row {
+                                        scale,
+                                        lines: cube.lines(),
+                                        what: format!("{label}: backend, pinned input and output"),
+                                        median_ms: m,
+                                        min_ms: lo,
+                                        runs: args.runs,
+                                        timeline: be.last_timeline(),
+                                        eigen_ms: Some(eigen_ms),
+                                        jobs_per_s: None,
+                                        rel_error: None,
+                                    });
+                                }
+                            }
+                        }
+                        let params = MnfParams {
+                            components: Some(k),
+                            ..Default::default()
+                        };
+                        let (m, lo) = time_runs(1, args.runs, || {
+                            crate::mnf::run(&cube, &params, &be, &Monitor::silent())?;
+                            Ok(())
+                        })?;
+                        rows.push(Row {
+                            scale,
+                            lines: cube.lines(),
+                            what: format!("{label}: mnf::run, pinned input"),
+                            median_ms: m,
+                            min_ms: lo,
+                            runs: args.runs,
+                            timeline: None,
+                            eigen_ms: None,
+                            jobs_per_s: None,
+                            rel_error: None,
+                        });
+                    }
+                }
+                // Ordinary (pageable) input, through the pinned staging buffers.
+                let runs = args.runs.min(if scale > 4 { 3 } else { args.runs });
+                let (m, lo) = time_runs(1, runs, || {
+                    backend_mnf(&be, &cube, k, &mut out)?;
+                    Ok(())
+                })?;
+                rows.push(Row {
+                    scale,
+                    lines: cube.lines(),
+                    what: format!("{label}: backend, pageable input"),
+                    median_ms: m,
+                    min_ms: lo,
+                    runs,
+                    timeline: be.last_timeline(),
+                    eigen_ms: None,
+                    jobs_per_s: None,
+                    rel_error: None,
+                });
             }
-            // Ordinary (pageable) input, through the pinned staging buffers.
-            let runs = args.runs.min(if scale > 4 { 3 } else { args.runs });
-            let (m, lo) = time_runs(1, runs, || {
-                backend_mnf(&be, &cube, k, &mut out)?;
-                Ok(())
-            })?;
-            rows.push(Row {
-                scale,
-                lines: cube.lines(),
-                what: format!("{label}: backend, pageable input"),
-                median_ms: m,
-                min_ms: lo,
-                runs,
-                timeline: be.last_timeline(),
-                eigen_ms: None,
-            });
+            if !args.no_cpu {
+                let cpu = crate::backend::cpu::CpuBackend::new();
+                let params = MnfParams {
+                    components: Some(k),
+                    ..Default::default()
+                };
+                let runs = if scale == 1 {
+                    args.cpu_runs.max(1)
+                } else {
+                    args.cpu_runs.clamp(1, 3)
+                };
+                let (m, lo) = time_runs(usize::from(scale == 1), runs, || {
+                    crate::mnf::run(&cube, &params, &cpu, &Monitor::silent())?;
+                    Ok(())
+                })?;
+                rows.push(Row {
+                    scale,
+                    lines: cube.lines(),
+                    what: format!("cpu: mnf::run ({})", cpu.device()),
+                    median_ms: m,
+                    min_ms: lo,
+                    runs,
+                    timeline: None,
+                    eigen_ms: None,
+                    jobs_per_s: None,
+                    rel_error: None,
+                });
+            }
         }
-        if !args.no_cpu {
-            let cpu = crate::backend::cpu::CpuBackend::new();
-            let params = MnfParams {
-                components: Some(k),
-                ..Default::default()
-            };
-            let runs = if scale == 1 {
-                args.cpu_runs.max(1)
-            } else {
-                args.cpu_runs.clamp(1, 3)
-            };
-            let (m, lo) = time_runs(usize::from(scale == 1), runs, || {
-                crate::mnf::run(&cube, &params, &cpu, &Monitor::silent())?;
-                Ok(())
-            })?;
-            rows.push(Row {
-                scale,
-                lines: cube.lines(),
-                what: format!("cpu: mnf::run ({})", cpu.device()),
-                median_ms: m,
-                min_ms: lo,
-                runs,
-                timeline: None,
-                eigen_ms: None,
-            });
+        match &several {
+            Some(ordinals) if ordinals.len() >= 2 => {
+                rows.extend(several_device_rows(&cube, scale, k, args, ordinals)?);
+                if device.is_empty() {
+                    device = format!("CUDA devices {ordinals:?}");
+                }
+            }
+            Some(_) => eprintln!("bench gpu: one device listed: no several-device rows"),
+            None => {}
         }
         print_rows(&rows, scale);
     }
@@ -389,6 +454,91 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
+}
+
+/// The several-device rows of one scale; see the module doc.
+fn several_device_rows(cube: &Cube, scale: usize, k: usize, args: &Args, ordinals: &[usize]) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let lines = cube.lines();
+    let mut devs: Vec<Arc<CudaBackend>> = Vec::new();
+    for &d in ordinals {
+        devs.push(Arc::new(CudaBackend::on_device(d, Route::Kernels).with_context(|| format!("CUDA device {d}"))?));
+    }
+    let refs: Vec<&CudaBackend> = devs.iter().map(|b| b.as_ref()).collect();
+    let _pinned = CudaBackend::register_host_shared(&refs, cube.raw()).context("page-locking the cube for every device")?;
+    let params = MnfParams { components: Some(k), ..Default::default() };
+    let silent = Monitor::silent();
+    let mut alone = Vec::new();
+    for (b, &d) in devs.iter().zip(ordinals) {
+        let t = time_runs(args.warmup, args.runs, || {
+            crate::mnf::run(cube, &params, b.as_ref(), &silent)?;
+            Ok(())
+        })?;
+        alone.push(t.0);
+        rows.push(Row::new(scale, lines, format!("device {d} alone ({}): mnf::run, pinned input", b.device()), t, args.runs));
+    }
+    let parts: Vec<Arc<dyn crate::backend::Backend>> = devs.iter().map(|b| b.clone() as Arc<dyn crate::backend::Backend>).collect();
+    let split = SplitBackend::new(parts, SplitMode::Always)?;
+    let t = time_runs(args.warmup, args.runs, || {
+        crate::mnf::run(cube, &params, &split, &silent)?;
+        Ok(())
+    })?;
+    // Same cube, same parameters: how far the split result lies from the first device's.
+    let one = crate::mnf::run(cube, &params, devs[0].as_ref(), &silent)?;
+    let all = crate::mnf::run(cube, &params, &split, &silent)?;
+    let ev = max_rel(&all.metadata.eigenvalues, &one.metadata.eigenvalues);
+    let z = max_rel_f32(&all.components, &one.components);
+    let mut row = Row::new(
+        scale,
+        lines,
+        format!("split over {} devices: mnf::run, pinned input ({:.2}x device {} alone)", devs.len(), t.0 / alone[0], ordinals[0]),
+        t,
+        args.runs,
+    );
+    row.rel_error = Some((ev, z));
+    eprintln!("bench gpu: {scale}x split vs device {} alone: eigenvalues {ev:.2e}, components {z:.2e} (largest relative difference)", ordinals[0]);
+    rows.push(row);
+    // A stream of jobs: one device, then every device with one job at a time each.
+    let jobs = args.stream_jobs.max(devs.len());
+    for n in [1, devs.len()] {
+        let started = Instant::now();
+        std::thread::scope(|sc| -> anyhow::Result<()> {
+            let handles: Vec<_> = devs[..n]
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    let (params, silent) = (&params, &silent);
+                    sc.spawn(move || -> anyhow::Result<()> {
+                        for _ in (i..jobs).step_by(n) {
+                            crate::mnf::run(cube, params, b.as_ref(), silent)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().map_err(|_| anyhow::anyhow!("a device thread panicked"))??;
+            }
+            Ok(())
+        })?;
+        let s = started.elapsed().as_secs_f64();
+        let mut row = Row::new(scale, lines, format!("stream of {jobs} jobs on {n} device(s): ms per job"), (s * 1e3 / jobs as f64, f64::NAN), jobs);
+        row.jobs_per_s = Some(jobs as f64 / s);
+        eprintln!("bench gpu: {scale}x stream on {n} device(s): {:.1} jobs/s", jobs as f64 / s);
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// Largest |a − b| over the largest |b|.
+fn max_rel(a: &[f64], b: &[f64]) -> f64 {
+    let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale
+}
+
+fn max_rel_f32(a: &[f32], b: &[f32]) -> f64 {
+    let scale = b.iter().filter(|v| v.is_finite()).fold(0.0f64, |m, v| m.max(v.abs() as f64));
+    a.iter().zip(b).filter(|(x, y)| x.is_finite() && y.is_finite()).fold(0.0f64, |m, (x, y)| m.max((x - y).abs() as f64)) / scale
 }
 
 fn print_rows(rows: &[Row], scale: usize) {
@@ -407,9 +557,14 @@ fn print_rows(rows: &[Row], scale: usize) {
             None => Default::default(),
         };
         let eig = r.eigen_ms.map(|v| format!("{v:.2}")).unwrap_or_default();
+        let what = match (r.jobs_per_s, r.rel_error) {
+            (Some(j), _) => format!("{} ({j:.1} jobs/s)", r.what),
+            (_, Some((ev, z))) => format!("{} (rel. diff. eigenvalues {ev:.1e}, components {z:.1e})", r.what),
+            _ => r.what.clone(),
+        };
         println!(
             "| {}x | {} | {} | {:.2} | {:.2} | {} | {a} | {b} | {c} | {eig} | {d} | {e} |",
-            r.scale, r.lines, r.what, r.median_ms, r.min_ms, r.runs
+            r.scale, r.lines, what, r.median_ms, r.min_ms, r.runs
         );
     }
 }

@@ -14,7 +14,7 @@
 //! logged and read as misses: the cache may lose speed, never a job.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use anyhow::Context;
 
@@ -80,9 +80,43 @@ struct Owned {
     statistics: Vec<(Digest, Handle)>,
 }
 
+/// The device level, one per CUDA device: a cube resident on device 1 serves only jobs that run on
+/// device 1 (the job's backend is its device's). Each has the whole `--gpu-cache-bytes` budget and is
+/// created at its device's first job.
+struct DeviceLevels {
+    budget: u64,
+    /// Index = device ordinal (backends without one, like the tests' fake devices, use 0).
+    levels: Vec<OnceLock<DeviceLevel>>,
+}
+
+/// Device ordinals with a device level; jobs on a device beyond them run without one.
+const MAX_DEVICE_LEVELS: usize = 64;
+
+impl DeviceLevels {
+    fn new(budget: u64) -> Self {
+        DeviceLevels { budget, levels: (0..MAX_DEVICE_LEVELS).map(|_| OnceLock::new()).collect() }
+    }
+
+    /// The counters of every device's level added up (one empty level's when no job has run yet).
+    fn stats(&self) -> DeviceLruStats {
+        let mut sum: Option<DeviceLruStats> = None;
+        for s in self.levels.iter().filter_map(|l| l.get()).map(|l| l.stats()) {
+            let t = sum.get_or_insert_with(DeviceLruStats::default);
+            t.hits += s.hits;
+            t.misses += s.misses;
+            t.evictions += s.evictions;
+            t.refused += s.refused;
+            t.entries += s.entries;
+            t.bytes += s.bytes;
+            t.budget_bytes += s.budget_bytes;
+        }
+        sum.unwrap_or(DeviceLruStats { budget_bytes: self.budget, ..DeviceLruStats::default() })
+    }
+}
+
 pub struct ServiceCache {
     index: Mutex<JobCache>,
-    device: Option<DeviceLevel>,
+    device: Option<DeviceLevels>,
     owned: Mutex<HashMap<String, Owned>>,
     store: JobStore,
     storage: Storage,
@@ -110,7 +144,7 @@ impl ServiceCache {
         tracing::info!(index = ?index.index_backend(), gpu_cache_bytes = settings.gpu_cache_bytes, "job cache ready");
         Ok(ServiceCache {
             index: Mutex::new(index),
-            device: (settings.gpu_cache_bytes > 0).then(|| DeviceLevel::new(settings.gpu_cache_bytes)),
+            device: (settings.gpu_cache_bytes > 0).then(|| DeviceLevels::new(settings.gpu_cache_bytes)),
             owned: Mutex::new(HashMap::new()),
             store,
             storage,
@@ -358,9 +392,12 @@ impl ServiceCache {
     // -----------------------------------------------------------------------------------------------
     // Device level
 
-    /// The device level for jobs on `backend`: none when it is off, or the backend has no device memory.
+    /// The device level of `backend`'s device: none when it is off, or the backend has no device memory.
     pub fn device_for(&self, backend: &dyn Backend) -> Option<&DeviceLevel> {
-        self.device.as_ref().filter(|_| backend.memory_in_use().is_some())
+        let levels = self.device.as_ref()?;
+        backend.memory_in_use()?;
+        let slot = levels.levels.get(backend.ordinal().unwrap_or(0))?;
+        Some(slot.get_or_init(|| DeviceLevel::new(levels.budget)))
     }
 
     pub fn report(&self) -> CacheReport {
@@ -381,6 +418,47 @@ mod tests {
         let storage = Storage::local(dir.path().join("objects")).unwrap();
         let settings = CacheSettings { gpu_cache_bytes: 0, index_cells: 1 << 10, index_on_gpu: false };
         (ServiceCache::new(&settings, store.clone(), storage).unwrap(), store, dir)
+    }
+
+    /// A backend that claims device memory on device `ordinal` (the device level only asks that).
+    struct OnDevice(Option<usize>);
+    impl Backend for OnDevice {
+        fn name(&self) -> &'static str {
+            "cuda"
+        }
+        fn device(&self) -> String {
+            format!("device {:?}", self.0)
+        }
+        fn memory_in_use(&self) -> Option<(u64, u64)> {
+            Some((0, 1 << 30))
+        }
+        fn ordinal(&self) -> Option<usize> {
+            self.0
+        }
+        fn prepare<'c>(&'c self, _: &'c crate::cube::Cube, _: &crate::mnf::Monitor) -> Result<Box<dyn crate::backend::PreparedCube + Send + 'c>, crate::backend::BackendError> {
+            Err(crate::backend::BackendError::Unavailable("not a real device".into()))
+        }
+    }
+
+    /// One device level per device: a cube resident on device 1 is never found by a job on device 0.
+    #[tokio::test]
+    async fn each_device_has_its_own_device_level() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = JobStore::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
+        let storage = Storage::local(dir.path().join("objects")).unwrap();
+        let settings = CacheSettings { gpu_cache_bytes: 1 << 20, index_cells: 1 << 10, index_on_gpu: false };
+        let cache = ServiceCache::new(&settings, store, storage).unwrap();
+        assert_eq!(cache.report().device.map(|d| d.budget_bytes), Some(1 << 20), "reported before any job");
+        let (d0, d1, none) = (OnDevice(Some(0)), OnDevice(Some(1)), OnDevice(None));
+        let l0 = cache.device_for(&d0).expect("level of device 0") as *const DeviceLevel;
+        let l1 = cache.device_for(&d1).expect("level of device 1") as *const DeviceLevel;
+        assert_ne!(l0, l1, "devices 0 and 1 share no level");
+        assert_eq!(cache.device_for(&d1).unwrap() as *const DeviceLevel, l1, "the same level on every call");
+        assert_eq!(cache.device_for(&none).unwrap() as *const DeviceLevel, l0, "no ordinal: device 0's level");
+        assert!(cache.device_for(&OnDevice(Some(MAX_DEVICE_LEVELS))).is_none());
+        assert!(cache.device_for(&crate::backend::cpu::CpuBackend::new()).is_none());
+        // Two levels in use: their budgets add up in the report.
+        assert_eq!(cache.report().device.map(|d| d.budget_bytes), Some(2 << 20));
     }
 
     /// Inserts job `id` and claims it, as a worker does.

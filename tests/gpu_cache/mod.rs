@@ -180,6 +180,9 @@ fn the_service_reprojects_from_the_device_resident_cube() {
         let start = |dir: std::path::PathBuf| async move {
             let mut args = hypermnf::config::ServeArgs::with_data_dir(dir);
             args.backend = hypermnf::mnf::BackendChoice::Cuda;
+            // One device: the device level is per device and jobs go to the devices in turn, so on a
+            // host with several the second job would run on another device, without the cube.
+            args.devices = hypermnf::backend::devices::DeviceSelection::List(vec![0]);
             args.gpu_cache_bytes = 1 << 30;
             hypermnf::api::start(args).await.expect("server starts")
         };

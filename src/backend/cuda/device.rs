@@ -14,19 +14,36 @@ pub(crate) fn cuda<E: std::fmt::Display>(what: &'static str) -> impl FnOnce(E) -
     move |e| BackendError::Cuda(format!("{what}: {e}"))
 }
 
-/// Creates the context of device 0 without ever panicking: cudarc loads libcuda dynamically and panics
-/// where it is missing, so look for the library first and catch any panic of the first driver calls.
-pub(crate) fn open_context() -> Result<Arc<CudaContext>, BackendError> {
+/// Number of CUDA devices the driver reports; `Err(Unavailable)` where there is no driver (never a
+/// panic: cudarc loads libcuda dynamically and panics where it is missing, so look for the library
+/// first and catch any panic of the first driver call).
+pub(crate) fn device_count() -> Result<usize, BackendError> {
     // SAFETY: only tries to dlopen the library names cudarc would use.
     if !unsafe { sys::is_culib_present() } {
         return Err(BackendError::Unavailable("no CUDA driver (libcuda.so) found".into()));
     }
-    let attempt = std::panic::catch_unwind(|| -> Result<Arc<CudaContext>, BackendError> {
-        let n = CudaContext::device_count().map_err(cuda("cuDeviceGetCount"))?;
-        if n < 1 {
-            return Err(BackendError::Unavailable("the CUDA driver reports no device".into()));
-        }
-        CudaContext::new(0).map_err(|e| BackendError::Unavailable(format!("cannot create a CUDA context: {e}")))
+    match std::panic::catch_unwind(|| CudaContext::device_count().map_err(cuda("cuDeviceGetCount"))) {
+        Ok(r) => Ok(r?.max(0) as usize),
+        Err(_) => Err(BackendError::Unavailable("the CUDA driver could not be loaded".into())),
+    }
+}
+
+/// Creates the context of device `ordinal` without ever panicking (see `device_count`). An ordinal the
+/// driver does not have is `Unavailable`, with the number of devices it does have.
+pub(crate) fn open_context(ordinal: usize) -> Result<Arc<CudaContext>, BackendError> {
+    let n = device_count()?;
+    if n < 1 {
+        return Err(BackendError::Unavailable("the CUDA driver reports no device".into()));
+    }
+    if ordinal >= n {
+        return Err(BackendError::Unavailable(format!(
+            "there is no CUDA device {ordinal}: the driver reports {n} (0..={})",
+            n - 1
+        )));
+    }
+    let attempt = std::panic::catch_unwind(|| {
+        CudaContext::new(ordinal)
+            .map_err(|e| BackendError::Unavailable(format!("cannot create a CUDA context on device {ordinal}: {e}")))
     });
     let ctx = match attempt {
         Ok(r) => r?,
@@ -141,7 +158,8 @@ pub(crate) unsafe fn dtoh_async(dst: &mut [u8], src: u64, stream: &CudaStream) -
 pub struct HostRegistration<'a> {
     ptr: *mut std::ffi::c_void,
     ctx: Arc<CudaContext>,
-    registry: Arc<std::sync::Mutex<Vec<(usize, usize)>>>,
+    /// The registries of the backends that treat the range as page-locked (several for a portable one).
+    registries: Vec<Arc<std::sync::Mutex<Vec<(usize, usize)>>>>,
     _borrow: std::marker::PhantomData<&'a [u8]>,
 }
 
@@ -155,7 +173,18 @@ impl<'a> HostRegistration<'a> {
         registry: &Arc<std::sync::Mutex<Vec<(usize, usize)>>>,
         bytes: &'a [u8],
     ) -> Result<Self, BackendError> {
-        Self::pin(ctx, registry, bytes.as_ptr() as *mut std::ffi::c_void, bytes.len())
+        Self::pin(ctx, std::slice::from_ref(registry), bytes.as_ptr() as *mut std::ffi::c_void, bytes.len(), 0)
+    }
+
+    /// Page-locked for every context (CU_MEMHOSTREGISTER_PORTABLE), registered in `ctx` and listed in
+    /// each of `registries`: one range that several devices copy from (a cube split over them; its
+    /// shares cannot be registered one per device, as neighbouring shares share a page).
+    pub(crate) fn new_portable(
+        ctx: &Arc<CudaContext>,
+        registries: &[Arc<std::sync::Mutex<Vec<(usize, usize)>>>],
+        bytes: &'a [u8],
+    ) -> Result<Self, BackendError> {
+        Self::pin(ctx, registries, bytes.as_ptr() as *mut std::ffi::c_void, bytes.len(), sys::CU_MEMHOSTREGISTER_PORTABLE)
     }
 
     /// A writable buffer (an output): the registration holds no borrow of the bytes, only their
@@ -165,30 +194,33 @@ impl<'a> HostRegistration<'a> {
         registry: &Arc<std::sync::Mutex<Vec<(usize, usize)>>>,
         bytes: &'a mut [u8],
     ) -> Result<(Self, &'a mut [u8]), BackendError> {
-        let reg = Self::pin(ctx, registry, bytes.as_mut_ptr() as *mut std::ffi::c_void, bytes.len())?;
+        let reg = Self::pin(ctx, std::slice::from_ref(registry), bytes.as_mut_ptr() as *mut std::ffi::c_void, bytes.len(), 0)?;
         Ok((reg, bytes))
     }
 
     fn pin(
         ctx: &Arc<CudaContext>,
-        registry: &Arc<std::sync::Mutex<Vec<(usize, usize)>>>,
+        registries: &[Arc<std::sync::Mutex<Vec<(usize, usize)>>>],
         ptr: *mut std::ffi::c_void,
         len: usize,
+        flags: u32,
     ) -> Result<Self, BackendError> {
         ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent"))?;
         // SAFETY: the caller's borrow (lifetime 'a) keeps the memory alive while it is registered; the
         // driver only pins the pages.
-        unsafe { sys::cuMemHostRegister_v2(ptr, len, 0) }
+        unsafe { sys::cuMemHostRegister_v2(ptr, len, flags) }
             .result()
             .map_err(|e| BackendError::Cuda(format!("cuMemHostRegister of {len} bytes: {e}")))?;
-        registry
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((ptr as usize, len));
+        for registry in registries {
+            registry
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((ptr as usize, len));
+        }
         Ok(HostRegistration {
             ptr,
             ctx: ctx.clone(),
-            registry: registry.clone(),
+            registries: registries.to_vec(),
             _borrow: std::marker::PhantomData,
         })
     }
@@ -196,10 +228,12 @@ impl<'a> HostRegistration<'a> {
 
 impl Drop for HostRegistration<'_> {
     fn drop(&mut self) {
-        self.registry
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|&(p, _)| p != self.ptr as usize);
+        for registry in &self.registries {
+            registry
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|&(p, _)| p != self.ptr as usize);
+        }
         let _ = self.ctx.bind_to_thread();
         // SAFETY: registered in new().
         let _ = unsafe { sys::cuMemHostUnregister(self.ptr) }.result();

@@ -25,6 +25,18 @@ use crate::cube::Cube;
 use crate::mnf::Monitor;
 
 pub use device::HostRegistration;
+
+/// The per-band shifts (data, noise) the statistics pass of the whole cube would sample: the shares
+/// of a split cube are given these, so that each forms the float32 values one device would (host
+/// code only, no device needed).
+pub(crate) fn whole_cube_shifts(cube: &Cube, spec: &crate::mnf::stats::StatsSpec) -> (Vec<f64>, Vec<f64>) {
+    prepared::sample_shifts(cube, 0, cube.lines(), spec)
+}
+
+/// Number of CUDA devices; `Err(Unavailable)` where there is no driver (never a panic).
+pub fn device_count() -> Result<usize, BackendError> {
+    device::device_count()
+}
 pub use prepared::{CudaCube, Timeline};
 
 /// Which GPU implementation runs the passes.
@@ -50,6 +62,8 @@ const PINNED_POOL_BYTES: usize = 512 << 20;
 
 pub struct CudaBackend {
     route: Route,
+    /// The CUDA device ordinal this backend's context is on.
+    ordinal: usize,
     ctx: Arc<CudaContext>,
     kernels: kernels::Kernels,
     device_name: String,
@@ -68,11 +82,16 @@ pub struct CudaBackend {
 }
 
 impl CudaBackend {
-    /// Opens device 0, compiles (or loads cached) kernels, and for `Route::Cublas` creates the cuBLAS
-    /// handle. `Err(Unavailable)` where there is no driver, device, NVRTC or cuBLAS.
+    /// Opens device 0; see [`CudaBackend::on_device`].
     pub fn new(route: Route) -> Result<Self, BackendError> {
-        let ctx = device::open_context()?;
-        let device_name = ctx.name().unwrap_or_else(|_| "CUDA device 0".into());
+        Self::on_device(0, route)
+    }
+
+    /// Opens device `ordinal`, compiles (or loads cached) kernels, and for `Route::Cublas` creates the
+    /// cuBLAS handle. `Err(Unavailable)` where there is no driver, no such device, no NVRTC or cuBLAS.
+    pub fn on_device(ordinal: usize, route: Route) -> Result<Self, BackendError> {
+        let ctx = device::open_context(ordinal)?;
+        let device_name = ctx.name().unwrap_or_else(|_| format!("CUDA device {ordinal}"));
         let kernels = kernels::Kernels::load(&ctx)?;
         let blas = match route {
             Route::Cublas => {
@@ -108,6 +127,7 @@ impl CudaBackend {
         tracing::debug!(device = %device_name, ptx = ?kernels.origin, eigen_on_device = eigen.is_some(), "CUDA backend ready");
         Ok(CudaBackend {
             route,
+            ordinal,
             ctx,
             kernels,
             device_name,
@@ -121,6 +141,11 @@ impl CudaBackend {
             dev_pool: device::Pool::new(DEVICE_POOL_BYTES),
             pinned_pool: device::Pool::new(PINNED_POOL_BYTES),
         })
+    }
+
+    /// The CUDA device ordinal this backend runs on.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
     }
 
     pub fn route(&self) -> Route {
@@ -205,6 +230,16 @@ impl CudaBackend {
         HostRegistration::new(&self.ctx, &self.registry, bytes)
     }
 
+    /// Page-locks `bytes` for every device of `backends` at once (portable registration, made in the
+    /// first one's context): a cube split over them, whose shares each device copies directly.
+    pub fn register_host_shared<'a>(backends: &[&CudaBackend], bytes: &'a [u8]) -> Result<HostRegistration<'a>, BackendError> {
+        let first = backends
+            .first()
+            .ok_or_else(|| BackendError::Invalid("no device to page-lock the memory for".into()))?;
+        let registries: Vec<_> = backends.iter().map(|b| b.registry.clone()).collect();
+        HostRegistration::new_portable(&first.ctx, &registries, bytes)
+    }
+
     /// Page-locks an output buffer the caller keeps writing through the returned slice (the benchmark's
     /// components, as PyTorch's pinned output): projections into it download straight into it.
     pub fn register_host_mut<'a>(&self, bytes: &'a mut [u8]) -> Result<(HostRegistration<'a>, &'a mut [u8]), BackendError> {
@@ -213,7 +248,7 @@ impl CudaBackend {
 
     /// Prepares a cube and returns the concrete type (the benchmark reads its timeline).
     pub fn prepare_cuda<'c>(&'c self, cube: &'c Cube) -> Result<CudaCube<'c>, BackendError> {
-        CudaCube::new(self, cube)
+        CudaCube::new(self, cube, 0..cube.lines())
     }
 
     /// Device times of the last statistics and projection passes (for the benchmark).
@@ -294,7 +329,19 @@ impl Backend for CudaBackend {
         self.dev_pool.clear();
     }
     fn prepare<'c>(&'c self, cube: &'c Cube, _monitor: &Monitor) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError> {
-        Ok(Box::new(CudaCube::new(self, cube)?))
+        Ok(Box::new(CudaCube::new(self, cube, 0..cube.lines())?))
+    }
+    fn prepare_lines<'c>(
+        &'c self,
+        cube: &'c Cube,
+        lines: std::ops::Range<usize>,
+        _monitor: &Monitor,
+    ) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError> {
+        crate::backend::check_line_range(cube, &lines)?;
+        Ok(Box::new(CudaCube::new(self, cube, lines)?))
+    }
+    fn ordinal(&self) -> Option<usize> {
+        Some(self.ordinal)
     }
 }
 

@@ -162,6 +162,12 @@ struct MaskKey {
 pub struct CudaCube<'c> {
     be: &'c CudaBackend,
     cube: &'c Cube,
+    /// The cube's first line this prepared cube holds: the passes see lines first..first + lay.lines
+    /// as a cube of their own (a share of a cube split over several devices; 0 and all lines otherwise).
+    first: usize,
+    /// Shifts given by the caller instead of sampled ones (data, noise): the shares of a split cube
+    /// all use the whole cube's, so that they form the same float32 values as one device would.
+    shifts: Option<(Vec<f64>, Vec<f64>)>,
     host: Cow<'c, [u8]>,
     registered: bool,
     lay: Layout,
@@ -178,19 +184,22 @@ pub struct CudaCube<'c> {
 }
 
 impl<'c> CudaCube<'c> {
-    pub(super) fn new(be: &'c CudaBackend, cube: &'c Cube) -> Result<Self, BackendError> {
+    /// Prepares lines `range` of `cube` (all of them for a whole cube); the range is checked by the
+    /// caller (`CudaBackend::prepare_lines`).
+    pub(super) fn new(be: &'c CudaBackend, cube: &'c Cube, range: std::ops::Range<usize>) -> Result<Self, BackendError> {
         be.ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent"))?;
         let t = RawType::of(cube.dtype(), cube.byte_order());
+        let raw = cube.raw_lines(range.start, range.len());
         // i64 / u64: no device conversion; widen to f64 on the host (documented in RawType::of).
         let host: Cow<'c, [u8]> = if RawType::host_converted(cube.dtype()) {
-            let mut v = vec![0f64; cube.pixels() * cube.bands()];
-            decode_into(cube.raw(), cube.dtype(), cube.byte_order(), &mut v);
+            let mut v = vec![0f64; range.len() * cube.samples() * cube.bands()];
+            decode_into(raw, cube.dtype(), cube.byte_order(), &mut v);
             Cow::Owned(v.iter().flat_map(|x| x.to_le_bytes()).collect())
         } else {
-            Cow::Borrowed(cube.raw())
+            Cow::Borrowed(raw)
         };
         let registered = is_registered(&be.registry, &host);
-        let (lines, samples, bands) = (cube.lines(), cube.samples(), cube.bands());
+        let (lines, samples, bands) = (range.len(), cube.samples(), cube.bands());
         let work_line = samples * bands * 4;
         let mut chunk_lines = (CHUNK_WORK_BYTES / work_line.max(1)).clamp(1, lines);
         let line_bytes = samples * bands * t.size;
@@ -249,6 +258,8 @@ impl<'c> CudaCube<'c> {
         Ok(CudaCube {
             be,
             cube,
+            first: range.start,
+            shifts: None,
             host,
             registered,
             timeline: Timeline {
@@ -266,6 +277,11 @@ impl<'c> CudaCube<'c> {
             mask_key: None,
             t0: event(&be.ctx, true)?,
         })
+    }
+
+    /// Uses these shifts (data, noise; one per band) in the statistics pass instead of sampling them.
+    pub fn set_shifts(&mut self, data: Vec<f64>, noise: Vec<f64>) {
+        self.shifts = Some((data, noise));
     }
 
     /// True when the cube stays on the device between passes.
@@ -587,11 +603,13 @@ impl<'c> CudaCube<'c> {
 
 /// Shifts near the means of the data and of the noise residuals, from a sample of pixels decoded on the
 /// host (a few thousand samples: this is not a host-side conversion of the cube).
-fn sample_shifts(cube: &Cube, spec: &StatsSpec) -> (Vec<f64>, Vec<f64>) {
-    let (l_n, s_n, b) = (cube.lines(), cube.samples(), cube.bands());
+/// Lines first..first + l_n of the cube are sampled, as a cube of their own (`spec.window` in their
+/// coordinates).
+pub(crate) fn sample_shifts(cube: &Cube, first: usize, l_n: usize, spec: &StatsSpec) -> (Vec<f64>, Vec<f64>) {
+    let (s_n, b) = (cube.samples(), cube.bands());
     let size = cube.dtype().size();
     let pixel = |l: usize, s: usize, out: &mut [f64]| {
-        let at = (l * s_n + s) * b * size;
+        let at = ((first + l) * s_n + s) * b * size;
         decode_into(&cube.raw()[at..at + b * size], cube.dtype(), cube.byte_order(), out);
     };
     let masked = |px: &[f64]| is_masked(px, spec.ignore_value, &spec.mask_bands);
@@ -739,7 +757,10 @@ impl PreparedCube for CudaCube<'_> {
         let t_issued = wall.elapsed();
         let mask = self.mask_setup(spec.ignore_value, &spec.mask_bands)?;
         let t_mask = wall.elapsed();
-        let (data_shift, noise_shift) = sample_shifts(self.cube, spec);
+        let (data_shift, noise_shift) = match &self.shifts {
+            Some((d, n)) if d.len() == b && n.len() == b => (d.clone(), n.clone()),
+            _ => sample_shifts(self.cube, self.first, lines, spec),
+        };
         let t_shifts = wall.elapsed();
         let ctx = self.be.ctx.clone();
         let d_shift = self.dev_from(&data_shift)?;
@@ -1097,6 +1118,10 @@ impl PreparedCube for CudaCube<'_> {
             monitor,
             Stage::Projection,
         )
+    }
+
+    fn use_shifts(&mut self, data: &[f64], noise: &[f64]) {
+        self.set_shifts(data.to_vec(), noise.to_vec());
     }
 
     fn eigen_solver(&self) -> Option<&dyn crate::mnf::eigen::GeneralizedEigenSolver> {
