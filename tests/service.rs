@@ -262,8 +262,8 @@ async fn cancel_queued_and_running_jobs() {
 }
 
 /// `GET /v1/jobs/{id}?wait=S` holds the request until the job ends: one request sees `succeeded`; a
-/// finished job answers at once; a job that does not end within S is answered with its state after S;
-/// a cancellation wakes the waiter; a wait out of range is a 400.
+/// finished job answers at once; a job that does not end within S (on a server with no worker) is
+/// answered with its state after S; a cancellation wakes the waiter; a wait out of range is a 400.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_poll_answers_when_the_job_ends() {
     let tmp = tempfile::tempdir().unwrap();
@@ -277,31 +277,32 @@ async fn a_long_poll_answers_when_the_job_ends() {
     assert_eq!(srv.get_json(&format!("/v1/jobs/{id}?wait=40")).await.1["status"], "succeeded");
     assert!(t.elapsed() < Duration::from_secs(5), "a finished job was held {:?}", t.elapsed());
 
-    // One worker: the second big job stays queued behind the first.
-    let (_, running) = srv.post_npy(&npy_bytes(&synthetic_cube(BIG.0, BIG.1, BIG.2, 22)), "components=4").await;
-    let (s, queued) = srv.post_npy(&npy_bytes(&synthetic_cube(BIG.0, BIG.1, BIG.2, 23)), "components=4").await;
+    // A server whose workers never claim (none started): its jobs stay queued, with no race.
+    let idle_dir = tempfile::tempdir().unwrap();
+    let mut idle_args = hypermnf::config::ServeArgs::with_data_dir(idle_dir.path());
+    idle_args.workers = 0;
+    let idle = TestServer::start(idle_args).await;
+    let (s, queued) = idle.post_npy(&npy_bytes(&synthetic_cube(30, 20, 12, 23)), "components=3").await;
     assert_eq!(s, StatusCode::ACCEPTED);
-    let (run_id, q_id) = (running["id"].as_str().unwrap().to_string(), queued["id"].as_str().unwrap().to_string());
-    srv.wait_status(&run_id, "running").await;
+    let q_id = queued["id"].as_str().unwrap().to_string();
     let t = Instant::now();
-    let (s, j) = srv.get_json(&format!("/v1/jobs/{q_id}?wait=0.4")).await;
+    let (s, j) = idle.get_json(&format!("/v1/jobs/{q_id}?wait=0.4")).await;
     assert_eq!((s, j["status"].as_str()), (StatusCode::OK, Some("queued")), "{j}");
     assert!(t.elapsed() >= Duration::from_millis(400), "answered after {:?}", t.elapsed());
 
-    let (client, url) = (srv.client.clone(), srv.url(&format!("/v1/jobs/{q_id}?wait=40")));
+    let (client, url) = (idle.client.clone(), idle.url(&format!("/v1/jobs/{q_id}?wait=40")));
     let waiter = tokio::spawn(async move {
         let t = Instant::now();
         let v: Value = client.get(url).send().await.unwrap().json().await.unwrap();
         (v, t.elapsed())
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    for id in [&q_id, &run_id] {
-        let r = srv.client.delete(srv.url(&format!("/v1/jobs/{id}"))).send().await.unwrap();
-        assert_eq!(r.status(), StatusCode::NO_CONTENT);
-    }
+    let r = idle.client.delete(idle.url(&format!("/v1/jobs/{q_id}"))).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
     let (v, took) = waiter.await.unwrap();
     assert_eq!(v["status"], "canceled", "{v}");
     assert!(took < Duration::from_secs(20), "the cancellation did not wake the waiter ({took:?})");
+    idle.stop().await;
 
     for bad in ["wait=-1", "wait=51", "wait=NaN", "wait=inf", "wait=soon", "colour=red"] {
         let (s, e) = srv.get_json(&format!("/v1/jobs/{id}?{bad}")).await;
