@@ -11,29 +11,14 @@ ROOT=$PWD
 
 step() { echo "== ci-python: $*"; }
 fail() { echo "ci-python: FAIL: $*" >&2; exit 1; }
+# shellcheck source=lib/pytest-env.sh
+source scripts/lib/pytest-env.sh
 
-VENV=${CI_VENV:-.venv}
-case $VENV in /*) ;; *) VENV=$ROOT/$VENV ;; esac
-if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV"
-fi
-PY=$VENV/bin/python
 step "pip install ./clients/python[test,notebook]"
-"$PY" -m pip install --quiet --disable-pip-version-check "./clients/python[test,notebook]"
+hypermnf_venv "./clients/python[test,notebook]"
 
 step "hypermnf binary"
-if [ -z "${HYPERMNF_BIN:-}" ]; then
-    for candidate in $(ls -t target/release/hypermnf target/debug/hypermnf 2>/dev/null); do
-        HYPERMNF_BIN=$ROOT/$candidate
-        break
-    done
-fi
-if [ -z "${HYPERMNF_BIN:-}" ]; then
-    cargo build --locked --bin hypermnf
-    HYPERMNF_BIN=$ROOT/target/debug/hypermnf
-fi
-[ -x "$HYPERMNF_BIN" ] || fail "no hypermnf binary at $HYPERMNF_BIN"
-export HYPERMNF_BIN
+hypermnf_binary
 echo "using $HYPERMNF_BIN"
 
 step "pytest clients/python/tests"

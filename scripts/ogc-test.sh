@@ -10,25 +10,12 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 fail() { echo "ogc-test: FAIL: $*" >&2; exit 1; }
+# shellcheck source=lib/pytest-env.sh
+source scripts/lib/pytest-env.sh
 
-VENV=${CI_VENV:-.venv}
-case $VENV in /*) ;; *) VENV=$ROOT/$VENV ;; esac
-[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-PY=$VENV/bin/python
-"$PY" -m pip install --quiet --disable-pip-version-check -r tests/ogc/requirements.txt
+hypermnf_venv -r tests/ogc/requirements.txt
 
-if [ -z "${HYPERMNF_BIN:-}" ]; then
-    for candidate in $(ls -t target/release/hypermnf target/debug/hypermnf 2>/dev/null); do
-        HYPERMNF_BIN=$ROOT/$candidate
-        break
-    done
-fi
-if [ -z "${HYPERMNF_BIN:-}" ]; then
-    cargo build --bin hypermnf
-    HYPERMNF_BIN=$ROOT/target/debug/hypermnf
-fi
-[ -x "$HYPERMNF_BIN" ] || fail "no hypermnf binary at $HYPERMNF_BIN"
-export HYPERMNF_BIN
+hypermnf_binary
 echo "ogc-test: using $HYPERMNF_BIN"
 
 set +e

@@ -12,6 +12,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 fail() { echo "web-test: FAIL: $*" >&2; exit 1; }
+# shellcheck source=lib/pytest-env.sh
+source scripts/lib/pytest-env.sh
 
 if [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ] || [ ! -x "${CHROMEDRIVER:-/usr/bin/chromedriver}" ]; then
     echo "web-test: installing chromium and chromium-driver (apt-get)" >&2
@@ -21,24 +23,9 @@ fi
 [ -x "${CHROMIUM:-/usr/bin/chromium}" ] || fail "no chromium at ${CHROMIUM:-/usr/bin/chromium}"
 [ -x "${CHROMEDRIVER:-/usr/bin/chromedriver}" ] || fail "no chromedriver at ${CHROMEDRIVER:-/usr/bin/chromedriver}"
 
-VENV=${CI_VENV:-.venv}
-case $VENV in /*) ;; *) VENV=$ROOT/$VENV ;; esac
-[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-PY=$VENV/bin/python
-"$PY" -m pip install --quiet --disable-pip-version-check -r tests/web/requirements.txt
+hypermnf_venv -r tests/web/requirements.txt
 
-if [ -z "${HYPERMNF_BIN:-}" ]; then
-    for candidate in $(ls -t target/release/hypermnf target/debug/hypermnf 2>/dev/null); do
-        HYPERMNF_BIN=$ROOT/$candidate
-        break
-    done
-fi
-if [ -z "${HYPERMNF_BIN:-}" ]; then
-    cargo build --bin hypermnf
-    HYPERMNF_BIN=$ROOT/target/debug/hypermnf
-fi
-[ -x "$HYPERMNF_BIN" ] || fail "no hypermnf binary at $HYPERMNF_BIN"
-export HYPERMNF_BIN
+hypermnf_binary
 echo "web-test: using $HYPERMNF_BIN, $("${CHROMIUM:-/usr/bin/chromium}" --version 2>/dev/null | head -n1)"
 
 rm -rf tests/web/artifacts
