@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import requests
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -82,7 +83,11 @@ def browser():
 
 
 def wait(driver, what, timeout=120.0, message=""):
-    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: what(d), message)
+    # The page re-renders the job table as jobs progress: an element found a moment before may be gone
+    # by the time it is read (a stale reference), which only means "look again".
+    return WebDriverWait(driver, timeout, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda d: what(d), message
+    )
 
 
 def image_stats(driver, element_id: str) -> dict:
