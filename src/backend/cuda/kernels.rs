@@ -1,13 +1,14 @@
 //! The compiled kernels and one typed launcher per kernel, so that argument lists are written once and
-//! match kernels/*.cu. Device memory is passed as raw addresses (u64); 0 means "none" where the kernel
-//! accepts a null pointer.
+//! match kernels/*.cu. Device memory is passed as typed pointers ([`DevPtr`]), `None` where the kernel
+//! accepts a null pointer; every launch goes through [`Kernels::launch`].
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
 
 use super::compile::{self, PtxOrigin};
-use super::device::cuda;
+use super::device::{cuda, DevBuf, Sized_};
 use crate::backend::BackendError;
 use crate::cube::{ByteOrder, DataType};
 
@@ -72,6 +73,139 @@ pub(crate) struct NoiseArgs {
     pub out_l1: i32,
     /// x0, x1, y0, y1 of the noise window (the whole image when none was given).
     pub window: [i32; 4],
+}
+
+/// `len` elements of `T` in device memory from address `addr`: what a kernel's `T*` parameter takes.
+/// It records an address and an extent, not a borrow: the caller keeps the buffer alive until the
+/// stream has run the kernels that use it, as for any device address (see `Kernels::launch`).
+pub(crate) struct DevPtr<T> {
+    addr: u64,
+    len: usize,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for DevPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for DevPtr<T> {}
+
+impl<T> std::fmt::Debug for DevPtr<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DevPtr<{}>({:#x}, {})", std::any::type_name::<T>(), self.addr, self.len)
+    }
+}
+
+impl<T> DevPtr<T> {
+    /// All of `buf` as elements of T (a pooled buffer may be larger than was asked for).
+    pub(crate) fn of(buf: &DevBuf) -> Self {
+        DevPtr {
+            addr: buf.ptr(),
+            len: buf.size() / size_of::<T>(),
+            _t: PhantomData,
+        }
+    }
+    /// `buf` from byte `offset` on, as elements of T.
+    pub(crate) fn at(buf: &DevBuf, offset: usize) -> Self {
+        debug_assert_eq!(offset % size_of::<T>(), 0, "element-aligned offset");
+        Self::of(buf).skip(offset / size_of::<T>())
+    }
+    /// The elements from `n` on.
+    pub(crate) fn skip(self, n: usize) -> Self {
+        debug_assert!(n <= self.len, "{self:?} has no element {n}");
+        DevPtr {
+            addr: self.addr + (n * size_of::<T>()) as u64,
+            len: self.len - n,
+            _t: PhantomData,
+        }
+    }
+    pub(crate) fn addr(self) -> u64 {
+        self.addr
+    }
+}
+
+/// Where a launch may check, in debug builds, that a buffer holds what the kernel will touch.
+trait Extent {
+    fn holds(self, n: usize);
+}
+impl<T> Extent for DevPtr<T> {
+    fn holds(self, n: usize) {
+        debug_assert!(n <= self.len, "{self:?} is shorter than the {n} elements the kernel uses");
+    }
+}
+/// None is a null pointer: the kernel does not touch it.
+impl<T> Extent for Option<DevPtr<T>> {
+    fn holds(self, n: usize) {
+        if let Some(p) = self {
+            p.holds(n);
+        }
+    }
+}
+
+/// `npix` pixels of `bands` samples of type `t` from `raw`, with their valid flags (None: all valid): what
+/// the conversion and projection kernels read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pixels {
+    pub raw: DevPtr<u8>,
+    pub valid: Option<DevPtr<u8>>,
+    pub npix: i64,
+    pub bands: i32,
+    pub t: RawType,
+}
+
+impl Pixels {
+    fn check(&self) {
+        self.raw.holds(self.npix as usize * self.bands as usize * self.t.size);
+        self.valid.holds(self.npix as usize);
+    }
+    /// These kernels' arguments: raw, valid, npix, bands, dtype, swap, then `rest`.
+    fn args(&self, rest: &[Arg]) -> Vec<Arg> {
+        let mut v = vec![
+            self.raw.into(),
+            self.valid.into(),
+            self.npix.into(),
+            self.bands.into(),
+            self.t.code.into(),
+            self.t.swap.into(),
+        ];
+        v.extend_from_slice(rest);
+        v
+    }
+}
+
+/// One kernel argument, by value as the kernel takes it (a pointer as its address, null for None).
+#[derive(Debug, Clone, Copy)]
+enum Arg {
+    I32(i32),
+    I64(i64),
+    F64(f64),
+    Ptr(u64),
+}
+impl From<i32> for Arg {
+    fn from(v: i32) -> Arg {
+        Arg::I32(v)
+    }
+}
+impl From<i64> for Arg {
+    fn from(v: i64) -> Arg {
+        Arg::I64(v)
+    }
+}
+impl From<f64> for Arg {
+    fn from(v: f64) -> Arg {
+        Arg::F64(v)
+    }
+}
+impl<T> From<DevPtr<T>> for Arg {
+    fn from(p: DevPtr<T>) -> Arg {
+        Arg::Ptr(p.addr)
+    }
+}
+impl<T> From<Option<DevPtr<T>>> for Arg {
+    fn from(p: Option<DevPtr<T>>) -> Arg {
+        Arg::Ptr(p.map_or(0, |p| p.addr))
+    }
 }
 
 pub(crate) struct Kernels {
@@ -220,42 +354,62 @@ impl Kernels {
         })
     }
 
-    /// valid[p] for `npix` pixels from `raw`; adds the valid count to `count` (0: not counted).
+    /// Launches `f` on `s` with `cfg` and `args`, the kernel's parameters in order; `what` names the
+    /// kernel in the error. Every launch of this module's kernels goes through here.
+    fn launch(
+        &self,
+        s: &CudaStream,
+        f: &CudaFunction,
+        cfg: LaunchConfig,
+        args: &[Arg],
+        what: &'static str,
+    ) -> Result<(), BackendError> {
+        let mut b = s.launch_builder(f);
+        for a in args {
+            match a {
+                Arg::I32(v) => b.arg(v),
+                Arg::I64(v) => b.arg(v),
+                Arg::F64(v) => b.arg(v),
+                Arg::Ptr(v) => b.arg(v),
+            };
+        }
+        // SAFETY: the one kernel launch of this module. What the wrappers below guarantee, and their
+        // callers with them: `args` has the number, order and types of `f`'s parameters in kernels/*.cu
+        // (i32 for int, i64 for i64, f64 for double, a DevPtr<T> or None for a T*, which the kernel
+        // accepts as null only where the wrapper takes an Option); the memory the kernel touches under
+        // `cfg` lies inside the DevPtrs passed (their lengths are checked in debug builds where the
+        // wrapper knows the extent); `cfg`'s dynamic shared memory is what the kernel expects and within
+        // its limit; and that memory stays allocated, and no other work writes what the kernel reads or
+        // touches what it writes, until `s` has run the kernel (the backend orders its streams with events).
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(cuda(what))
+    }
+
+    /// valid[p] for `npix` pixels from `raw`; adds the valid count to `count` (None: not counted).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn pixel_mask(
         &self,
         s: &CudaStream,
-        raw: u64,
+        raw: DevPtr<u8>,
         npix: i64,
         bands: i32,
         t: RawType,
-        mask_bands: u64,
+        mask_bands: DevPtr<i32>,
         n_mask: i32,
         ignore: f64,
-        valid: u64,
-        count: u64,
+        valid: DevPtr<u8>,
+        count: Option<DevPtr<u64>>,
     ) -> Result<(), BackendError> {
         if npix == 0 {
             return Ok(());
         }
+        raw.holds(npix as usize * bands as usize * t.size);
+        mask_bands.holds(n_mask as usize);
+        valid.holds(npix as usize);
         let cfg = grid_for(npix as u64 * 32, self.sms);
-        // SAFETY: the argument list matches pixel_mask in common.cuh; buffers are sized by the caller.
-        unsafe {
-            s.launch_builder(&self.pixel_mask)
-                .arg(&raw)
-                .arg(&npix)
-                .arg(&bands)
-                .arg(&t.code)
-                .arg(&t.swap)
-                .arg(&mask_bands)
-                .arg(&n_mask)
-                .arg(&ignore)
-                .arg(&valid)
-                .arg(&count)
-                .launch(cfg)
-        }
-        .map(|_| ())
-        .map_err(cuda("launch pixel_mask"))
+        #[rustfmt::skip]
+        let args = [raw.into(), npix.into(), bands.into(), t.code.into(), t.swap.into(), mask_bands.into(),
+            n_mask.into(), ignore.into(), valid.into(), count.into()];
+        self.launch(s, &self.pixel_mask, cfg, &args, "launch pixel_mask")
     }
 
     /// Noise residual rows for lines out_l0..out_l1 into `out`, minus `shift`; `count` += residuals.
@@ -264,24 +418,29 @@ impl Kernels {
         &self,
         s: &CudaStream,
         mean_filter: bool,
-        raw: u64,
-        valid: u64,
+        raw: DevPtr<u8>,
+        valid: Option<DevPtr<u8>>,
         t: RawType,
         g: NoiseArgs,
-        shift: u64,
-        out: u64,
-        count: u64,
+        shift: DevPtr<f64>,
+        out: DevPtr<f32>,
+        count: DevPtr<u64>,
     ) -> Result<(), BackendError> {
         let rows = (g.out_l1 - g.out_l0).max(0) as u64;
         if rows == 0 {
             return Ok(());
         }
+        let buf_pixels = g.buf_lines as usize * g.samples as usize;
+        raw.holds(buf_pixels * g.bands as usize * t.size);
+        valid.holds(buf_pixels);
+        shift.holds(g.bands as usize);
+        out.holds(rows as usize * g.samples as usize * g.bands as usize);
         // The 2-byte integer fast path needs 16-byte aligned rows in and out.
         let wide = mean_filter
             && self.wide
             && w16_eligible(t, g.bands as usize)
-            && raw % 16 == 0
-            && out % 16 == 0;
+            && raw.addr() % 16 == 0
+            && out.addr() % 16 == 0;
         let cfg = if wide {
             let threads = g.samples as u64 * (g.bands as u64 / 8);
             LaunchConfig {
@@ -306,80 +465,48 @@ impl Kernels {
             &self.noise_shift_difference
         };
         let [wx0, wx1, wy0, wy1] = g.window;
-        // SAFETY: matches noise_mean_filter / noise_shift_difference / noise_mean_filter_w16{s,u} in noise.cu
-        // (one argument list).
-        unsafe {
-            s.launch_builder(f)
-                .arg(&raw)
-                .arg(&valid)
-                .arg(&t.code)
-                .arg(&t.swap)
-                .arg(&g.lines)
-                .arg(&g.samples)
-                .arg(&g.bands)
-                .arg(&g.buf_l0)
-                .arg(&g.buf_lines)
-                .arg(&g.out_l0)
-                .arg(&g.out_l1)
-                .arg(&wx0)
-                .arg(&wx1)
-                .arg(&wy0)
-                .arg(&wy1)
-                .arg(&shift)
-                .arg(&out)
-                .arg(&count)
-                .launch(cfg)
-        }
-        .map(|_| ())
-        .map_err(cuda("launch noise kernel"))
+        // One argument list for noise_mean_filter / noise_shift_difference / noise_mean_filter_w16{s,u}.
+        #[rustfmt::skip]
+        let args = [raw.into(), valid.into(), t.code.into(), t.swap.into(), g.lines.into(), g.samples.into(),
+            g.bands.into(), g.buf_l0.into(), g.buf_lines.into(), g.out_l0.into(), g.out_l1.into(), wx0.into(),
+            wx1.into(), wy0.into(), wy1.into(), shift.into(), out.into(), count.into()];
+        self.launch(s, f, cfg, &args, "launch noise kernel")
     }
 
     /// out = raw − shift (float32), zero rows at invalid pixels.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn convert_shifted(
         &self,
         s: &CudaStream,
-        raw: u64,
-        valid: u64,
-        npix: i64,
-        bands: i32,
-        t: RawType,
-        shift: u64,
-        out: u64,
+        px: Pixels,
+        shift: DevPtr<f64>,
+        out: DevPtr<f32>,
     ) -> Result<(), BackendError> {
+        let Pixels { npix, bands, .. } = px;
         if npix == 0 {
             return Ok(());
         }
-        let cfg = grid_for(npix as u64 * bands as u64, self.sms);
-        // SAFETY: matches convert_shifted in covariance.cu.
-        unsafe {
-            s.launch_builder(&self.convert_shifted)
-                .arg(&raw)
-                .arg(&valid)
-                .arg(&npix)
-                .arg(&bands)
-                .arg(&t.code)
-                .arg(&t.swap)
-                .arg(&shift)
-                .arg(&out)
-                .launch(cfg)
-        }
-        .map(|_| ())
-        .map_err(cuda("launch convert_shifted"))
+        px.check();
+        let n = npix as usize * bands as usize;
+        shift.holds(bands as usize);
+        out.holds(n);
+        let cfg = grid_for(n as u64, self.sms);
+        self.launch(s, &self.convert_shifted, cfg, &px.args(&[shift.into(), out.into()]), "launch convert_shifted")
     }
 
     /// sums[b] += Σ_p d[p, b] (float64 atomics, one per block and band).
     pub(crate) fn col_sums(
         &self,
         s: &CudaStream,
-        d: u64,
+        d: DevPtr<f32>,
         npix: i64,
         bands: i32,
-        sums: u64,
+        sums: DevPtr<f64>,
     ) -> Result<(), BackendError> {
         if npix == 0 {
             return Ok(());
         }
+        d.holds(npix as usize * bands as usize);
+        sums.holds(bands as usize);
         let per_block: i64 = 256;
         let blocks = (npix as u64).div_ceil(per_block as u64) as u32;
         let cfg = LaunchConfig {
@@ -387,25 +514,16 @@ impl Kernels {
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: matches col_sums in covariance.cu.
-        unsafe {
-            s.launch_builder(&self.col_sums)
-                .arg(&d)
-                .arg(&npix)
-                .arg(&bands)
-                .arg(&per_block)
-                .arg(&sums)
-                .launch(cfg)
-        }
-        .map(|_| ())
-        .map_err(cuda("launch col_sums"))
+        let args = [d.into(), npix.into(), bands.into(), per_block.into(), sums.into()];
+        self.launch(s, &self.col_sums, cfg, &args, "launch col_sums")
     }
 
     /// Adds the rows of `d` into the per-split partial sums (see CovParts).
-    pub(crate) fn cov_lower(&self, s: &CudaStream, d: u64, npix: i64, parts: &CovParts) -> Result<(), BackendError> {
+    pub(crate) fn cov_lower(&self, s: &CudaStream, d: DevPtr<f32>, npix: i64, parts: &CovParts) -> Result<(), BackendError> {
         if npix == 0 {
             return Ok(());
         }
+        d.holds(npix as usize * parts.bands);
         // The m16 kernel stages 32 pixels per step and runs 128 threads; the others 16 and 256.
         let (step, threads) = if self.cov_lower_m16.is_some() {
             (32, 128)
@@ -421,7 +539,7 @@ impl Kernels {
             block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
         };
-        let (pc, ps) = (parts.cross.ptr(), parts.sum.ptr());
+        let (pc, ps) = parts.ptrs();
         let f = if let Some(m16) = &self.cov_lower_m16 {
             m16
         } else if self.use_dmma {
@@ -429,25 +547,23 @@ impl Kernels {
         } else {
             &self.cov_lower
         };
-        // SAFETY: matches cov_lower / cov_lower_dmma / cov_lower_m16 in covariance.cu; parts holds splits × pairs tiles.
-        unsafe {
-            s.launch_builder(f)
-                .arg(&d)
-                .arg(&npix)
-                .arg(&bands)
-                .arg(&per_split)
-                .arg(&pairs)
-                .arg(&tiles)
-                .arg(&pc)
-                .arg(&ps)
-                .launch(cfg)
-        }
-        .map(|_| ())
-        .map_err(cuda("launch cov_lower"))
+        // One argument list for cov_lower / cov_lower_dmma / cov_lower_m16; parts holds splits × pairs tiles.
+        #[rustfmt::skip]
+        let args = [d.into(), npix.into(), bands.into(), per_split.into(), pairs.into(), tiles.into(), pc.into(),
+            ps.into()];
+        self.launch(s, f, cfg, &args, "launch cov_lower")
     }
 
     /// c (B × B, lower triangle) and sums (B) from the partial sums.
-    pub(crate) fn reduce_parts(&self, s: &CudaStream, parts: &CovParts, c: u64, sums: u64) -> Result<(), BackendError> {
+    pub(crate) fn reduce_parts(
+        &self,
+        s: &CudaStream,
+        parts: &CovParts,
+        c: DevPtr<f64>,
+        sums: DevPtr<f64>,
+    ) -> Result<(), BackendError> {
+        c.holds(parts.bands * parts.bands);
+        sums.holds(parts.bands);
         let cfg = grid_for((parts.pairs * COV_TILE * COV_TILE) as u64, self.sms);
         let (splits, pairs, tiles, bands) = (
             parts.splits as i32,
@@ -455,40 +571,22 @@ impl Kernels {
             parts.tiles as i32,
             parts.bands as i32,
         );
-        let (pc, ps) = (parts.cross.ptr(), parts.sum.ptr());
-        // SAFETY: matches reduce_parts in covariance.cu.
-        unsafe {
-            s.launch_builder(&self.reduce_parts)
-                .arg(&pc)
-                .arg(&ps)
-                .arg(&splits)
-                .arg(&pairs)
-                .arg(&tiles)
-                .arg(&bands)
-                .arg(&c)
-                .arg(&sums)
-                .launch(cfg)
-        }
-        .map(|_| ())
-        .map_err(cuda("launch reduce_parts"))
+        let (pc, ps) = parts.ptrs();
+        #[rustfmt::skip]
+        let args = [pc.into(), ps.into(), splits.into(), pairs.into(), tiles.into(), bands.into(), c.into(),
+            sums.into()];
+        self.launch(s, &self.reduce_parts, cfg, &args, "launch reduce_parts")
     }
 
     /// out (float64) = in (float32), n values.
-    pub(crate) fn widen_f64(&self, s: &CudaStream, input: u64, n: i64, out: u64) -> Result<(), BackendError> {
+    pub(crate) fn widen_f64(&self, s: &CudaStream, input: DevPtr<f32>, n: i64, out: DevPtr<f64>) -> Result<(), BackendError> {
         if n == 0 {
             return Ok(());
         }
+        input.holds(n as usize);
+        out.holds(n as usize);
         let cfg = grid_for(n as u64, self.sms);
-        // SAFETY: matches widen_f64 in covariance.cu.
-        unsafe {
-            s.launch_builder(&self.widen_f64)
-                .arg(&input)
-                .arg(&n)
-                .arg(&out)
-                .launch(cfg)
-        }
-        .map(|_| ())
-        .map_err(cuda("launch widen_f64"))
+        self.launch(s, &self.widen_f64, cfg, &[input.into(), n.into(), out.into()], "launch widen_f64")
     }
 
     /// The projection / inverse kernel with T in global memory (project_global in transform.cu).
@@ -496,52 +594,33 @@ impl Kernels {
     pub(crate) fn project(
         &self,
         s: &CudaStream,
-        raw: u64,
-        valid: u64,
-        npix: i64,
-        bands: i32,
-        t: RawType,
-        used: u64,
+        px: Pixels,
+        used: DevPtr<i32>,
         n_used: i32,
-        means: u64,
-        t_global: u64,
+        means: DevPtr<f64>,
+        t_global: DevPtr<f32>,
         k: i32,
-        out: u64,
+        out: DevPtr<f32>,
         out_stride: i32,
-        out_col: u64,
-        add_mean: u64,
+        out_col: Option<DevPtr<i32>>,
+        add_mean: Option<DevPtr<f64>>,
     ) -> Result<(), BackendError> {
+        let Pixels { npix, .. } = px;
         if npix == 0 {
             return Ok(());
         }
+        px.check();
+        used.holds(n_used as usize);
         let blocks = (npix as u64).div_ceil(32).clamp(1, self.sms as u64 * 16) as u32;
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: matches project_global in transform.cu.
-        unsafe {
-            s.launch_builder(&self.project_global)
-                .arg(&raw)
-                .arg(&valid)
-                .arg(&npix)
-                .arg(&bands)
-                .arg(&t.code)
-                .arg(&t.swap)
-                .arg(&used)
-                .arg(&n_used)
-                .arg(&means)
-                .arg(&t_global)
-                .arg(&k)
-                .arg(&out)
-                .arg(&out_stride)
-                .arg(&out_col)
-                .arg(&add_mean)
-                .launch(cfg)
-        }
-        .map(|_| ())
-        .map_err(cuda("launch project_global"))
+        #[rustfmt::skip]
+        let args = px.args(&[used.into(), n_used.into(), means.into(), t_global.into(), k.into(), out.into(),
+            out_stride.into(), out_col.into(), add_mean.into()]);
+        self.launch(s, &self.project_global, cfg, &args, "launch project_global")
     }
 
     /// The projection with T (u × kpad, zero-padded) `kp` components per pass: from shared memory when
@@ -550,23 +629,23 @@ impl Kernels {
     pub(crate) fn project_px(
         &self,
         s: &CudaStream,
-        t_pad: Option<u64>,
+        t_pad: Option<DevPtr<f32>>,
         kp: usize,
-        raw: u64,
-        valid: u64,
-        npix: i64,
-        bands: i32,
-        t: RawType,
-        used: u64,
+        px: Pixels,
+        used: DevPtr<i32>,
         n_used: i32,
-        means: u64,
+        means: DevPtr<f64>,
         kpad: i32,
         k: i32,
-        out: u64,
+        out: DevPtr<f32>,
     ) -> Result<(), BackendError> {
+        let Pixels { npix, .. } = px;
         if npix == 0 {
             return Ok(());
         }
+        px.check();
+        used.holds(n_used as usize);
+        t_pad.holds(n_used as usize * kpad as usize);
         let list = if t_pad.is_some() {
             &self.project_pxs
         } else {
@@ -582,7 +661,6 @@ impl Kernels {
         let blocks = (npix as u64)
             .div_ceil(THREADS as u64)
             .clamp(1, self.sms as u64 * 8) as u32;
-        let t_ptr = t_pad.unwrap_or(0);
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
             block_dim: (THREADS, 1, 1),
@@ -592,27 +670,11 @@ impl Kernels {
                 0
             },
         };
-        // SAFETY: matches project_px{KP} / project_pxs{KP} in transform.cu (u × kpad floats of T at
-        // t_pad, that many bytes of dynamic shared memory).
-        unsafe {
-            s.launch_builder(f)
-                .arg(&raw)
-                .arg(&valid)
-                .arg(&npix)
-                .arg(&bands)
-                .arg(&t.code)
-                .arg(&t.swap)
-                .arg(&used)
-                .arg(&n_used)
-                .arg(&means)
-                .arg(&kpad)
-                .arg(&k)
-                .arg(&out)
-                .arg(&t_ptr)
-                .launch(cfg)
-        }
-        .map(|_| ())
-        .map_err(cuda("launch project_px"))
+        // project_px{KP} / project_pxs{KP}: u × kpad floats of T at t_pad (null for the constant-memory
+        // kernels), that many bytes of dynamic shared memory.
+        #[rustfmt::skip]
+        let args = px.args(&[used.into(), n_used.into(), means.into(), kpad.into(), k.into(), out.into(), t_pad.into()]);
+        self.launch(s, f, cfg, &args, "launch project_px")
     }
 
     /// The projection fast path (project_w16{s,u}{KP} in transform.cu): T' (bands × kp floats, T's rows
@@ -624,20 +686,22 @@ impl Kernels {
         &self,
         s: &CudaStream,
         kp: usize,
-        raw: u64,
-        valid: u64,
-        npix: i64,
-        bands: i32,
-        t: RawType,
-        t_full: u64,
-        centre: u64,
-        corr: u64,
+        px: Pixels,
+        t_full: DevPtr<f32>,
+        centre: DevPtr<i32>,
+        corr: DevPtr<f32>,
         k: i32,
-        out: u64,
+        out: DevPtr<f32>,
     ) -> Result<(), BackendError> {
+        let Pixels { npix, bands, t, .. } = px;
         if npix == 0 {
             return Ok(());
         }
+        px.check();
+        t_full.holds(bands as usize * kp);
+        centre.holds(bands as usize);
+        corr.holds(kp);
+        out.holds(npix as usize * k as usize);
         let f = &self
             .project_w16
             .iter()
@@ -650,98 +714,57 @@ impl Kernels {
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: (bands as u32) * (kp as u32 + 1) * 4,
         };
-        // SAFETY: matches project_w16{s,u}{KP} in transform.cu; bands · (kp + 1) · 4 bytes of dynamic
-        // shared memory (≤ 48 KB, checked by w16_project_kp).
-        unsafe {
-            s.launch_builder(f)
-                .arg(&raw)
-                .arg(&valid)
-                .arg(&npix)
-                .arg(&bands)
-                .arg(&t.swap)
-                .arg(&t_full)
-                .arg(&centre)
-                .arg(&corr)
-                .arg(&k)
-                .arg(&out)
-                .launch(cfg)
-        }
-        .map(|_| ())
-        .map_err(cuda("launch project_w16"))
+        // bands · (kp + 1) · 4 bytes of dynamic shared memory (≤ 48 KB, checked by w16_project_kp).
+        #[rustfmt::skip]
+        let Pixels { raw, valid, .. } = px;
+        let args = [raw.into(), valid.into(), npix.into(), bands.into(), t.swap.into(), t_full.into(), centre.into(),
+            corr.into(), k.into(), out.into()];
+        self.launch(s, f, cfg, &args, "launch project_w16")
     }
 
     /// out[p, cols[j]] = float32(x) (NaN at invalid pixels).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn pass_through(
         &self,
         s: &CudaStream,
-        raw: u64,
-        valid: u64,
-        npix: i64,
-        bands: i32,
-        t: RawType,
-        cols: u64,
+        px: Pixels,
+        cols: DevPtr<i32>,
         n_cols: i32,
-        out: u64,
+        out: DevPtr<f32>,
     ) -> Result<(), BackendError> {
+        let Pixels { npix, .. } = px;
         if npix == 0 || n_cols == 0 {
             return Ok(());
         }
+        px.check();
+        cols.holds(n_cols as usize);
         let cfg = grid_for(npix as u64 * n_cols as u64, self.sms);
-        // SAFETY: matches pass_through in transform.cu.
-        unsafe {
-            s.launch_builder(&self.pass_through)
-                .arg(&raw)
-                .arg(&valid)
-                .arg(&npix)
-                .arg(&bands)
-                .arg(&t.code)
-                .arg(&t.swap)
-                .arg(&cols)
-                .arg(&n_cols)
-                .arg(&out)
-                .launch(cfg)
-        }
-        .map(|_| ())
-        .map_err(cuda("launch pass_through"))
+        #[rustfmt::skip]
+        let args = px.args(&[cols.into(), n_cols.into(), out.into()]);
+        self.launch(s, &self.pass_through, cfg, &args, "launch pass_through")
     }
 
     /// out = x_used − means (float32, npix × n_used), NaN rows at invalid pixels.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn convert_centred_used(
         &self,
         s: &CudaStream,
-        raw: u64,
-        valid: u64,
-        npix: i64,
-        bands: i32,
-        t: RawType,
-        used: u64,
+        px: Pixels,
+        used: DevPtr<i32>,
         n_used: i32,
-        means: u64,
-        out: u64,
+        means: DevPtr<f64>,
+        out: DevPtr<f32>,
     ) -> Result<(), BackendError> {
+        let Pixels { npix, .. } = px;
         if npix == 0 {
             return Ok(());
         }
+        px.check();
+        used.holds(n_used as usize);
+        means.holds(n_used as usize);
+        out.holds(npix as usize * n_used as usize);
         let cfg = grid_for(npix as u64 * n_used as u64, self.sms);
-        // SAFETY: matches convert_centred_used in transform.cu.
-        unsafe {
-            s.launch_builder(&self.convert_centred_used)
-                .arg(&raw)
-                .arg(&valid)
-                .arg(&npix)
-                .arg(&bands)
-                .arg(&t.code)
-                .arg(&t.swap)
-                .arg(&used)
-                .arg(&n_used)
-                .arg(&means)
-                .arg(&out)
-                .launch(cfg)
-        }
-        .map(|_| ())
-        .map_err(cuda("launch convert_centred_used"))
+        #[rustfmt::skip]
+        let args = px.args(&[used.into(), n_used.into(), means.into(), out.into()]);
+        self.launch(s, &self.convert_centred_used, cfg, &args, "launch convert_centred_used")
     }
 }
 
@@ -752,8 +775,8 @@ pub(crate) struct CovParts<'c> {
     pub tiles: usize,
     pub pairs: usize,
     pub splits: usize,
-    pub cross: super::device::Pooled<'c, super::device::DevBuf>,
-    pub sum: super::device::Pooled<'c, super::device::DevBuf>,
+    pub cross: super::device::Pooled<'c, DevBuf>,
+    pub sum: super::device::Pooled<'c, DevBuf>,
 }
 
 impl CovParts<'_> {
@@ -765,6 +788,10 @@ impl CovParts<'_> {
         let pairs = tiles * (tiles + 1) / 2;
         let splits = (sms as usize * blocks_per_sm / pairs).max(1);
         (tiles, pairs, splits)
+    }
+    /// The partial cross products and band sums.
+    fn ptrs(&self) -> (DevPtr<f64>, DevPtr<f64>) {
+        (DevPtr::of(&self.cross), DevPtr::of(&self.sum))
     }
     pub(crate) fn zero(&self, s: &CudaStream) -> Result<(), BackendError> {
         self.cross.zero_async(s)?;

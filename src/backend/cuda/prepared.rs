@@ -21,7 +21,7 @@ use cudarc::driver::{CudaEvent, CudaStream};
 use rayon::prelude::*;
 
 use super::device::{cuda, dtoh_async, event, htod_async, is_registered, DevBuf, PinnedBuf, Pooled, Sized_};
-use super::kernels::{self, CovParts, NoiseArgs, RawType, COV_TILE, MAX_CONST_T, PX_KP};
+use super::kernels::{self, CovParts, DevPtr, NoiseArgs, Pixels, RawType, COV_TILE, MAX_CONST_T, PX_KP};
 use super::{CudaBackend, Route};
 use crate::backend::{BackendError, PreparedCube};
 use crate::cube::model::decode_into;
@@ -434,18 +434,22 @@ impl<'c> CudaCube<'c> {
     }
 
     /// Resident cube: computes the valid-pixel buffer for (ignore, mask_bands) over all chunks unless it
-    /// is already there. Returns its address (0: no mask, all pixels valid).
-    fn ensure_resident_mask(&mut self, ignore: Option<f64>, mask_bands: &[usize]) -> Result<u64, BackendError> {
+    /// is already there. Returns it (None: no mask, all pixels valid).
+    fn ensure_resident_mask(
+        &mut self,
+        ignore: Option<f64>,
+        mask_bands: &[usize],
+    ) -> Result<Option<DevPtr<u8>>, BackendError> {
         let key = MaskKey {
             ignore: ignore.map(f64::to_bits),
             bands: mask_bands.to_vec(),
         };
         let Some((v, list, n_mask)) = self.mask_setup(ignore, mask_bands)? else {
-            return Ok(0);
+            return Ok(None);
         };
         if self.mask_key.as_ref() == Some(&key) {
             if let Some(valid) = &self.valid {
-                return Ok(valid.ptr());
+                return Ok(Some(DevPtr::of(valid)));
             }
         }
         if self.valid.is_none() {
@@ -453,20 +457,20 @@ impl<'c> CudaCube<'c> {
         }
         for c in 0..self.lay.chunks() {
             self.ensure_chunk(c)?;
-            self.mask_chunk_resident(c, v, &list, n_mask, 0)?;
+            self.mask_chunk_resident(c, v, &list, n_mask, None)?;
         }
         self.mask_key = Some(key);
-        Ok(self.valid.as_ref().expect("allocated above").ptr())
+        Ok(Some(DevPtr::of(self.valid.as_ref().expect("allocated above"))))
     }
 
-    /// valid[] for the pixels of chunk c of a resident cube (adds the valid count to `count` unless 0).
+    /// valid[] for the pixels of chunk c of a resident cube (adds the valid count to `count` if given).
     fn mask_chunk_resident(
         &self,
         c: usize,
         v: f64,
         list: &DevBuf,
         n_mask: i32,
-        count: u64,
+        count: Option<DevPtr<u64>>,
     ) -> Result<(), BackendError> {
         let (l0, l1) = self.lay.chunk(c);
         let s = self.lay.samples;
@@ -474,14 +478,14 @@ impl<'c> CudaCube<'c> {
         let valid = self.valid.as_ref().expect("mask buffer");
         self.be.kernels.pixel_mask(
             &self.compute,
-            res.raw.at(l0 * self.lay.line_bytes()),
+            DevPtr::at(&res.raw, l0 * self.lay.line_bytes()),
             ((l1 - l0) * s) as i64,
             self.lay.bands as i32,
             self.lay.t,
-            list.ptr(),
+            DevPtr::of(list),
             n_mask,
             v,
-            valid.at(l0 * s),
+            DevPtr::at(valid, l0 * s),
             count,
         )
     }
@@ -557,7 +561,14 @@ impl<'c> CudaCube<'c> {
     }
 
     /// Adds the `npix` rows of the work matrix `d` into the accumulators of one covariance.
-    fn accumulate(&self, acc: &CovAcc, d: u64, npix: usize, cross: u64, sum: u64) -> Result<(), BackendError> {
+    fn accumulate(
+        &self,
+        acc: &CovAcc,
+        d: DevPtr<f32>,
+        npix: usize,
+        cross: DevPtr<f64>,
+        sum: DevPtr<f64>,
+    ) -> Result<(), BackendError> {
         let k = &self.be.kernels;
         let b = self.lay.bands;
         match acc {
@@ -567,16 +578,16 @@ impl<'c> CudaCube<'c> {
                     return Ok(());
                 }
                 k.col_sums(&self.compute, d, npix as i64, b as i32, sum)?;
-                k.widen_f64(&self.compute, d, (npix * b) as i64, wide.ptr())?;
+                k.widen_f64(&self.compute, d, (npix * b) as i64, DevPtr::of(wide))?;
                 let blas = self.be.blas.as_ref().expect("cuBLAS route has a handle");
                 let blas = blas.lock().unwrap_or_else(|e| e.into_inner());
-                blas.dsyrk_add(&self.compute, wide.ptr(), npix, b, cross)
+                blas.dsyrk_add(&self.compute, wide.ptr(), npix, b, cross.addr())
             }
         }
     }
 
     /// Final reduction of one covariance's accumulators into results (custom route only).
-    fn finish(&self, acc: &CovAcc, cross: u64, sum: u64) -> Result<(), BackendError> {
+    fn finish(&self, acc: &CovAcc, cross: DevPtr<f64>, sum: DevPtr<f64>) -> Result<(), BackendError> {
         match acc {
             CovAcc::Kernels(parts) => self.be.kernels.reduce_parts(&self.compute, parts, cross, sum),
             CovAcc::Cublas { .. } => Ok(()),
@@ -770,12 +781,13 @@ impl PreparedCube for CudaCube<'_> {
         let t_bufs = wall.elapsed();
         let off = StatBufs::offsets(b);
         let (n_cross, n_sum, d_cross, d_sum) = (
-            bufs.results.at(off[0]),
-            bufs.results.at(off[1]),
-            bufs.results.at(off[2]),
-            bufs.results.at(off[3]),
+            DevPtr::at(&bufs.results, off[0]),
+            DevPtr::at(&bufs.results, off[1]),
+            DevPtr::at(&bufs.results, off[2]),
+            DevPtr::at(&bufs.results, off[3]),
         );
-        let (cnt_valid, cnt_noise) = (bufs.counters.at(0), bufs.counters.at(8));
+        let (cnt_valid, cnt_noise) = (DevPtr::at(&bufs.counters, 0), DevPtr::at(&bufs.counters, 8));
+        let (d_shift, n_shift, work) = (DevPtr::of(&d_shift), DevPtr::of(&n_shift), DevPtr::of(&work));
         let n_chunks = self.lay.chunks();
         let lb = self.lay.line_bytes();
         let t = self.lay.t;
@@ -809,9 +821,9 @@ impl PreparedCube for CudaCube<'_> {
             if mask.is_some() && self.valid.is_none() {
                 self.valid = Some(self.dev(lines * samples)?);
             }
-            let noise_chunk = |me: &Self, c: usize, valid: u64| -> Result<(), BackendError> {
+            let noise_chunk = |me: &Self, c: usize, valid: Option<DevPtr<u8>>| -> Result<(), BackendError> {
                 let (l0, l1) = me.lay.chunk(c);
-                let raw = me.resident.as_ref().expect("resident").raw.ptr();
+                let raw = DevPtr::of(&me.resident.as_ref().expect("resident").raw);
                 let g = me.noise_args(spec, 0, lines, l0, l1);
                 k.noise(
                     &me.compute,
@@ -820,32 +832,30 @@ impl PreparedCube for CudaCube<'_> {
                     valid,
                     t,
                     g,
-                    n_shift.ptr(),
-                    work.ptr(),
+                    n_shift,
+                    work,
                     cnt_noise,
                 )?;
-                me.accumulate(&bufs.noise, work.ptr(), (l1 - l0) * samples, n_cross, n_sum)
+                me.accumulate(&bufs.noise, work, (l1 - l0) * samples, n_cross, n_sum)
             };
             let data_chunk = |me: &Self, c: usize| -> Result<(), BackendError> {
                 let (l0, l1) = me.lay.chunk(c);
-                let raw = me.resident.as_ref().expect("resident").raw.at(l0 * lb);
+                let raw = DevPtr::at(&me.resident.as_ref().expect("resident").raw, l0 * lb);
                 let vp = if mask.is_some() {
-                    me.valid.as_ref().expect("mask").at(l0 * samples)
+                    Some(DevPtr::at(me.valid.as_ref().expect("mask"), l0 * samples))
                 } else {
-                    0
+                    None
                 };
                 let npix = (l1 - l0) * samples;
-                k.convert_shifted(
-                    &me.compute,
+                let px = Pixels {
                     raw,
-                    vp,
-                    npix as i64,
-                    b as i32,
+                    valid: vp,
+                    npix: npix as i64,
+                    bands: b as i32,
                     t,
-                    d_shift.ptr(),
-                    work.ptr(),
-                )?;
-                me.accumulate(&bufs.data, work.ptr(), npix, d_cross, d_sum)
+                };
+                k.convert_shifted(&me.compute, px, d_shift, work)?;
+                me.accumulate(&bufs.data, work, npix, d_cross, d_sum)
             };
             // The data rows of chunk c are processed as soon as chunk c has arrived, its noise residuals
             // once chunk c + 1 (the halo line below) has: measured on the H100 with the int16 fast paths,
@@ -869,11 +879,11 @@ impl PreparedCube for CudaCube<'_> {
                 self.ensure_chunk(c)?;
                 if let Some((v, list, n_mask)) = &mask {
                     // Recomputed even when cached: the valid count of this pass comes from here.
-                    self.mask_chunk_resident(c, *v, list, *n_mask, cnt_valid)?;
+                    self.mask_chunk_resident(c, *v, list, *n_mask, Some(cnt_valid))?;
                 }
                 data_chunk(self, c)?;
                 mark(self, &mut data_evs)?;
-                let valid = self.valid.as_ref().filter(|_| mask.is_some()).map_or(0, |v| v.ptr());
+                let valid = self.valid.as_ref().filter(|_| mask.is_some()).map(|v| DevPtr::of(v));
                 if c > 0 {
                     noise_chunk(self, c - 1, valid)?;
                     mark(self, &mut noise_evs)?;
@@ -884,7 +894,7 @@ impl PreparedCube for CudaCube<'_> {
                 monitor.tick(Stage::Statistics, c as f64 / n_chunks as f64)?;
             }
             ev_upload.record(&self.copy).map_err(cuda("cuEventRecord"))?;
-            let valid = self.valid.as_ref().filter(|_| mask.is_some()).map_or(0, |v| v.ptr());
+            let valid = self.valid.as_ref().filter(|_| mask.is_some()).map(|v| DevPtr::of(v));
             noise_chunk(self, n_chunks - 1, valid)?;
             mark(self, &mut noise_evs)?;
             self.finish(&bufs.noise, n_cross, n_sum)?;
@@ -930,7 +940,7 @@ impl PreparedCube for CudaCube<'_> {
                 let (l0, l1) = self.lay.chunk(c);
                 let (slot, b0, blines) = self.load_slot(c, 1)?;
                 let slots = self.slots.as_ref().expect("streamed");
-                let raw = slots.raw[slot].ptr();
+                let raw = DevPtr::of(&slots.raw[slot]);
                 let vbuf = &slots.valid[slot];
                 let valid = if let Some((v, list, n_mask)) = &mask {
                     // Halo lines are masked but not counted; the chunk's own lines are counted.
@@ -943,40 +953,40 @@ impl PreparedCube for CudaCube<'_> {
                         (before * samples) as i64,
                         bl,
                         t,
-                        list.ptr(),
+                        DevPtr::of(list),
                         m,
                         *v,
-                        vbuf.ptr(),
-                        0,
+                        DevPtr::of(vbuf),
+                        None,
                     )?;
                     k.pixel_mask(
                         &self.compute,
-                        raw + (before * lb) as u64,
+                        raw.skip(before * lb),
                         ((l1 - l0) * samples) as i64,
                         bl,
                         t,
-                        list.ptr(),
+                        DevPtr::of(list),
                         m,
                         *v,
-                        vbuf.at(before * samples),
-                        cnt_valid,
+                        DevPtr::at(vbuf, before * samples),
+                        Some(cnt_valid),
                     )?;
                     let at = before + (l1 - l0);
                     k.pixel_mask(
                         &self.compute,
-                        raw + (at * lb) as u64,
+                        raw.skip(at * lb),
                         (after * samples) as i64,
                         bl,
                         t,
-                        list.ptr(),
+                        DevPtr::of(list),
                         m,
                         *v,
-                        vbuf.at(at * samples),
-                        0,
+                        DevPtr::at(vbuf, at * samples),
+                        None,
                     )?;
-                    vbuf.ptr()
+                    Some(DevPtr::of(vbuf))
                 } else {
-                    0
+                    None
                 };
                 let g = self.noise_args(spec, b0, blines, l0, l1);
                 k.noise(
@@ -986,29 +996,23 @@ impl PreparedCube for CudaCube<'_> {
                     valid,
                     t,
                     g,
-                    n_shift.ptr(),
-                    work.ptr(),
+                    n_shift,
+                    work,
                     cnt_noise,
                 )?;
                 let npix = (l1 - l0) * samples;
-                self.accumulate(&bufs.noise, work.ptr(), npix, n_cross, n_sum)?;
+                self.accumulate(&bufs.noise, work, npix, n_cross, n_sum)?;
                 let before = l0 - b0;
-                let vp = if valid != 0 {
-                    valid + (before * samples) as u64
-                } else {
-                    0
-                };
-                k.convert_shifted(
-                    &self.compute,
-                    raw + (before * lb) as u64,
-                    vp,
-                    npix as i64,
-                    b as i32,
+                let vp = valid.map(|v| v.skip(before * samples));
+                let px = Pixels {
+                    raw: raw.skip(before * lb),
+                    valid: vp,
+                    npix: npix as i64,
+                    bands: b as i32,
                     t,
-                    d_shift.ptr(),
-                    work.ptr(),
-                )?;
-                self.accumulate(&bufs.data, work.ptr(), npix, d_cross, d_sum)?;
+                };
+                k.convert_shifted(&self.compute, px, d_shift, work)?;
+                self.accumulate(&bufs.data, work, npix, d_cross, d_sum)?;
                 self.release_slot(slot)?;
                 monitor.tick(Stage::Statistics, c as f64 / n_chunks as f64)?;
             }
@@ -1264,7 +1268,7 @@ impl CudaCube<'_> {
         } else {
             None
         };
-        let t_pad_ptr = t_pad_dev.as_ref().map(|d| d.ptr());
+        let t_pad_ptr = t_pad_dev.as_ref().map(|d| DevPtr::of(d));
         // The constant-memory T is shared by every user of the module: hold the lock for the pass.
         let _const_guard = if use_px && !smem_t {
             let g = self.be.const_lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -1287,7 +1291,7 @@ impl CudaCube<'_> {
         let valid_resident = if self.resident.is_some() {
             self.ensure_resident_mask(ignore, mask_bands)?
         } else {
-            0
+            None
         };
         let mask = if self.resident.is_none() {
             self.mask_setup(ignore, mask_bands)?
@@ -1376,18 +1380,14 @@ impl CudaCube<'_> {
                 for uc in self.lay.chunk_of(l0)..=self.lay.chunk_of(l1 - 1) {
                     self.ensure_chunk(uc)?;
                 }
-                let raw = self.resident.as_ref().expect("resident").raw.at(l0 * lb);
-                let v = if valid_resident != 0 {
-                    valid_resident + (l0 * samples) as u64
-                } else {
-                    0
-                };
+                let raw = DevPtr::at(&self.resident.as_ref().expect("resident").raw, l0 * lb);
+                let v = valid_resident.map(|v| v.skip(l0 * samples));
                 (raw, v, None)
             } else {
                 let (s, b0, blines) = self.load_slot(c, 0)?;
                 debug_assert_eq!((b0, blines), (l0, l1 - l0));
                 let slots = self.slots.as_ref().expect("streamed");
-                let raw = slots.raw[s].ptr();
+                let raw = DevPtr::of(&slots.raw[s]);
                 let v = if let Some((v, list, n_mask)) = &mask {
                     kern.pixel_mask(
                         &self.compute,
@@ -1395,49 +1395,49 @@ impl CudaCube<'_> {
                         npix as i64,
                         b as i32,
                         t,
-                        list.ptr(),
+                        DevPtr::of(list),
                         *n_mask,
                         *v,
-                        slots.valid[s].ptr(),
-                        0,
+                        DevPtr::of(&slots.valid[s]),
+                        None,
                     )?;
-                    slots.valid[s].ptr()
+                    Some(DevPtr::of(&slots.valid[s]))
                 } else {
-                    0
+                    None
                 };
                 (raw, v, Some(s))
             };
-            let dst = dev_out[slot].ptr();
+            let dst = DevPtr::of(&dev_out[slot]);
+            let (used_p, means_p) = (DevPtr::of(&used_dev), DevPtr::of(&means_dev));
+            let px = Pixels {
+                raw,
+                valid,
+                npix: npix as i64,
+                bands: b as i32,
+                t,
+            };
             if cublas {
-                let xu = xu.as_ref().expect("allocated for cuBLAS").ptr();
+                let xu = DevPtr::of(xu.as_ref().expect("allocated for cuBLAS"));
                 kern.convert_centred_used(
                     &self.compute,
-                    raw,
-                    valid,
-                    npix as i64,
-                    b as i32,
-                    t,
-                    used_dev.ptr(),
+                    px,
+                    used_p,
                     u as i32,
-                    means_dev.ptr(),
+                    means_p,
                     xu,
                 )?;
                 let blas = self.be.blas.as_ref().expect("cuBLAS route has a handle");
                 let blas = blas.lock().unwrap_or_else(|e| e.into_inner());
-                blas.gemm_project(&self.compute, xu, npix, u, t_dev.ptr(), k, dst)?;
+                blas.gemm_project(&self.compute, xu.addr(), npix, u, t_dev.ptr(), k, dst.addr())?;
             } else if let Some((kw, t_full, centre, corr)) = w16.as_ref() {
-                debug_assert_eq!(raw % 16, 0, "project_w16 reads 16-byte words");
+                debug_assert_eq!(raw.addr() % 16, 0, "project_w16 reads 16-byte words");
                 kern.project_w16(
                     &self.compute,
                     *kw,
-                    raw,
-                    valid,
-                    npix as i64,
-                    b as i32,
-                    t,
-                    t_full.ptr(),
-                    centre.ptr(),
-                    corr.ptr(),
+                    px,
+                    DevPtr::of(t_full),
+                    DevPtr::of(centre),
+                    DevPtr::of(corr),
                     k as i32,
                     dst,
                 )?;
@@ -1446,14 +1446,10 @@ impl CudaCube<'_> {
                     &self.compute,
                     t_pad_ptr,
                     kp,
-                    raw,
-                    valid,
-                    npix as i64,
-                    b as i32,
-                    t,
-                    used_dev.ptr(),
+                    px,
+                    used_p,
                     u as i32,
-                    means_dev.ptr(),
+                    means_p,
                     kpad as i32,
                     k as i32,
                     dst,
@@ -1461,18 +1457,14 @@ impl CudaCube<'_> {
             } else {
                 // The inverse writes band used[r] of each pixel and adds its mean back; the projection
                 // writes the k components in order.
-                let (out_col, add_mean) = if pass.denoise { (used_dev.ptr(), means_dev.ptr()) } else { (0, 0) };
+                let (out_col, add_mean) = if pass.denoise { (Some(used_p), Some(means_p)) } else { (None, None) };
                 kern.project(
                     &self.compute,
-                    raw,
-                    valid,
-                    npix as i64,
-                    b as i32,
-                    t,
-                    used_dev.ptr(),
+                    px,
+                    used_p,
                     u as i32,
-                    means_dev.ptr(),
-                    t_dev.ptr(),
+                    means_p,
+                    DevPtr::of(&t_dev),
                     k as i32,
                     dst,
                     stride as i32,
@@ -1482,12 +1474,8 @@ impl CudaCube<'_> {
                 if pass.denoise {
                     kern.pass_through(
                         &self.compute,
-                        raw,
-                        valid,
-                        npix as i64,
-                        b as i32,
-                        t,
-                        unused_dev.ptr(),
+                        px,
+                        DevPtr::of(&unused_dev),
                         unused.len() as i32,
                         dst,
                     )?;
@@ -1502,14 +1490,14 @@ impl CudaCube<'_> {
             self.copy.wait(&kernels_done[slot]).map_err(cuda("cuStreamWaitEvent"))?;
             // SAFETY: host_out[slot] is only read after `downloaded[slot]` has passed (drain).
             match host_out.as_mut() {
-                Some(h) => unsafe { dtoh_async(&mut h[slot].as_mut_slice()[..npix * stride * 4], dst, &self.copy)? },
+                Some(h) => unsafe { dtoh_async(&mut h[slot].as_mut_slice()[..npix * stride * 4], dst.addr(), &self.copy)? },
                 None => {
                     let first = l0 * samples * stride;
                     let part = &mut out[first..first + npix * stride];
                     // SAFETY: page-locked (checked above) and borrowed for the whole pass; nothing reads
                     // or writes it before `downloaded[slot]` has passed (drain, and the final drains).
                     let bytes = unsafe { std::slice::from_raw_parts_mut(part.as_mut_ptr() as *mut u8, part.len() * 4) };
-                    unsafe { dtoh_async(bytes, dst, &self.copy)? }
+                    unsafe { dtoh_async(bytes, dst.addr(), &self.copy)? }
                 }
             }
             downloaded[slot].record(&self.copy).map_err(cuda("cuEventRecord"))?;
