@@ -565,6 +565,11 @@ const WAIT_RECHECK: std::time::Duration = std::time::Duration::from_millis(250);
 /// `succeeded` the moment it is recorded instead of at its next poll.
 pub async fn get(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): UrlPath<String>, RawQuery(query): RawQuery) -> ApiResult<Response> {
     let wait = wait_param(query.as_deref())?;
+    if wait.is_zero() {
+        // The common status read: no waiter registered with the runner.
+        let job = owned_job(&ctx, &caller, &id).await?;
+        return Ok(job_response(StatusCode::OK, &job, false));
+    }
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         // Registered before the read: an end recorded between the read and the await still wakes us.
