@@ -125,7 +125,7 @@ impl CudaBackend {
             }
         };
         tracing::debug!(device = %device_name, ptx = ?kernels.origin, eigen_on_device = eigen.is_some(), "CUDA backend ready");
-        Ok(CudaBackend {
+        let backend = CudaBackend {
             route,
             ordinal,
             ctx,
@@ -140,7 +140,37 @@ impl CudaBackend {
             last_timeline: Mutex::new(None),
             dev_pool: device::Pool::new(DEVICE_POOL_BYTES),
             pinned_pool: device::Pool::new(PINNED_POOL_BYTES),
-        })
+        };
+        backend.warm_pinned_pool();
+        Ok(backend)
+    }
+
+    /// Makes the pinned host buffers that every pass over a cube takes (two staging pieces, two output
+    /// chunks, the statistics' results) now and leaves them in the pool, so that the first job does not
+    /// wait for them: cuMemHostAlloc takes milliseconds per 16 MB. A failure here only means they are
+    /// made later, when a pass needs them.
+    fn warm_pinned_pool(&self) {
+        let sizes = [
+            prepared::STAGING_PIECE,
+            prepared::STAGING_PIECE,
+            prepared::pinned_class(8 << 20),
+            prepared::pinned_class(8 << 20),
+            prepared::pinned_class(1),
+        ];
+        let t = std::time::Instant::now();
+        let made: Result<Vec<_>, _> = sizes
+            .iter()
+            .map(|&n| self.pinned_pool.take(n, &[], |n| device::PinnedBuf::alloc(&self.ctx, n)))
+            .collect();
+        match made {
+            Ok(bufs) => tracing::debug!(
+                bytes = sizes.iter().sum::<usize>(),
+                ms = t.elapsed().as_secs_f64() * 1e3,
+                buffers = bufs.len(),
+                "pinned host buffers made"
+            ),
+            Err(e) => tracing::debug!("pinned host buffers not made in advance: {e}"),
+        }
     }
 
     /// The CUDA device ordinal this backend runs on.

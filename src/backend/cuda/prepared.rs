@@ -38,7 +38,20 @@ const CHUNK_WORK_BYTES: usize = 64 << 20;
 /// neighbours, each a few cache and TLB misses in a cube of hundreds of MB) took 1.4–1.6 ms on the
 /// H100's host (measured with RUST_LOG=hypermnf::timing=debug).
 const SHIFT_SAMPLES: usize = 256;
+/// Bytes of one pinned staging buffer: chunks are sent in pieces of this size, so that the buffers are
+/// the same for every cube and the backend's pool hands the same two to every job. Sized by the chunk
+/// before, they differed with each cube's shape and a service's job waited for a fresh cuMemHostAlloc
+/// (46 ms of a 299 MB cube's statistics pass on the H100, 2026-11-25, after a smaller cube's job).
+pub(super) const STAGING_PIECE: usize = 16 << 20;
+/// Pinned requests are rounded up to a power of two of at least this, so that outputs of nearby sizes
+/// (another k, another width) reuse the pool's buffers instead of allocating their own.
+const PINNED_MIN: usize = 1 << 20;
 const SHIFT_RUN: usize = 16;
+
+/// The size a pinned request is served at: a power of two, at least PINNED_MIN.
+pub(super) fn pinned_class(bytes: usize) -> usize {
+    bytes.max(PINNED_MIN).next_power_of_two()
+}
 
 /// Index of sample i of n over 0..total: runs of SHIFT_RUN consecutive indices, spread evenly.
 fn sample_index(i: usize, n: usize, total: usize) -> usize {
@@ -316,12 +329,12 @@ impl<'c> CudaCube<'c> {
         Ok(b)
     }
 
-    /// Page-locked host memory from the backend's pool.
+    /// Page-locked host memory from the backend's pool, at least `bytes` of it (see PINNED_MIN).
     fn pinned(&self, bytes: usize) -> Result<Pooled<'c, PinnedBuf>, BackendError> {
         let ctx = &self.be.ctx;
         self.be
             .pinned_pool
-            .take(bytes, &[&self.compute, &self.copy], |n| PinnedBuf::alloc(ctx, n))
+            .take(pinned_class(bytes), &[&self.compute, &self.copy], |n| PinnedBuf::alloc(ctx, n))
     }
 
     /// Sends host bytes `range` to device address `dst` on the copy stream: directly from page-locked
@@ -336,28 +349,35 @@ impl<'c> CudaCube<'c> {
             return unsafe { htod_async(dst, &self.host[range], &self.copy) };
         }
         if self.staging.is_none() {
-            let bytes = (self.lay.chunk_lines + 2) * self.lay.line_bytes();
             let ctx = &self.be.ctx;
             self.staging = Some(Staging {
-                buf: [self.pinned(bytes)?, self.pinned(bytes)?],
+                buf: [self.pinned(STAGING_PIECE)?, self.pinned(STAGING_PIECE)?],
                 copied: [event(ctx, false)?, event(ctx, false)?],
                 next: 0,
             });
         }
         let st = self.staging.as_mut().expect("staging allocated above");
-        let i = st.next;
-        st.next ^= 1;
-        st.copied[i].synchronize().map_err(cuda("cuEventSynchronize"))?;
-        let src = &self.host[range.clone()];
-        let dst_host = &mut st.buf[i].as_mut_slice()[..src.len()];
-        dst_host
-            .par_chunks_mut(1 << 20)
-            .zip(src.par_chunks(1 << 20))
-            .for_each(|(d, s)| d.copy_from_slice(s));
-        // SAFETY: the staging buffer is not touched again before `copied[i]` has passed (synchronized
-        // above before each reuse, and in Drop).
-        unsafe { htod_async(dst, &st.buf[i].as_slice()[..src.len()], &self.copy)? };
-        st.copied[i].record(&self.copy).map_err(cuda("cuEventRecord"))
+        // Piece by piece through the two buffers: the host fills one while the DMA engine sends the other.
+        let mut at = range.start;
+        while at < range.end {
+            let end = (at + STAGING_PIECE).min(range.end);
+            let i = st.next;
+            st.next ^= 1;
+            st.copied[i].synchronize().map_err(cuda("cuEventSynchronize"))?;
+            let src = &self.host[at..end];
+            let dst_host = &mut st.buf[i].as_mut_slice()[..src.len()];
+            dst_host
+                .par_chunks_mut(1 << 20)
+                .zip(src.par_chunks(1 << 20))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+            // SAFETY: the staging buffer is not touched again before `copied[i]` has passed (synchronized
+            // above before each reuse, and in Drop); dst holds range.len() bytes, of which this piece is
+            // the part at (at - range.start).
+            unsafe { htod_async(dst + (at - range.start) as u64, &st.buf[i].as_slice()[..src.len()], &self.copy)? };
+            st.copied[i].record(&self.copy).map_err(cuda("cuEventRecord"))?;
+            at = end;
+        }
+        Ok(())
     }
 
     /// Resident cube: starts the upload of chunk c on the copy stream, unless already started.
