@@ -441,6 +441,7 @@ fn descr_of(dtype: DataType, order: ByteOrder) -> String {
 /// Writes float32 values as a little-endian C-order `.npy` of the given shape.
 pub fn write_f32(path: &Path, shape: &[usize], values: &[f32]) -> Result<(), CubeError> {
     let file = File::create(path).map_err(|e| CubeError::io(path, e))?;
+    // Large writes pass the buffer by (the values go to the file in one call); the header is buffered.
     let mut w = io::BufWriter::with_capacity(1 << 16, file);
     write_f32_to(&mut w, shape, values).and_then(|()| w.flush()).map_err(|e| CubeError::io(path, e))
 }
@@ -456,6 +457,12 @@ pub fn write_f32_to(w: &mut dyn Write, shape: &[usize], values: &[f32]) -> io::R
         ));
     }
     w.write_all(&header_bytes("<f4", shape))?;
+    if cfg!(target_endian = "little") {
+        // SAFETY: f32 has no padding and any initialised memory may be read as bytes; on a
+        // little-endian host these are exactly the `<f4` bytes, written without a converted copy.
+        let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values)) };
+        return w.write_all(bytes);
+    }
     let mut buf = Vec::with_capacity(4 * values.len().min(1 << 16));
     for chunk in values.chunks(1 << 16) {
         buf.clear();
