@@ -12,6 +12,24 @@ use object_store::{GetOptions, GetRange, GetResultPayload, ObjectStore, PutPaylo
 
 use super::{Download, LocalFile, StorageError};
 
+/// Files at least this large are served from a mapping (see `LocalStore::get`).
+const MAP_FROM: u64 = 4 << 20;
+/// Bytes per piece of a mapped download.
+const MAP_PIECE: usize = 4 << 20;
+
+/// The file's bytes as a stream of slices of one mapping, or None where it cannot be mapped.
+fn map_stream(file: &std::fs::File) -> Option<futures::stream::BoxStream<'static, Result<bytes::Bytes, StorageError>>> {
+    // SAFETY: stored objects are never written in place: they enter the store by a rename (a staging
+    // file, `put_file`, `put_bytes`) and leave it by an unlink, after which the mapping still reads the
+    // old inode. So the mapped bytes do not change while the response streams them.
+    let map = unsafe { memmap2::Mmap::map(file) }.ok()?;
+    let _ = map.advise(memmap2::Advice::Sequential);
+    let all = bytes::Bytes::from_owner(map);
+    let pieces: Vec<Result<bytes::Bytes, StorageError>> =
+        (0..all.len()).step_by(MAP_PIECE).map(|at| Ok(all.slice(at..(at + MAP_PIECE).min(all.len())))).collect();
+    Some(Box::pin(futures::stream::iter(pieces)))
+}
+
 pub(crate) struct LocalStore {
     fs: Arc<LocalFileSystem>,
     name: String,
@@ -60,6 +78,13 @@ impl LocalStore {
         let r = self.fs.get(key).await.map_err(self.err("read", key))?;
         let size = r.meta.size;
         let stream: futures::stream::BoxStream<'static, Result<bytes::Bytes, StorageError>> = match r.payload {
+            // A large local file: mapped and handed to the connection in slices, without a copy or a
+            // trip to the blocking pool per read (1 MiB reads through tokio's file gave ~1 GB/s
+            // downloads on the H100 host, 2026-11-24).
+            GetResultPayload::File(file, path) if size >= MAP_FROM => match map_stream(&file) {
+                Some(s) => s,
+                None => Box::pin(tokio_util::io::ReaderStream::with_capacity(tokio::fs::File::from_std(file), 1 << 20).map_err(move |e| StorageError::io("read", &path, e))),
+            },
             // A local file: read it in 1 MiB strides (the store's own stream reads 8 KiB at a time,
             // each on the blocking pool, which caps downloads far below the disk and the network).
             GetResultPayload::File(file, path) => {
