@@ -23,13 +23,13 @@ use crate::cache::keys::{self, result_key};
 use crate::cache::{eigen_file, CacheConfig, CacheError, CacheStats, DeviceLevel, DeviceLruStats, Digest, Handle, IndexBackend, JobCache, Level, SystemRecord};
 use crate::jobs::model::Job;
 use crate::jobs::store::{JobStore, NewEigenRow, StoreError};
-use crate::jobs::worker::Backends;
 use crate::jobs::JobStatus;
 use crate::storage::Storage;
 
 /// The service's cache for `hypermnf serve`'s options, rebuilt from the database (at start).
-pub async fn open(args: &crate::config::ServeArgs, backends: &Backends, store: &JobStore, storage: &Storage) -> anyhow::Result<ServiceCache> {
-    let settings = CacheSettings::for_service(args.gpu_cache_bytes, backends.default_backend().as_ref());
+/// `default_backend` is the one `auto` jobs run on: its device, if any, takes the indexes.
+pub async fn open(args: &crate::config::ServeArgs, default_backend: &dyn Backend, store: &JobStore, storage: &Storage) -> anyhow::Result<ServiceCache> {
+    let settings = CacheSettings::for_service(args.gpu_cache_bytes, default_backend);
     let (store, storage) = (store.clone(), storage.clone());
     // A GPU index allocates device memory and may compile its kernels: off the async threads.
     let cache = tokio::task::spawn_blocking(move || ServiceCache::new(&settings, store, storage))

@@ -5,6 +5,7 @@
 //! The database is the only durable state: a job accepted with 202 is a row whose input is already on
 //! disk, so a process that dies loses nothing; the next start puts its running jobs back in the queue.
 
+pub mod backends;
 pub mod cache;
 pub mod cached_run;
 pub mod input;
