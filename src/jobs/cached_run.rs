@@ -14,7 +14,6 @@ use std::sync::Arc;
 use super::cache::ServiceCache;
 use super::input;
 use super::model::{InputKind, Job};
-use super::worker::load_cube;
 use crate::backend::{Backend, BackendError, PreparedCube};
 use crate::cache::{keys, resident_need, DeviceLevel, Digest, ResidentCube, SystemRecord};
 use crate::cube::{Cube, CubeError};
@@ -74,7 +73,7 @@ impl Plan {
         };
         let cube = match &resident {
             Some(r) => r.cube().clone(),
-            None => Arc::new(load_cube(job.input_kind, &job.input_location, storage, rt)?),
+            None => Arc::new(input::load_cube(job.input_kind, &job.input_location, storage, rt)?),
         };
         let content = match stored {
             Some(c) => c,

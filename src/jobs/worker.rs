@@ -11,7 +11,6 @@
 //! or deleted jobs keep this instance's job cache index current.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,7 +23,7 @@ use super::cached_run::{Computed, Plan};
 use super::model::{product, InputKind, Job, JobStatus};
 use super::store::notify::Event;
 use super::store::{JobStore, Lease};
-use crate::cube::{Cube, CubeError};
+use crate::cube::CubeError;
 use crate::mnf::{MnfParams, Monitor, Stage};
 use crate::storage::Storage;
 
@@ -539,24 +538,4 @@ fn is_disk_condition(e: &(dyn std::error::Error + 'static)) -> bool {
         next = err.source();
     }
     false
-}
-
-/// Reads a job's input cube: `<location>/cube.npy`, `<location>/cube.{hdr,img}`, or the href's file.
-/// Runs on a blocking thread; `rt` fetches stored files (a local copy for the readers, which need a
-/// file: with S3 a download into scratch, removed once the cube is read).
-pub fn load_cube(kind: InputKind, location: &str, storage: &Storage, rt: &tokio::runtime::Handle) -> Result<Cube, CubeError> {
-    let local = |name: &str| {
-        let key = format!("{location}/{name}");
-        rt.block_on(storage.local_copy(&key)).map_err(|e| CubeError::Io { path: key, source: e.into_io() })
-    };
-    match kind {
-        // Mapped: the upload is ours, written once (a copy from S3 is a scratch file of this job).
-        InputKind::Npy => crate::cube::npy::map(local("cube.npy")?.path()),
-        InputKind::Envi => {
-            let hdr = local("cube.hdr")?;
-            let text = std::fs::read_to_string(hdr.path()).map_err(|e| CubeError::io(hdr.path(), e))?;
-            crate::cube::envi::read_parts(&text, local("cube.img")?.path())
-        }
-        InputKind::Href => crate::cube::open(Path::new(location)),
-    }
 }
