@@ -9,6 +9,7 @@ pub mod backends;
 pub mod cache;
 pub mod cached_run;
 pub mod input;
+pub mod metrics;
 pub mod model;
 pub mod store;
 pub mod worker;
