@@ -1,5 +1,7 @@
 //! The job cache as the service uses it: one per process, shared by the API (result level, on job
-//! creation) and the workers (statistics and device levels).
+//! creation) and the runs of jobs (`job_run`, which looks up the statistics and device levels
+//! through `cached_run`, then registers what a job computed). It calls only the store and the
+//! storage, never the run that uses it.
 //!
 //! * Result level: `(job digest, owner)` → the SQLite row id of a succeeded job. A hit is checked
 //!   against the row (same owner, same digest, still succeeded) before it is answered; anything else
