@@ -28,6 +28,10 @@ use crate::mnf::params::Window;
 use crate::mnf::stats::{Denoise, Moments, Projection, Statistics, StatsSpec};
 use crate::mnf::{Monitor, NoiseEstimator};
 
+/// An output pass (the projection or the inverse) on one share: its prepared cube, and its part of
+/// the output.
+type SharePass<'f, 'c> = dyn Fn(&mut (dyn PreparedCube + Send + 'c), &mut [f32], &Monitor) -> Result<(), BackendError> + Sync + 'f;
+
 /// The fewest lines a share may have: with two, the residuals missing at the seams above and below a
 /// share are centred on different lines, so no residual is counted twice.
 pub const MIN_SHARE_LINES: usize = 2;
@@ -226,7 +230,7 @@ impl<'c> SplitCube<'c> {
         out: &mut [f32],
         width: usize,
         monitor: &Monitor,
-        f: &(dyn Fn(&mut (dyn PreparedCube + Send + 'c), &mut [f32], &Monitor) -> Result<(), BackendError> + Sync),
+        f: &SharePass<'_, 'c>,
     ) -> Result<(), BackendError> {
         let per_line = self.cube.samples() * width;
         if out.len() != self.cube.lines() * per_line {
