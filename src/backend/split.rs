@@ -22,7 +22,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::{cuda, Backend, BackendError, PreparedCube};
+use super::{check_window, cuda, Backend, BackendError, PreparedCube};
 use crate::cube::Cube;
 use crate::mnf::params::Window;
 use crate::mnf::stats::{Denoise, Moments, Projection, Statistics, StatsSpec};
@@ -326,14 +326,7 @@ impl PreparedCube for SplitCube<'_> {
     ) -> Result<Statistics, BackendError> {
         let cube = self.cube;
         let (lines, samples, b) = (cube.lines(), cube.samples(), cube.bands());
-        if let Some(w) = spec.window {
-            if w.x0 >= w.x1 || w.y0 >= w.y1 || w.x1 > samples || w.y1 > lines {
-                return Err(BackendError::Invalid(format!(
-                    "noise window {},{},{},{} lies outside the {samples} x {lines} image",
-                    w.x0, w.y0, w.x1, w.y1
-                )));
-            }
-        }
+        check_window(spec, samples, lines)?;
         let shifts = cuda::whole_cube_shifts(cube, spec);
         let n = self.shares.len();
         let results: Vec<Result<(Statistics, Option<Moments>), BackendError>> = std::thread::scope(|sc| {
