@@ -586,8 +586,11 @@ struct NpySpec {
     delta: i64,
     seed: u64,
     /// (dtype, byte order, fortran, shape) when every part is valid.
-    expect: Option<(DataType, ByteOrder, bool, [usize; 3])>,
+    expect: Option<NpyExpect>,
 }
+
+/// What a valid `.npy` file decodes to: (dtype, byte order, fortran order, shape).
+type NpyExpect = (DataType, ByteOrder, bool, [usize; 3]);
 
 fn descr_of(dtype: DataType, order: ByteOrder) -> String {
     let kind = match dtype {
@@ -688,7 +691,7 @@ impl NpySpec {
 }
 
 /// A `.npy` file: from its parts, or a valid one mutated byte by byte.
-fn npy_input() -> impl Strategy<Value = (Vec<u8>, Option<(DataType, ByteOrder, bool, [usize; 3])>)> {
+fn npy_input() -> impl Strategy<Value = (Vec<u8>, Option<NpyExpect>)> {
     prop_oneof![
         3 => npy_spec().prop_map(|s| (s.render(), s.expect)),
         2 => (npy_spec(), edits()).prop_map(|(s, e)| {

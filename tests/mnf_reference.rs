@@ -239,8 +239,7 @@ fn bad_and_constant_bands_are_dropped_and_passed_through() {
         let o = (p * 8 + 5) * 2;
         raw[o..o + 2].copy_from_slice(&0i16.to_le_bytes());
     }
-    let mut meta = hypermnf::cube::CubeMeta::default();
-    meta.bbl = Some(vec![true, false, true, true, true, true, true, true]);
+    let meta = hypermnf::cube::CubeMeta { bbl: Some(vec![true, false, true, true, true, true, true, true]), ..Default::default() };
     let cube = Cube::from_raw(30, 31, 8, DataType::I16, hypermnf::cube::ByteOrder::Little, raw, meta).unwrap();
     let params = MnfParams { components: Some(3), bad_bands: vec![6], inverse: true, ..Default::default() };
     let out = cpu_run(&cube, &params).unwrap();

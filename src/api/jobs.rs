@@ -426,7 +426,7 @@ async fn decode_and_validate(ctx: &ApiContext, kind: InputKind, location: String
     let storage = ctx.runner.storage.clone();
     let t = std::time::Instant::now();
     let rt = tokio::runtime::Handle::current();
-    let cube = tokio::task::spawn_blocking(move || crate::jobs::worker::load_cube(kind, &location, &storage, &rt))
+    let cube = tokio::task::spawn_blocking(move || crate::jobs::input::load_cube(kind, &location, &storage, &rt))
         .await
         .map_err(Error::internal)?
         .map_err(|e| match e {

@@ -31,7 +31,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::config::ServeArgs;
 use crate::jobs::model::now_ms;
-use crate::jobs::worker::Backends;
+use crate::jobs::backends::Backends;
 use crate::jobs::{JobStore, Runner, Workers};
 use crate::storage::Storage;
 
@@ -135,7 +135,7 @@ pub async fn context(args: ServeArgs) -> anyhow::Result<ApiContext> {
     if requeued > 0 {
         tracing::info!(requeued, "jobs left running by an earlier process are queued again");
     }
-    let cache = crate::jobs::cache::open(&args, &backends, &store, &storage).await?;
+    let cache = crate::jobs::cache::open(&args, backends.default_backend().as_ref(), &store, &storage).await?;
     Ok(ApiContext {
         config: Arc::new(args),
         runner: Arc::new(Runner::new(store, storage, backends, cache, lease)),

@@ -22,11 +22,15 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::{cuda, Backend, BackendError, PreparedCube};
+use super::{check_window, cuda, Backend, BackendError, PreparedCube};
 use crate::cube::Cube;
 use crate::mnf::params::Window;
 use crate::mnf::stats::{Denoise, Moments, Projection, Statistics, StatsSpec};
 use crate::mnf::{Monitor, NoiseEstimator};
+
+/// An output pass (the projection or the inverse) on one share: its prepared cube, and its part of
+/// the output.
+type SharePass<'f, 'c> = dyn Fn(&mut (dyn PreparedCube + Send + 'c), &mut [f32], &Monitor) -> Result<(), BackendError> + Sync + 'f;
 
 /// The fewest lines a share may have: with two, the residuals missing at the seams above and below a
 /// share are centred on different lines, so no residual is counted twice.
@@ -226,7 +230,7 @@ impl<'c> SplitCube<'c> {
         out: &mut [f32],
         width: usize,
         monitor: &Monitor,
-        f: &(dyn Fn(&mut (dyn PreparedCube + Send + 'c), &mut [f32], &Monitor) -> Result<(), BackendError> + Sync),
+        f: &SharePass<'_, 'c>,
     ) -> Result<(), BackendError> {
         let per_line = self.cube.samples() * width;
         if out.len() != self.cube.lines() * per_line {
@@ -322,14 +326,7 @@ impl PreparedCube for SplitCube<'_> {
     ) -> Result<Statistics, BackendError> {
         let cube = self.cube;
         let (lines, samples, b) = (cube.lines(), cube.samples(), cube.bands());
-        if let Some(w) = spec.window {
-            if w.x0 >= w.x1 || w.y0 >= w.y1 || w.x1 > samples || w.y1 > lines {
-                return Err(BackendError::Invalid(format!(
-                    "noise window {},{},{},{} lies outside the {samples} x {lines} image",
-                    w.x0, w.y0, w.x1, w.y1
-                )));
-            }
-        }
+        check_window(spec, samples, lines)?;
         let shifts = cuda::whole_cube_shifts(cube, spec);
         let n = self.shares.len();
         let results: Vec<Result<(Statistics, Option<Moments>), BackendError>> = std::thread::scope(|sc| {

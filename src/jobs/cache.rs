@@ -1,5 +1,7 @@
 //! The job cache as the service uses it: one per process, shared by the API (result level, on job
-//! creation) and the workers (statistics and device levels).
+//! creation) and the runs of jobs (`job_run`, which looks up the statistics and device levels
+//! through `cached_run`, then registers what a job computed). It calls only the store and the
+//! storage, never the run that uses it.
 //!
 //! * Result level: `(job digest, owner)` → the SQLite row id of a succeeded job. A hit is checked
 //!   against the row (same owner, same digest, still succeeded) before it is answered; anything else
@@ -23,13 +25,13 @@ use crate::cache::keys::{self, result_key};
 use crate::cache::{eigen_file, CacheConfig, CacheError, CacheStats, DeviceLevel, DeviceLruStats, Digest, Handle, IndexBackend, JobCache, Level, SystemRecord};
 use crate::jobs::model::Job;
 use crate::jobs::store::{JobStore, NewEigenRow, StoreError};
-use crate::jobs::worker::Backends;
 use crate::jobs::JobStatus;
 use crate::storage::Storage;
 
 /// The service's cache for `hypermnf serve`'s options, rebuilt from the database (at start).
-pub async fn open(args: &crate::config::ServeArgs, backends: &Backends, store: &JobStore, storage: &Storage) -> anyhow::Result<ServiceCache> {
-    let settings = CacheSettings::for_service(args.gpu_cache_bytes, backends.default_backend().as_ref());
+/// `default_backend` is the one `auto` jobs run on: its device, if any, takes the indexes.
+pub async fn open(args: &crate::config::ServeArgs, default_backend: &dyn Backend, store: &JobStore, storage: &Storage) -> anyhow::Result<ServiceCache> {
+    let settings = CacheSettings::for_service(args.gpu_cache_bytes, default_backend);
     let (store, storage) = (store.clone(), storage.clone());
     // A GPU index allocates device memory and may compile its kernels: off the async threads.
     let cache = tokio::task::spawn_blocking(move || ServiceCache::new(&settings, store, storage))

@@ -1,12 +1,12 @@
-//! One job's MNF through the job cache.
+//! One job's MNF through the job cache, as the run of a job (`job_run`) drives it.
 //!
-//! [`Plan::open`] finds the cube (still resident on the device, or read from storage) and an eigen
-//! system for the job's statistics key (kept with the resident cube, or stored by an earlier job);
-//! [`Plan::execute`] then runs only the projection when it has a system, the whole pipeline
-//! otherwise, and leaves the cube (if the backend kept it on the device) and the system it computed in
-//! the cache for the next job. A job never fails because of the cache: room for its cube is made by
-//! evicting first, and a CUDA failure while the cache held device memory is retried once with the
-//! device level emptied.
+//! [`DeviceLookup::find`] looks for the job's cube still resident on the device; when it is not
+//! there, the caller reads the cube. [`Plan::new`] then looks for an eigen system for the job's
+//! statistics key (kept with the resident cube, or stored by an earlier job), and [`Plan::execute`]
+//! runs only the projection when it has one, the whole pipeline otherwise, and leaves the cube (if
+//! the backend kept it on the device) and the system it computed in the cache for the next job. A
+//! job never fails because of the cache: room for its cube is made by evicting first, and a CUDA
+//! failure while the cache held device memory is retried once with the device level emptied.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,13 +14,55 @@ use std::sync::Arc;
 use super::cache::ServiceCache;
 use super::input;
 use super::model::{InputKind, Job};
-use super::worker::load_cube;
 use crate::backend::{Backend, BackendError, PreparedCube};
 use crate::cache::{keys, resident_need, DeviceLevel, Digest, ResidentCube, SystemRecord};
-use crate::cube::{Cube, CubeError};
+use crate::cube::Cube;
 use crate::mnf::result::EigenSystem;
 use crate::mnf::{pipeline, MnfError, MnfOutput, MnfParams, Monitor, ReuseSource, StatisticsReuse};
 use crate::storage::Storage;
+
+/// The device level's answer for a job, before its cube is read.
+pub struct DeviceLookup {
+    /// The content digest recorded when the upload arrived (None for an href, whose file can change).
+    stored: Option<Digest>,
+    /// The job's key at the device level (None: the level is off, or the input is an href).
+    device_key: Option<Digest>,
+    /// The resident cube found under `device_key`.
+    resident: Option<Arc<ResidentCube>>,
+}
+
+impl DeviceLookup {
+    /// Looks for `job`'s cube on `backend`'s device. `rt` runs the storage reads of the upload's
+    /// header (this runs on a blocking thread).
+    pub fn find(cache: &ServiceCache, job: &Job, backend: &Arc<dyn Backend>, storage: &Storage, rt: &tokio::runtime::Handle) -> DeviceLookup {
+        // An upload's content digest was computed when it arrived and the upload cannot change; an
+        // href's file can, so its digest is taken from what is read now.
+        let stored = match job.input_kind {
+            InputKind::Href => None,
+            _ => job.content_digest.as_deref().and_then(keys::parse_hex),
+        };
+        let device_key = match (cache.device_for(backend.as_ref()), stored) {
+            (Some(_), Some(content)) => match input::header_digest(job.input_kind, &job.input_location, storage, rt) {
+                Ok(header) => Some(keys::device_key(&content, &header, backend.name())),
+                Err(e) => {
+                    tracing::warn!(job = %job.id, "cannot read the input's header for the device cache: {e}");
+                    None
+                }
+            },
+            _ => None,
+        };
+        let resident = match (cache.device_for(backend.as_ref()), &device_key) {
+            (Some(dev), Some(key)) => dev.get(key),
+            _ => None,
+        };
+        DeviceLookup { stored, device_key, resident }
+    }
+
+    /// The job's cube when it is still resident on the device: it need not be read.
+    pub fn cube(&self) -> Option<Arc<Cube>> {
+        self.resident.as_ref().map(|r| r.cube().clone())
+    }
+}
 
 /// What a job runs on, found before any pass.
 pub struct Plan {
@@ -42,40 +84,18 @@ pub struct Computed {
 }
 
 impl Plan {
-    /// Finds the cube and an eigen system for `job` on `backend`. `rt` runs the database and storage
-    /// reads of the statistics level (this runs on a blocking thread).
-    pub fn open(
+    /// The plan for `job` on `backend` once its cube is at hand (`found.cube()`, or the cube read
+    /// from the job's input): an eigen system for its statistics key, if one is known. `rt` runs the
+    /// database and storage reads of the statistics level (this runs on a blocking thread).
+    pub fn new(
         cache: &ServiceCache,
-        job: &Job,
         params: &MnfParams,
         backend: &Arc<dyn Backend>,
-        storage: &Storage,
+        found: DeviceLookup,
+        cube: Arc<Cube>,
         rt: &tokio::runtime::Handle,
-    ) -> Result<Plan, CubeError> {
-        // An upload's content digest was computed when it arrived and the upload cannot change; an
-        // href's file can, so its digest is taken from what is read now.
-        let stored = match job.input_kind {
-            InputKind::Href => None,
-            _ => job.content_digest.as_deref().and_then(keys::parse_hex),
-        };
-        let device_key = match (cache.device_for(backend.as_ref()), stored) {
-            (Some(_), Some(content)) => match input::header_digest(job.input_kind, &job.input_location, storage, rt) {
-                Ok(header) => Some(keys::device_key(&content, &header, backend.name())),
-                Err(e) => {
-                    tracing::warn!(job = %job.id, "cannot read the input's header for the device cache: {e}");
-                    None
-                }
-            },
-            _ => None,
-        };
-        let resident = match (cache.device_for(backend.as_ref()), &device_key) {
-            (Some(dev), Some(key)) => dev.get(key),
-            _ => None,
-        };
-        let cube = match &resident {
-            Some(r) => r.cube().clone(),
-            None => Arc::new(load_cube(job.input_kind, &job.input_location, storage, rt)?),
-        };
+    ) -> Plan {
+        let DeviceLookup { stored, device_key, resident } = found;
         let content = match stored {
             Some(c) => c,
             None => cube.content_digest(),
@@ -85,7 +105,7 @@ impl Plan {
             Some(s) => Some((s, ReuseSource::Device)),
             None => rt.block_on(cache.find_system(&statistics_key)).map(|s| (s, ReuseSource::Storage)),
         };
-        Ok(Plan { cube, device_key, resident, statistics_key, known })
+        Plan { cube, device_key, resident, statistics_key, known }
     }
 
     /// Whether the statistics passes will be skipped.
@@ -311,7 +331,12 @@ mod tests {
 
     fn run(f: &Fixture, job: &Job, params: &str, backend: &Arc<dyn Backend>) -> Computed {
         let params: MnfParams = serde_json::from_str(params).unwrap();
-        let plan = Plan::open(&f.cache, job, &params, backend, &f.storage, f.rt.handle()).unwrap();
+        let found = DeviceLookup::find(&f.cache, job, backend, &f.storage, f.rt.handle());
+        let cube = match found.cube() {
+            Some(cube) => cube,
+            None => Arc::new(input::load_cube(job.input_kind, &job.input_location, &f.storage, f.rt.handle()).unwrap()),
+        };
+        let plan = Plan::new(&f.cache, &params, backend, found, cube, f.rt.handle());
         plan.execute(&f.cache, job, &params, backend, &Monitor::silent()).unwrap()
     }
 

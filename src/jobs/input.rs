@@ -1,11 +1,34 @@
-//! What the device level needs to know about a stored upload without decoding it.
+//! A job's stored input: the cube itself ([`load_cube`]), and what the device level needs to know
+//! about an upload without decoding it ([`header_digest`]).
+
+use std::path::Path;
 
 use sha2::{Digest as _, Sha256};
 
 use super::model::InputKind;
 use crate::cache::Digest;
-use crate::cube::{npy, CubeError};
+use crate::cube::{npy, Cube, CubeError};
 use crate::storage::{Storage, StorageError};
+
+/// Reads a job's input cube: `<location>/cube.npy`, `<location>/cube.{hdr,img}`, or the href's file.
+/// Runs on a blocking thread; `rt` fetches stored files (a local copy for the readers, which need a
+/// file: with S3 a download into scratch, removed once the cube is read).
+pub fn load_cube(kind: InputKind, location: &str, storage: &Storage, rt: &tokio::runtime::Handle) -> Result<Cube, CubeError> {
+    let local = |name: &str| {
+        let key = format!("{location}/{name}");
+        rt.block_on(storage.local_copy(&key)).map_err(|e| CubeError::Io { path: key, source: e.into_io() })
+    };
+    match kind {
+        // Mapped: the upload is ours, written once (a copy from S3 is a scratch file of this job).
+        InputKind::Npy => npy::map(local("cube.npy")?.path()),
+        InputKind::Envi => {
+            let hdr = local("cube.hdr")?;
+            let text = std::fs::read_to_string(hdr.path()).map_err(|e| CubeError::io(hdr.path(), e))?;
+            crate::cube::envi::read_parts(&text, local("cube.img")?.path())
+        }
+        InputKind::Href => crate::cube::open(Path::new(location)),
+    }
+}
 
 /// The first read of an `.npy` upload: numpy's headers are a few hundred bytes, so one ranged read
 /// nearly always holds the whole header.

@@ -1,13 +1,23 @@
-//! Durable jobs: the row model and its state machine (`model`), the SQLite store (`store`), the
-//! workers that claim queued jobs and run them (`worker`), and the job cache they share with the API
-//! (`cache`, used by the workers through `cached_run`).
+//! Durable jobs. The run of one job ([`job_run`]) reads top to bottom: claim → plan from the job
+//! cache → load → compute → store → register → mark done; the modules it calls call nothing back:
+//!
+//! * `model`: the row model and its state machine; `store`: the job database (SQLite or PostgreSQL);
+//! * `input`: a job's stored input, read as a cube or hashed for the device level;
+//! * `backends`: the compute backends, one per device, handed to the jobs in turn;
+//! * `cache`: the job cache the API (result level) and the runs (statistics and device levels)
+//!   share; `cached_run`: one job's MNF through it;
+//! * `metrics`: times and outcomes for `/metrics`;
+//! * `worker`: the workers that claim jobs and run them, and the [`Runner`] the API shares.
 //!
 //! The database is the only durable state: a job accepted with 202 is a row whose input is already on
 //! disk, so a process that dies loses nothing; the next start puts its running jobs back in the queue.
 
+pub mod backends;
 pub mod cache;
 pub mod cached_run;
 pub mod input;
+pub mod job_run;
+pub mod metrics;
 pub mod model;
 pub mod store;
 pub mod worker;

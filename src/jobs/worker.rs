@@ -1,193 +1,45 @@
-//! Workers: N tokio tasks that claim queued jobs and run them. The MNF work itself runs on the blocking
-//! pool (`spawn_blocking`), through the job cache (`cached_run`); progress goes to the database at most
-//! every 250 ms; cancellation reaches the backend through the monitor's flag and stops it at its next
-//! chunk.
+//! Workers: N tokio tasks that each claim a queued job and run it to its end, one job at a time (the
+//! steps of a job's run, in order, are in [`JobRun`](super::job_run::JobRun)), and the [`Runner`]
+//! that starts them and that the API shares: it wakes the workers when a job is queued, and cancels
+//! a job running here by setting its run's flag (the backend stops at its next chunk).
 //!
-//! A claim is a lease (see `store`): while a job runs, its lease is extended every third of its
-//! duration; when the extension fails (the job was canceled or deleted, or this instance stalled
-//! long enough for another to claim the job again) the job is abandoned here, and only the lease's
-//! holder records a final status. With PostgreSQL, `listen` follows the other instances'
-//! notifications: queued jobs wake a worker, cancellations stop a job running here, and succeeded
-//! or deleted jobs keep this instance's job cache index current.
+//! A claim is a lease (see `store`), which the run extends while it computes. With PostgreSQL,
+//! `listen` follows the other instances' notifications: queued jobs wake a worker, cancellations
+//! stop a job running here, and succeeded or deleted jobs keep this instance's job cache index
+//! current.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use super::backends::Backends;
 use super::cache::ServiceCache;
-use super::cached_run::{Computed, Plan};
-use super::model::{product, InputKind, Job, JobStatus};
+use super::job_run::JobServices;
+use super::metrics::JobMetrics;
 use super::store::notify::Event;
 use super::store::{JobStore, Lease};
-use crate::backend::devices::DeviceSelection;
-use crate::backend::split::{SplitBackend, SplitMode};
-use crate::backend::Backend;
-use crate::cube::{Cube, CubeError};
-use crate::mnf::{BackendChoice, MnfParams, Monitor, Stage};
 use crate::storage::Storage;
 
-/// How often a running job's progress is written to the database.
-const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 /// How often an idle worker looks at the queue without being woken (jobs queued by another process).
 const IDLE_POLL: Duration = Duration::from_secs(2);
-
-/// The compute backends, one set per choice, created on first use and shared by every job (the CUDA
-/// backend holds a context and compiled kernels): one backend per device of `--devices`, handed to
-/// the jobs in turn (round robin per job), or with `--split-cube` one backend that runs every job on
-/// all of them. With several devices, a job whose cube does not fit its device's free memory is
-/// split over all of them (its device first).
-pub struct Backends {
-    default: BackendChoice,
-    devices: DeviceSelection,
-    split: bool,
-    made: Mutex<HashMap<BackendChoice, Arc<DeviceSet>>>,
-}
-
-/// The backends of one choice.
-struct DeviceSet {
-    devices: Vec<Arc<dyn Backend>>,
-    split: Option<Arc<dyn Backend>>,
-    next: AtomicUsize,
-}
-
-impl Backends {
-    /// Every device, no split; see [`Backends::with_devices`].
-    pub fn new(default: BackendChoice) -> Result<Backends, crate::backend::BackendError> {
-        Self::with_devices(default, DeviceSelection::All, false)
-    }
-
-    /// Creates the default backends now (so that a bad device list fails at start, and `/readyz`
-    /// can say they are initialised) and the others on demand.
-    pub fn with_devices(default: BackendChoice, devices: DeviceSelection, split: bool) -> Result<Backends, crate::backend::BackendError> {
-        let b = Backends { default, devices, split, made: Mutex::new(HashMap::new()) };
-        b.set(BackendChoice::Auto)?;
-        Ok(b)
-    }
-
-    fn set(&self, choice: BackendChoice) -> Result<Arc<DeviceSet>, crate::backend::BackendError> {
-        let choice = if choice == BackendChoice::Auto { self.default } else { choice };
-        let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = made.get(&choice) {
-            return Ok(b.clone());
-        }
-        let mut devices = crate::backend::devices::select_devices(choice, &self.devices)?;
-        let split: Option<Arc<dyn Backend>> = if self.split && devices.len() > 1 {
-            Some(Arc::new(SplitBackend::new(devices.clone(), SplitMode::Always)?))
-        } else {
-            None
-        };
-        if split.is_none() && devices.len() > 1 {
-            // Device i, then the others: it runs the job alone unless the cube is too large for it.
-            let all = devices.clone();
-            devices = (0..all.len())
-                .map(|i| -> Result<Arc<dyn Backend>, crate::backend::BackendError> {
-                    let order: Vec<_> = all[i..].iter().chain(&all[..i]).cloned().collect();
-                    Ok(Arc::new(SplitBackend::new(order, SplitMode::WhenTooLarge)?))
-                })
-                .collect::<Result<_, _>>()?;
-        }
-        let set = Arc::new(DeviceSet { devices, split, next: AtomicUsize::new(0) });
-        made.insert(choice, set.clone());
-        Ok(set)
-    }
-
-    /// The backend for a job's choice (`auto` means the server's `--backend`): the next device in
-    /// turn, or the split backend.
-    pub fn get(&self, choice: BackendChoice) -> Result<Arc<dyn Backend>, crate::backend::BackendError> {
-        let set = self.set(choice)?;
-        if let Some(s) = &set.split {
-            return Ok(s.clone());
-        }
-        let i = set.next.fetch_add(1, Ordering::Relaxed) % set.devices.len();
-        Ok(set.devices[i].clone())
-    }
-
-    /// The first backend used for `auto` jobs (health and metrics report it; takes no turn).
-    pub fn default_backend(&self) -> Arc<dyn Backend> {
-        self.set(BackendChoice::Auto).expect("the default backend was created at start").devices[0].clone()
-    }
-
-    /// Every device backend used for `auto` jobs.
-    pub fn default_devices(&self) -> Vec<Arc<dyn Backend>> {
-        self.set(BackendChoice::Auto).map(|s| s.devices.clone()).unwrap_or_default()
-    }
-}
-
-/// Time spent per stage and job outcomes, for `/metrics`.
-#[derive(Default)]
-pub struct JobMetrics {
-    /// Per stage (index = `stage_index`): total microseconds and count.
-    stage_us: [AtomicU64; 6],
-    stage_n: [AtomicU64; 6],
-    /// Per job-path phase (index into `PHASES`): total microseconds and count.
-    phase_us: [AtomicU64; 5],
-    phase_n: [AtomicU64; 5],
-    pub succeeded: AtomicU64,
-    pub failed: AtomicU64,
-    pub canceled: AtomicU64,
-}
-
-/// The parts of a job's trip outside the pipeline's stages, so that the time between an accepted
-/// upload and a visible `succeeded` can be accounted for (`hypermnf_job_phase_seconds`):
-/// `queued` from creation to the claim, `compute` the blocking task (plan, pipeline, result files),
-/// `store` the result files to storage, `register` the job cache's records, `record` the final
-/// status written to the database.
-pub const PHASES: [&str; 5] = ["queued", "compute", "store", "register", "record"];
-
-pub const STAGES: [Stage; 6] = [Stage::Read, Stage::Statistics, Stage::Eigen, Stage::Projection, Stage::Inverse, Stage::Write];
-
-fn stage_index(s: Stage) -> usize {
-    STAGES.iter().position(|&x| x == s).unwrap_or(0)
-}
-
-impl JobMetrics {
-    pub fn record_stage(&self, stage: Stage, took: Duration) {
-        let i = stage_index(stage);
-        self.stage_us[i].fetch_add(took.as_micros() as u64, Ordering::Relaxed);
-        self.stage_n[i].fetch_add(1, Ordering::Relaxed);
-    }
-    /// Adds one sample of a job-path phase (a name of `PHASES`).
-    pub fn record_phase(&self, phase: &str, took: Duration) {
-        if let Some(i) = PHASES.iter().position(|&p| p == phase) {
-            self.phase_us[i].fetch_add(took.as_micros() as u64, Ordering::Relaxed);
-            self.phase_n[i].fetch_add(1, Ordering::Relaxed);
-        }
-    }
-    /// (phase, seconds in total, times) for each phase.
-    pub fn phases(&self) -> Vec<(&'static str, f64, u64)> {
-        PHASES
-            .iter()
-            .enumerate()
-            .map(|(i, &p)| (p, self.phase_us[i].load(Ordering::Relaxed) as f64 / 1e6, self.phase_n[i].load(Ordering::Relaxed)))
-            .collect()
-    }
-    /// (stage, seconds in total, times) for each stage.
-    pub fn stages(&self) -> Vec<(Stage, f64, u64)> {
-        STAGES
-            .iter()
-            .enumerate()
-            .map(|(i, &s)| (s, self.stage_us[i].load(Ordering::Relaxed) as f64 / 1e6, self.stage_n[i].load(Ordering::Relaxed)))
-            .collect()
-    }
-}
 
 /// Everything a worker needs, shared with the API (which cancels through `cancel`).
 pub struct Runner {
     pub store: JobStore,
     pub storage: Storage,
-    pub backends: Backends,
-    pub metrics: JobMetrics,
-    pub cache: ServiceCache,
+    pub backends: Arc<Backends>,
+    pub metrics: Arc<JobMetrics>,
+    pub cache: Arc<ServiceCache>,
     /// This instance's claims.
     pub lease: Lease,
     wake: Notify,
     /// Woken whenever a job may have finished (here, or on another instance that notified): the
     /// clients that hold a `GET /v1/jobs/{id}?wait=` look at their job again.
-    ended: Notify,
+    ended: Arc<Notify>,
+    /// The cancel flags of the jobs running here, by job id.
     running: Mutex<HashMap<String, Arc<AtomicBool>>>,
 }
 
@@ -209,12 +61,12 @@ impl Runner {
         Runner {
             store,
             storage,
-            backends,
-            metrics: JobMetrics::default(),
-            cache,
+            backends: Arc::new(backends),
+            metrics: Arc::default(),
+            cache: Arc::new(cache),
             lease,
             wake: Notify::new(),
-            ended: Notify::new(),
+            ended: Arc::default(),
             running: Mutex::new(HashMap::new()),
         }
     }
@@ -289,17 +141,42 @@ impl Runner {
     /// Asks the running job `id` (if it runs in this process) to stop at its next chunk.
     pub fn cancel(&self, id: &str) {
         self.ended.notify_waiters();
-        if let Some(flag) = self.running.lock().unwrap_or_else(|p| p.into_inner()).get(id) {
+        if let Some(flag) = self.running().get(id) {
             flag.store(true, Ordering::Relaxed);
         }
     }
 
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<AtomicBool>>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What the run of a job calls (the same store, storage, backends, cache and metrics as here).
+    fn services(&self) -> JobServices {
+        JobServices {
+            store: self.store.clone(),
+            storage: self.storage.clone(),
+            backends: self.backends.clone(),
+            cache: self.cache.clone(),
+            metrics: self.metrics.clone(),
+            lease: self.lease.clone(),
+            ended: self.ended.clone(),
+        }
+    }
+
     async fn work_loop(self: Arc<Self>, n: usize) {
+        let services = self.services();
         loop {
-            match self.store.claim(&self.lease).await {
-                Ok(Some(job)) => {
-                    tracing::info!(worker = n, job = %job.id, attempt = job.attempts, "job started");
-                    self.clone().run_job(job).await;
+            match services.claim().await {
+                Ok(Some(run)) => {
+                    let (id, flag) = (run.job().id.clone(), run.cancel_flag());
+                    tracing::info!(worker = n, job = %id, attempt = run.job().attempts, "job started");
+                    self.running().insert(id.clone(), flag.clone());
+                    run.run().await;
+                    let mut running = self.running();
+                    // Only this run's flag: after a lapsed lease the job may run again here.
+                    if running.get(&id).is_some_and(|f| Arc::ptr_eq(f, &flag)) {
+                        running.remove(&id);
+                    }
                 }
                 Ok(None) => {
                     let _ = tokio::time::timeout(IDLE_POLL, self.wake.notified()).await;
@@ -310,337 +187,5 @@ impl Runner {
                 }
             }
         }
-    }
-
-    async fn run_job(self: Arc<Self>, job: Job) {
-        let id = job.id.clone();
-        let queued_ms = (super::model::now_ms() - job.created_at).max(0) as u64;
-        self.metrics.record_phase("queued", Duration::from_millis(queued_ms));
-        let cancel = Arc::new(AtomicBool::new(false));
-        self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), cancel.clone());
-        let progress = Arc::new(Mutex::new((Stage::Read, 0.0f64)));
-
-        // Writes progress every PROGRESS_EVERY, and extends the lease every third of its duration; a
-        // lease that cannot be extended (canceled, deleted, claimed again elsewhere) stops the job.
-        let ticker = {
-            let me = self.clone();
-            let progress = progress.clone();
-            let cancel = cancel.clone();
-            let id = id.clone();
-            tokio::spawn(async move {
-                let mut last = (Stage::Read, -1.0);
-                let beat_every = (me.lease.duration / 3).max(PROGRESS_EVERY);
-                let mut last_beat = Instant::now();
-                loop {
-                    tokio::time::sleep(PROGRESS_EVERY).await;
-                    let now = *progress.lock().unwrap_or_else(|p| p.into_inner());
-                    if now != last {
-                        last = now;
-                        if let Err(e) = me.store.progress(&id, now.0.name(), overall(now.0, now.1)).await {
-                            tracing::warn!(job = %id, "cannot record progress: {e}");
-                        }
-                    }
-                    if last_beat.elapsed() >= beat_every {
-                        last_beat = Instant::now();
-                        match me.store.heartbeat(&id, &me.lease).await {
-                            Ok(true) => {}
-                            Ok(false) => {
-                                tracing::info!(job = %id, "the job is no longer this instance's to run; stopping it");
-                                cancel.store(true, Ordering::Relaxed);
-                            }
-                            // The database is away: keep computing; the final write decides.
-                            Err(e) => tracing::warn!(job = %id, "cannot extend the job's lease: {e}"),
-                        }
-                    }
-                }
-            })
-        };
-
-        let outcome = {
-            let me = self.clone();
-            let job = job.clone();
-            let cancel = cancel.clone();
-            let progress = progress.clone();
-            let rt = tokio::runtime::Handle::current();
-            let started = Instant::now();
-            let r = tokio::task::spawn_blocking(move || me.compute(&job, cancel, progress, &rt)).await;
-            self.metrics.record_phase("compute", started.elapsed());
-            r
-        };
-        ticker.abort();
-        self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
-
-        let result = match outcome {
-            Ok(r) => r,
-            Err(e) => Err(JobFailure { code: "internal".into(), message: format!("the job's task ended abnormally: {e}") }),
-        };
-        // The results leave scratch for storage, and scratch is cleared, before the job's final
-        // status is written: a client that sees the job finished finds nothing of it left there.
-        let result = match result {
-            Ok(done) => {
-                let started = Instant::now();
-                let stored = self.store_results(&id, &done.files).await;
-                self.metrics.record_phase("store", started.elapsed());
-                match stored {
-                    Ok(results) => Ok((done, results)),
-                    Err(e) => Err(JobFailure::storage(&e)),
-                }
-            }
-            Err(f) => Err(f),
-        };
-        self.storage.remove_scratch(&format!("job-{id}"));
-        match result {
-            Ok((done, results)) => {
-                // The eigen system this job computed goes beside its results before the job is
-                // marked succeeded: if the job is canceled or deleted meanwhile, both go together.
-                let started = Instant::now();
-                let system = match &done.fresh {
-                    Some((key, record)) => self.cache.write_system(&id, *key, record, done.backend).await,
-                    None => None,
-                };
-                // The cache knows the job before anyone can see it succeeded.
-                let registered = self.cache.register_before_success(&job, system).await;
-                self.metrics.record_phase("register", started.elapsed());
-                let started = Instant::now();
-                let recorded = self.store.succeed(&id, &self.lease.owner, &results).await;
-                self.metrics.record_phase("record", started.elapsed());
-                match recorded {
-                    Ok(true) => {
-                        self.metrics.succeeded.fetch_add(1, Ordering::Relaxed);
-                        tracing::info!(job = %id, "job succeeded");
-                    }
-                    Ok(false) => {
-                        self.cache.withdraw(&id, registered).await;
-                        // Canceled or deleted while it ran: its results are not wanted. Claimed again
-                        // by another instance (this one stalled past its lease): the results prefix is
-                        // that instance's now, and stays.
-                        let abandoned = match self.store.get(&id).await {
-                            Ok(Some(j)) => matches!(j.status, JobStatus::Canceled | JobStatus::Failed),
-                            Ok(None) => true,
-                            Err(_) => false,
-                        };
-                        if abandoned {
-                            let _ = self.storage.delete_prefix(&format!("results/{id}")).await;
-                            self.metrics.canceled.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    Err(e) => {
-                        self.cache.withdraw(&id, registered).await;
-                        tracing::error!(job = %id, "cannot record the result: {e}");
-                    }
-                }
-            }
-            Err(f) if f.code == "canceled" => {
-                self.metrics.canceled.fetch_add(1, Ordering::Relaxed);
-                // Normally already canceled in the database; if not, record it.
-                let _ = self.store.fail(&id, &self.lease.owner, "canceled", "canceled").await;
-                tracing::info!(job = %id, "job stopped: canceled, or no longer this instance's");
-            }
-            Err(f) if f.code == JobFailure::DISK_UNAVAILABLE => {
-                tracing::error!(
-                    job = %id,
-                    "cannot write this instance's disk ({}); the job stays queued in effect: it runs again once its lease lapses",
-                    f.message
-                );
-            }
-            Err(f) => self.finish_failed(&id, &f.code, &f.message).await,
-        }
-        self.ended.notify_waiters();
-        // The upload is no longer needed once the job is finished (an href is not ours to delete).
-        if job.input_kind != InputKind::Href {
-            if let Ok(Some(j)) = self.store.get(&id).await {
-                if j.status.is_finished() {
-                    let _ = self.storage.delete_prefix(&job.input_location).await;
-                }
-            }
-        }
-    }
-
-    async fn finish_failed(&self, id: &str, code: &str, message: &str) {
-        tracing::warn!(job = %id, code, "job failed: {message}");
-        self.metrics.failed.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = self.store.fail(id, &self.lease.owner, code, message).await {
-            tracing::error!(job = %id, "cannot record the failure: {e}");
-        }
-    }
-
-    /// Moves the written files into `results/<id>/`.
-    async fn store_results(&self, id: &str, files: &[(String, std::path::PathBuf)]) -> Result<BTreeMap<String, String>, crate::storage::StorageError> {
-        let mut out = BTreeMap::new();
-        for (name, path) in files {
-            let key = format!("results/{id}/{name}");
-            self.storage.put_file(path, &key).await?;
-            out.insert(name.clone(), key);
-        }
-        Ok(out)
-    }
-
-    /// The blocking part: find the cube and eigen system (job cache) or read the cube, run the MNF
-    /// (only the projection when the statistics are known), write the result files into scratch.
-    fn compute(
-        self: &Arc<Self>,
-        job: &Job,
-        cancel: Arc<AtomicBool>,
-        progress: Arc<Mutex<(Stage, f64)>>,
-        rt: &tokio::runtime::Handle,
-    ) -> Result<JobDone, JobFailure> {
-        let params: MnfParams = serde_json::from_str(&job.params)
-            .map_err(|e| JobFailure { code: "invalid_params".into(), message: e.to_string() })?;
-        let backend = self.backends.get(params.backend).map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?;
-        let started = Instant::now();
-        let plan = Plan::open(&self.cache, job, &params, &backend, &self.storage, rt).map_err(JobFailure::cube)?;
-        if plan.reuses_statistics() {
-            tracing::info!(job = %job.id, "statistics found in the job cache: running the projection only");
-        }
-
-        // The read stage runs from here until the pipeline reports its first other stage: opening the
-        // plan and the reading inside the pipeline are one sample (recording them apart counted every
-        // job's read twice in /metrics).
-        let clock = Arc::new(Mutex::new((Stage::Read, started)));
-        let monitor = {
-            let progress = progress.clone();
-            let clock = clock.clone();
-            let me = self.clone();
-            Monitor::new(move |stage, fraction| {
-                *progress.lock().unwrap_or_else(|p| p.into_inner()) = (stage, fraction);
-                let mut c = clock.lock().unwrap_or_else(|p| p.into_inner());
-                if c.0 != stage {
-                    me.metrics.record_stage(c.0, c.1.elapsed());
-                    *c = (stage, Instant::now());
-                }
-            })
-            .with_cancel_flag(cancel.clone())
-        };
-        let Computed { cube, output, fresh } = plan
-            .execute(&self.cache, job, &params, &backend, &monitor)
-            .map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?;
-        {
-            let c = clock.lock().unwrap_or_else(|p| p.into_inner());
-            self.metrics.record_stage(c.0, c.1.elapsed());
-        }
-        if cancel.load(Ordering::Relaxed) {
-            return Err(JobFailure { code: "canceled".into(), message: "canceled".into() });
-        }
-
-        *progress.lock().unwrap_or_else(|p| p.into_inner()) = (Stage::Write, 0.0);
-        let write_started = Instant::now();
-        let dir = self
-            .storage
-            .scratch_dir(&format!("job-{}", job.id))
-            .map_err(|e| JobFailure::storage(&e))?;
-        let mut files = Vec::new();
-        // The same writer as `hypermnf run --out`, once as .npy and once as ENVI, so that every download
-        // holds exactly the bytes the command line would have written. The two are written side by side:
-        // the ENVI files are band-sequential, a transposition that took as long as the rest of the write.
-        let envi_dir = dir.join("envi");
-        let (npy, envi) = std::thread::scope(|s| {
-            let envi = s.spawn(|| {
-                std::fs::create_dir_all(&envi_dir).map_err(|e| JobFailure::storage(&e))?;
-                crate::output::write_result(&envi_dir.join("result.hdr"), &output, &cube.meta).map_err(JobFailure::cube)
-            });
-            let npy = crate::output::write_result(&dir.join("result.npy"), &output, &cube.meta).map_err(JobFailure::cube);
-            let envi = envi.join().unwrap_or_else(|_| Err(JobFailure { code: "internal".into(), message: "the ENVI writer panicked".into() }));
-            (npy, envi)
-        });
-        let (npy, envi) = (npy?, envi?);
-        files.push((product::COMPONENTS_NPY.to_string(), npy.components));
-        files.push((product::METADATA.to_string(), npy.metadata));
-        if let Some(d) = npy.denoised {
-            files.push((product::DENOISED_NPY.to_string(), d));
-        }
-        files.push((product::COMPONENTS_HDR.to_string(), envi.components));
-        if let Some(img) = envi.components_data {
-            files.push((product::COMPONENTS_IMG.to_string(), img));
-        }
-        if let Some(d) = envi.denoised {
-            files.push((product::DENOISED_HDR.to_string(), d));
-        }
-        if let Some(d) = envi.denoised_data {
-            files.push((product::DENOISED_IMG.to_string(), d));
-        }
-        self.metrics.record_stage(Stage::Write, write_started.elapsed());
-        Ok(JobDone { files, fresh, backend: backend.name() })
-    }
-}
-
-/// What a successful computation leaves for `run_job` to store.
-struct JobDone {
-    /// (product name, scratch path)
-    files: Vec<(String, std::path::PathBuf)>,
-    /// The eigen system the job computed (None when it reused one), with its statistics key.
-    fresh: Option<(crate::cache::Digest, Arc<crate::cache::SystemRecord>)>,
-    backend: &'static str,
-}
-
-/// Overall progress from a stage and the fraction of it done.
-fn overall(stage: Stage, fraction: f64) -> f64 {
-    let (start, width) = match stage {
-        Stage::Read => (0.0, 0.05),
-        Stage::Statistics => (0.05, 0.45),
-        Stage::Eigen => (0.5, 0.05),
-        Stage::Projection => (0.55, 0.3),
-        Stage::Inverse => (0.85, 0.1),
-        Stage::Write => (0.95, 0.05),
-    };
-    (start + width * fraction.clamp(0.0, 1.0)).min(1.0)
-}
-
-/// Why a job failed: a stable code and a message for the user.
-#[derive(Debug)]
-pub struct JobFailure {
-    pub code: String,
-    pub message: String,
-}
-
-impl JobFailure {
-    /// The code of a failure to write this instance's own disk that a later attempt can get past
-    /// (full, read-only, not permitted). Such a job is not failed: `run_job` leaves it running without
-    /// a heartbeat, its lease lapses, and it is claimed again (here or elsewhere), so that an accepted
-    /// job is not lost to a disk that was full or read-only for a while.
-    pub const DISK_UNAVAILABLE: &'static str = "disk_unavailable";
-
-    fn cube(e: CubeError) -> JobFailure {
-        let code = if is_disk_condition(&e) { Self::DISK_UNAVAILABLE } else { e.code() };
-        JobFailure { code: code.into(), message: e.to_string() }
-    }
-
-    /// A storage or local file error: `DISK_UNAVAILABLE` for a disk condition, else `storage_error`.
-    fn storage(e: &(dyn std::error::Error + 'static)) -> JobFailure {
-        let code = if is_disk_condition(e) { Self::DISK_UNAVAILABLE } else { "storage_error" };
-        JobFailure { code: code.into(), message: e.to_string() }
-    }
-}
-
-/// True when `e` (or an error it wraps) is a local I/O error of a full, read-only or forbidden disk.
-fn is_disk_condition(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(e);
-    while let Some(err) = next {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if matches!(io.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT | libc::EROFS | libc::EACCES | libc::EPERM)) {
-                return true;
-            }
-        }
-        next = err.source();
-    }
-    false
-}
-
-/// Reads a job's input cube: `<location>/cube.npy`, `<location>/cube.{hdr,img}`, or the href's file.
-/// Runs on a blocking thread; `rt` fetches stored files (a local copy for the readers, which need a
-/// file: with S3 a download into scratch, removed once the cube is read).
-pub fn load_cube(kind: InputKind, location: &str, storage: &Storage, rt: &tokio::runtime::Handle) -> Result<Cube, CubeError> {
-    let local = |name: &str| {
-        let key = format!("{location}/{name}");
-        rt.block_on(storage.local_copy(&key)).map_err(|e| CubeError::Io { path: key, source: e.into_io() })
-    };
-    match kind {
-        // Mapped: the upload is ours, written once (a copy from S3 is a scratch file of this job).
-        InputKind::Npy => crate::cube::npy::map(local("cube.npy")?.path()),
-        InputKind::Envi => {
-            let hdr = local("cube.hdr")?;
-            let text = std::fs::read_to_string(hdr.path()).map_err(|e| CubeError::io(hdr.path(), e))?;
-            crate::cube::envi::read_parts(&text, local("cube.img")?.path())
-        }
-        InputKind::Href => crate::cube::open(Path::new(location)),
     }
 }

@@ -1,8 +1,11 @@
 //! The MNF algorithm, independent of where it runs: parameters, statistics and their merge, band
 //! selection, the generalized eigenproblem (float64, host), the result and its metadata, and the
-//! pipeline that drives a backend through the statistics and projection passes.
+//! pipeline that drives a compute backend through the statistics and projection passes. What the
+//! pipeline needs from a backend is defined here (`compute`); the backends implement it, and
+//! nothing here depends on them.
 
 pub mod bands;
+pub mod compute;
 pub mod eigen;
 pub mod params;
 pub mod pipeline;
@@ -16,6 +19,8 @@ pub use result::{Metadata, ReuseSource, StatisticsReuse};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use compute::BackendError;
+
 /// Errors of the MNF layer.
 #[derive(Debug, thiserror::Error)]
 pub enum MnfError {
@@ -24,7 +29,7 @@ pub enum MnfError {
     #[error("cannot estimate: {0}")]
     Degenerate(String),
     #[error("backend: {0}")]
-    Backend(#[from] crate::backend::BackendError),
+    Backend(#[from] BackendError),
     #[error("canceled")]
     Canceled,
 }
@@ -94,12 +99,12 @@ impl Monitor {
         self.cancel.load(Ordering::Relaxed)
     }
     /// Reports `fraction` (0..1) of `stage` done; Err(Canceled) once cancellation was asked for.
-    pub fn tick(&self, stage: Stage, fraction: f64) -> Result<(), crate::backend::BackendError> {
+    pub fn tick(&self, stage: Stage, fraction: f64) -> Result<(), BackendError> {
         if let Some(p) = &self.progress {
             p(stage, fraction.clamp(0.0, 1.0));
         }
         if self.is_canceled() {
-            return Err(crate::backend::BackendError::Canceled);
+            return Err(BackendError::Canceled);
         }
         Ok(())
     }

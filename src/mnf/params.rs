@@ -129,6 +129,11 @@ impl Window {
     pub fn contains(&self, line: usize, sample: usize) -> bool {
         sample >= self.x0 && sample < self.x1 && line >= self.y0 && line < self.y1
     }
+
+    /// Whether the window is a non-empty rectangle inside a `samples` × `lines` image.
+    pub fn fits(&self, samples: usize, lines: usize) -> bool {
+        self.x0 < self.x1 && self.y0 < self.y1 && self.x1 <= samples && self.y1 <= lines
+    }
 }
 
 /// The MNF parameters. Defaults: 10 components (capped at the bands used), mean-filter noise.
@@ -187,7 +192,7 @@ impl MnfParams {
             )));
         }
         if let Some(w) = self.noise_window {
-            if w.x0 >= w.x1 || w.y0 >= w.y1 || w.x1 > samples || w.y1 > lines {
+            if !w.fits(samples, lines) {
                 return Err(MnfError::InvalidParams(format!(
                     "noise window {},{},{},{} must satisfy x0 < x1 <= samples ({samples}) and y0 < y1 <= lines ({lines})",
                     w.x0, w.y0, w.x1, w.y1
@@ -195,5 +200,21 @@ impl MnfParams {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_fits_when_it_is_a_non_empty_rectangle_inside_the_image() {
+        let w = |x0, y0, x1, y1| Window { x0, y0, x1, y1 };
+        assert!(w(0, 0, 4, 3).fits(4, 3));
+        assert!(w(3, 2, 4, 3).fits(4, 3));
+        assert!(!w(0, 0, 5, 3).fits(4, 3), "past the last sample");
+        assert!(!w(0, 0, 4, 4).fits(4, 3), "past the last line");
+        assert!(!w(2, 0, 2, 3).fits(4, 3), "empty");
+        assert!(!w(0, 3, 4, 1).fits(4, 3), "inverted");
     }
 }

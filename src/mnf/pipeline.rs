@@ -10,12 +10,12 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::bands::{self, BandSelection};
+use super::compute::{Backend, PreparedCube};
 use super::eigen::{self, NoiseWhitening};
 use super::params::{MnfParams, DEFAULT_COMPONENTS};
 use super::result::{EigenSystem, InputInfo, Metadata, NoiseInfo, PixelInfo};
 use super::stats::{Denoise, Moments, Projection, StatsSpec};
 use super::{MnfError, Monitor, Stage};
-use crate::backend::{Backend, PreparedCube};
 use crate::cube::Cube;
 
 /// What one MNF run produces.

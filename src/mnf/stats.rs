@@ -95,8 +95,8 @@ impl Moments {
                 self.m2[i * b + j] += other.m2[i * b + j] + delta[i] * delta[j] * f;
             }
         }
-        for i in 0..b {
-            self.mean[i] += delta[i] * nb / n;
+        for (m, d) in self.mean.iter_mut().zip(&delta) {
+            *m += d * nb / n;
         }
         self.n += other.n;
     }

@@ -23,7 +23,7 @@ use rayon::prelude::*;
 use super::device::{cuda, dtoh_async, event, htod_async, is_registered, DevBuf, PinnedBuf, Pooled, Sized_};
 use super::kernels::{self, CovParts, DevPtr, NoiseArgs, Pixels, RawType, COV_TILE, MAX_CONST_T, PX_KP};
 use super::{CudaBackend, Route};
-use crate::backend::{BackendError, PreparedCube};
+use crate::backend::{check_window, BackendError, PreparedCube};
 use crate::cube::model::decode_into;
 use crate::cube::Cube;
 use crate::mnf::stats::{is_masked, Denoise, Moments, Projection, Statistics, StatsSpec};
@@ -767,14 +767,7 @@ impl PreparedCube for CudaCube<'_> {
         self.bind()?;
         let wall = Instant::now();
         let (lines, samples, b) = (self.lay.lines, self.lay.samples, self.lay.bands);
-        if let Some(w) = spec.window {
-            if w.x0 >= w.x1 || w.y0 >= w.y1 || w.x1 > samples || w.y1 > lines {
-                return Err(BackendError::Invalid(format!(
-                    "noise window {},{},{},{} lies outside the {samples} x {lines} image",
-                    w.x0, w.y0, w.x1, w.y1
-                )));
-            }
-        }
+        check_window(spec, samples, lines)?;
         let mean_filter = spec.noise == NoiseEstimator::MeanFilter;
         if self.resident.is_some() && self.registered {
             // Page-locked input: queue the whole upload now (the copy engine works through it in

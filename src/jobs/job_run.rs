@@ -1,0 +1,430 @@
+//! The run of one job, from its claim to its final status. [`JobRun::run`] takes the steps in order,
+//! calling the job cache, the store and the storage; none of them calls back:
+//!
+//! 1. **claim**: [`JobServices::claim`] takes the next queued job under this instance's lease;
+//! 2. **plan from the cache**: the device level may still hold the job's cube
+//!    ([`DeviceLookup::find`]);
+//! 3. **load**: otherwise the cube is read from the job's input ([`input::load_cube`]); with the cube
+//!    at hand, the statistics level may know its eigen system ([`Plan::new`]);
+//! 4. **compute**: the MNF, only the projection when the eigen system is known ([`Plan::execute`]),
+//!    and the result files written into scratch, as `hypermnf run --out` writes them;
+//! 5. **store**: the result files move to `results/<id>/`, and scratch is cleared;
+//! 6. **register**: the eigen system the job computed is stored beside its results, and the job
+//!    cache learns both before anyone can see the job succeeded;
+//! 7. **mark done**: the final status goes to the database (only the lease's holder writes it), the
+//!    clients waiting on the job are woken, and the upload is deleted once the job is finished.
+//!
+//! Steps 2 to 4 run on the blocking pool (`spawn_blocking`). Meanwhile progress goes to the database
+//! at most every 250 ms, and the lease is extended every third of its duration; a lease that cannot
+//! be extended (the job was canceled or deleted, or this instance stalled long enough for another to
+//! claim the job again) stops the job at the backend's next chunk, as a cancellation does (the
+//! worker hands [`JobRun::cancel_flag`] to `Runner::cancel`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use super::backends::Backends;
+use super::cache::{Registered, ServiceCache};
+use super::cached_run::{Computed, DeviceLookup, Plan};
+use super::input;
+use super::metrics::JobMetrics;
+use super::model::{now_ms, product, InputKind, Job, JobStatus};
+use super::store::{JobStore, Lease, StoreError};
+use crate::cache::{Digest, SystemRecord};
+use crate::cube::{Cube, CubeError};
+use crate::mnf::{MnfOutput, MnfParams, Monitor, Stage};
+use crate::storage::{Storage, StorageError};
+
+/// How often a running job's progress is written to the database.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// What the run of a job calls: one set per instance, shared by its workers (cheap to clone).
+#[derive(Clone)]
+pub struct JobServices {
+    pub store: JobStore,
+    pub storage: Storage,
+    pub backends: Arc<Backends>,
+    pub cache: Arc<ServiceCache>,
+    pub metrics: Arc<JobMetrics>,
+    /// This instance's claims.
+    pub lease: Lease,
+    /// Woken whenever a job may have finished: the clients that hold a `GET /v1/jobs/{id}?wait=`
+    /// look at their job again.
+    pub ended: Arc<Notify>,
+}
+
+impl JobServices {
+    /// Step 1: claims the next queued job under this instance's lease; None when the queue is empty.
+    pub async fn claim(&self) -> Result<Option<JobRun>, StoreError> {
+        let job = self.store.claim(&self.lease).await?;
+        Ok(job.map(|job| JobRun { job, services: self.clone(), cancel: Arc::new(AtomicBool::new(false)) }))
+    }
+}
+
+/// One claimed job; [`JobRun::run`] takes it to its end.
+#[derive(Clone)]
+pub struct JobRun {
+    job: Job,
+    services: JobServices,
+    /// Stops the job at the backend's next chunk: a cancellation, or a lease that cannot be extended.
+    cancel: Arc<AtomicBool>,
+}
+
+/// What steps 2 to 4 leave for the store and register steps.
+struct JobDone {
+    /// (product name, scratch path)
+    files: Vec<(String, PathBuf)>,
+    /// The eigen system the job computed (None when it reused one), with its statistics key.
+    fresh: Option<(Digest, Arc<SystemRecord>)>,
+    backend: &'static str,
+}
+
+impl JobRun {
+    /// The job as claimed.
+    pub fn job(&self) -> &Job {
+        &self.job
+    }
+
+    /// Set it to stop the job at the backend's next chunk (a cancellation).
+    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
+        self.cancel.clone()
+    }
+
+    /// Runs the claimed job to its end, every outcome recorded (see the module doc for the steps).
+    pub async fn run(self) {
+        let id = &self.job.id;
+        let queued_ms = (now_ms() - self.job.created_at).max(0) as u64;
+        self.services.metrics.record_phase("queued", Duration::from_millis(queued_ms));
+
+        // Steps 2 to 4: plan from the cache, load, compute.
+        let computed = self.compute_under_lease().await;
+        // Step 5: the results leave scratch for storage, and scratch is cleared, before the job's
+        // final status is written: a client that sees the job finished finds nothing of it left there.
+        let stored = match computed {
+            Ok(done) => self.store_results(done).await,
+            Err(f) => Err(f),
+        };
+        self.services.storage.remove_scratch(&format!("job-{id}"));
+        // Steps 6 and 7.
+        match stored {
+            Ok((done, results)) => {
+                let registered = self.register(&done).await;
+                self.mark_succeeded(&results, registered).await;
+            }
+            Err(failure) => self.mark_failed(failure).await,
+        }
+        self.services.ended.notify_waiters();
+        self.delete_finished_input().await;
+    }
+
+    /// Steps 2 to 4 on the blocking pool, while a task writes progress and keeps the lease.
+    async fn compute_under_lease(&self) -> Result<JobDone, JobFailure> {
+        let progress = Arc::new(Mutex::new((Stage::Read, 0.0f64)));
+        let keeper = tokio::spawn(keep_lease(self.services.clone(), self.job.id.clone(), progress.clone(), self.cancel.clone()));
+        let outcome = {
+            let me = self.clone();
+            let progress = progress.clone();
+            let rt = tokio::runtime::Handle::current();
+            let started = Instant::now();
+            let r = tokio::task::spawn_blocking(move || me.compute(progress, &rt)).await;
+            self.services.metrics.record_phase("compute", started.elapsed());
+            r
+        };
+        keeper.abort();
+        match outcome {
+            Ok(r) => r,
+            Err(e) => Err(JobFailure { code: "internal".into(), message: format!("the job's task ended abnormally: {e}") }),
+        }
+    }
+
+    /// Steps 2 to 4, blocking: find the cube and eigen system in the job cache or read the cube, run
+    /// the MNF (only the projection when the statistics are known), write the result files into
+    /// scratch.
+    fn compute(&self, progress: Arc<Mutex<(Stage, f64)>>, rt: &tokio::runtime::Handle) -> Result<JobDone, JobFailure> {
+        let (s, job) = (&self.services, &self.job);
+        let params: MnfParams = serde_json::from_str(&job.params)
+            .map_err(|e| JobFailure { code: "invalid_params".into(), message: e.to_string() })?;
+        let backend = s.backends.get(params.backend).map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?;
+        let started = Instant::now();
+
+        // Step 2: the cube may still be resident on the device.
+        let found = DeviceLookup::find(&s.cache, job, &backend, &s.storage, rt);
+        // Step 3: if not, it is read; then an eigen system may be known for it.
+        let cube = match found.cube() {
+            Some(cube) => cube,
+            None => Arc::new(input::load_cube(job.input_kind, &job.input_location, &s.storage, rt).map_err(JobFailure::cube)?),
+        };
+        let plan = Plan::new(&s.cache, &params, &backend, found, cube, rt);
+        if plan.reuses_statistics() {
+            tracing::info!(job = %job.id, "statistics found in the job cache: running the projection only");
+        }
+
+        // Step 4. The read stage runs from `started` until the pipeline reports its first other
+        // stage: the lookups, the read and the reading inside the pipeline are one sample (recording
+        // them apart counted every job's read twice in /metrics).
+        let clock = Arc::new(Mutex::new((Stage::Read, started)));
+        let monitor = {
+            let progress = progress.clone();
+            let clock = clock.clone();
+            let metrics = s.metrics.clone();
+            Monitor::new(move |stage, fraction| {
+                *progress.lock().unwrap_or_else(|p| p.into_inner()) = (stage, fraction);
+                let mut c = clock.lock().unwrap_or_else(|p| p.into_inner());
+                if c.0 != stage {
+                    metrics.record_stage(c.0, c.1.elapsed());
+                    *c = (stage, Instant::now());
+                }
+            })
+            .with_cancel_flag(self.cancel.clone())
+        };
+        let Computed { cube, output, fresh } = plan
+            .execute(&s.cache, job, &params, &backend, &monitor)
+            .map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?;
+        {
+            let c = clock.lock().unwrap_or_else(|p| p.into_inner());
+            s.metrics.record_stage(c.0, c.1.elapsed());
+        }
+        if self.cancel.load(Ordering::Relaxed) {
+            return Err(JobFailure { code: "canceled".into(), message: "canceled".into() });
+        }
+
+        *progress.lock().unwrap_or_else(|p| p.into_inner()) = (Stage::Write, 0.0);
+        let write_started = Instant::now();
+        let files = write_results(&s.storage, &job.id, &cube, &output)?;
+        s.metrics.record_stage(Stage::Write, write_started.elapsed());
+        Ok(JobDone { files, fresh, backend: backend.name() })
+    }
+
+    /// Step 5: moves the written files into `results/<id>/`; the map of product name to storage key.
+    async fn store_results(&self, done: JobDone) -> Result<(JobDone, BTreeMap<String, String>), JobFailure> {
+        let started = Instant::now();
+        let stored = self.put_results(&done.files).await;
+        self.services.metrics.record_phase("store", started.elapsed());
+        match stored {
+            Ok(results) => Ok((done, results)),
+            Err(e) => Err(JobFailure::storage(&e)),
+        }
+    }
+
+    async fn put_results(&self, files: &[(String, PathBuf)]) -> Result<BTreeMap<String, String>, StorageError> {
+        let mut out = BTreeMap::new();
+        for (name, path) in files {
+            let key = format!("results/{}/{name}", self.job.id);
+            self.services.storage.put_file(path, &key).await?;
+            out.insert(name.clone(), key);
+        }
+        Ok(out)
+    }
+
+    /// Step 6: the eigen system this job computed goes beside its results before the job is marked
+    /// succeeded (if the job is canceled or deleted meanwhile, both go together), and the cache
+    /// knows the job before anyone can see it succeeded.
+    async fn register(&self, done: &JobDone) -> Registered {
+        let s = &self.services;
+        let started = Instant::now();
+        let system = match &done.fresh {
+            Some((key, record)) => s.cache.write_system(&self.job.id, *key, record, done.backend).await,
+            None => None,
+        };
+        let registered = s.cache.register_before_success(&self.job, system).await;
+        s.metrics.record_phase("register", started.elapsed());
+        registered
+    }
+
+    /// Step 7 for a job whose results are stored and registered.
+    async fn mark_succeeded(&self, results: &BTreeMap<String, String>, registered: Registered) {
+        let (s, id) = (&self.services, &self.job.id);
+        let started = Instant::now();
+        let recorded = s.store.succeed(id, &s.lease.owner, results).await;
+        s.metrics.record_phase("record", started.elapsed());
+        match recorded {
+            Ok(true) => {
+                s.metrics.succeeded.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(job = %id, "job succeeded");
+            }
+            Ok(false) => {
+                s.cache.withdraw(id, registered).await;
+                // Canceled or deleted while it ran: its results are not wanted. Claimed again by
+                // another instance (this one stalled past its lease): the results prefix is that
+                // instance's now, and stays.
+                let abandoned = match s.store.get(id).await {
+                    Ok(Some(j)) => matches!(j.status, JobStatus::Canceled | JobStatus::Failed),
+                    Ok(None) => true,
+                    Err(_) => false,
+                };
+                if abandoned {
+                    let _ = s.storage.delete_prefix(&format!("results/{id}")).await;
+                    s.metrics.canceled.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(e) => {
+                s.cache.withdraw(id, registered).await;
+                tracing::error!(job = %id, "cannot record the result: {e}");
+            }
+        }
+    }
+
+    /// Step 7 for a job that did not get through steps 2 to 5.
+    async fn mark_failed(&self, f: JobFailure) {
+        let (s, id) = (&self.services, &self.job.id);
+        match f.code.as_str() {
+            "canceled" => {
+                s.metrics.canceled.fetch_add(1, Ordering::Relaxed);
+                // Normally already canceled in the database; if not, record it.
+                let _ = s.store.fail(id, &s.lease.owner, "canceled", "canceled").await;
+                tracing::info!(job = %id, "job stopped: canceled, or no longer this instance's");
+            }
+            JobFailure::DISK_UNAVAILABLE => {
+                tracing::error!(
+                    job = %id,
+                    "cannot write this instance's disk ({}); the job stays queued in effect: it runs again once its lease lapses",
+                    f.message
+                );
+            }
+            _ => {
+                tracing::warn!(job = %id, code = f.code.as_str(), "job failed: {}", f.message);
+                s.metrics.failed.fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = s.store.fail(id, &s.lease.owner, &f.code, &f.message).await {
+                    tracing::error!(job = %id, "cannot record the failure: {e}");
+                }
+            }
+        }
+    }
+
+    /// The upload is no longer needed once the job is finished (an href is not ours to delete).
+    async fn delete_finished_input(&self) {
+        let (s, job) = (&self.services, &self.job);
+        if job.input_kind != InputKind::Href {
+            if let Ok(Some(j)) = s.store.get(&job.id).await {
+                if j.status.is_finished() {
+                    let _ = s.storage.delete_prefix(&job.input_location).await;
+                }
+            }
+        }
+    }
+}
+
+/// While steps 2 to 4 run: writes progress every `PROGRESS_EVERY`, and extends the lease every third
+/// of its duration; a lease that cannot be extended (canceled, deleted, claimed again elsewhere)
+/// stops the job. Runs until aborted.
+async fn keep_lease(s: JobServices, id: String, progress: Arc<Mutex<(Stage, f64)>>, cancel: Arc<AtomicBool>) {
+    let mut last = (Stage::Read, -1.0);
+    let beat_every = (s.lease.duration / 3).max(PROGRESS_EVERY);
+    let mut last_beat = Instant::now();
+    loop {
+        tokio::time::sleep(PROGRESS_EVERY).await;
+        let now = *progress.lock().unwrap_or_else(|p| p.into_inner());
+        if now != last {
+            last = now;
+            if let Err(e) = s.store.progress(&id, now.0.name(), overall(now.0, now.1)).await {
+                tracing::warn!(job = %id, "cannot record progress: {e}");
+            }
+        }
+        if last_beat.elapsed() >= beat_every {
+            last_beat = Instant::now();
+            match s.store.heartbeat(&id, &s.lease).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::info!(job = %id, "the job is no longer this instance's to run; stopping it");
+                    cancel.store(true, Ordering::Relaxed);
+                }
+                // The database is away: keep computing; the final write decides.
+                Err(e) => tracing::warn!(job = %id, "cannot extend the job's lease: {e}"),
+            }
+        }
+    }
+}
+
+/// Writes the result files of job `id` into its scratch directory: the same writer as
+/// `hypermnf run --out`, once as .npy and once as ENVI, so that every download holds exactly the
+/// bytes the command line would have written. The two are written side by side: the ENVI files are
+/// band-sequential, a transposition that took as long as the rest of the write.
+fn write_results(storage: &Storage, id: &str, cube: &Cube, output: &MnfOutput) -> Result<Vec<(String, PathBuf)>, JobFailure> {
+    let dir = storage.scratch_dir(&format!("job-{id}")).map_err(|e| JobFailure::storage(&e))?;
+    let mut files = Vec::new();
+    let envi_dir = dir.join("envi");
+    let (npy, envi) = std::thread::scope(|s| {
+        let envi = s.spawn(|| {
+            std::fs::create_dir_all(&envi_dir).map_err(|e| JobFailure::storage(&e))?;
+            crate::output::write_result(&envi_dir.join("result.hdr"), output, &cube.meta).map_err(JobFailure::cube)
+        });
+        let npy = crate::output::write_result(&dir.join("result.npy"), output, &cube.meta).map_err(JobFailure::cube);
+        let envi = envi.join().unwrap_or_else(|_| Err(JobFailure { code: "internal".into(), message: "the ENVI writer panicked".into() }));
+        (npy, envi)
+    });
+    let (npy, envi) = (npy?, envi?);
+    files.push((product::COMPONENTS_NPY.to_string(), npy.components));
+    files.push((product::METADATA.to_string(), npy.metadata));
+    if let Some(d) = npy.denoised {
+        files.push((product::DENOISED_NPY.to_string(), d));
+    }
+    files.push((product::COMPONENTS_HDR.to_string(), envi.components));
+    if let Some(img) = envi.components_data {
+        files.push((product::COMPONENTS_IMG.to_string(), img));
+    }
+    if let Some(d) = envi.denoised {
+        files.push((product::DENOISED_HDR.to_string(), d));
+    }
+    if let Some(d) = envi.denoised_data {
+        files.push((product::DENOISED_IMG.to_string(), d));
+    }
+    Ok(files)
+}
+
+/// Overall progress from a stage and the fraction of it done.
+fn overall(stage: Stage, fraction: f64) -> f64 {
+    let (start, width) = match stage {
+        Stage::Read => (0.0, 0.05),
+        Stage::Statistics => (0.05, 0.45),
+        Stage::Eigen => (0.5, 0.05),
+        Stage::Projection => (0.55, 0.3),
+        Stage::Inverse => (0.85, 0.1),
+        Stage::Write => (0.95, 0.05),
+    };
+    (start + width * fraction.clamp(0.0, 1.0)).min(1.0)
+}
+
+/// Why a job failed: a stable code and a message for the user.
+#[derive(Debug)]
+pub struct JobFailure {
+    pub code: String,
+    pub message: String,
+}
+
+impl JobFailure {
+    /// The code of a failure to write this instance's own disk that a later attempt can get past
+    /// (full, read-only, not permitted). Such a job is not failed: [`JobRun::run`] leaves it running
+    /// without a heartbeat, its lease lapses, and it is claimed again (here or elsewhere), so that an
+    /// accepted job is not lost to a disk that was full or read-only for a while.
+    pub const DISK_UNAVAILABLE: &'static str = "disk_unavailable";
+
+    fn cube(e: CubeError) -> JobFailure {
+        let code = if is_disk_condition(&e) { Self::DISK_UNAVAILABLE } else { e.code() };
+        JobFailure { code: code.into(), message: e.to_string() }
+    }
+
+    /// A storage or local file error: `DISK_UNAVAILABLE` for a disk condition, else `storage_error`.
+    fn storage(e: &(dyn std::error::Error + 'static)) -> JobFailure {
+        let code = if is_disk_condition(e) { Self::DISK_UNAVAILABLE } else { "storage_error" };
+        JobFailure { code: code.into(), message: e.to_string() }
+    }
+}
+
+/// True when `e` (or an error it wraps) is a local I/O error of a full, read-only or forbidden disk.
+fn is_disk_condition(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if matches!(io.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT | libc::EROFS | libc::EACCES | libc::EPERM)) {
+                return true;
+            }
+        }
+        next = err.source();
+    }
+    false
+}

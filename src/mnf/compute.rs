@@ -1,0 +1,119 @@
+//! What the MNF pipeline needs from a compute device: a [`Backend`] prepares a cube (a GPU backend
+//! uploads it, or decides to stream it), then the [`PreparedCube`] computes the statistics pass, and
+//! later the projection and inverse passes with matrices computed on the host. The algorithm layer
+//! defines this interface and knows no implementation of it; the backends (the CPU, CUDA, a cube
+//! split over several devices, in the `backend` module) implement it, so that the dependency goes
+//! one way, from the backends to the algorithm.
+
+use std::ops::Range;
+
+use super::eigen::GeneralizedEigenSolver;
+use super::stats::{Denoise, Moments, Projection, Statistics, StatsSpec};
+use super::Monitor;
+use crate::cube::Cube;
+
+/// Errors of a compute backend.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The requested backend cannot run here (no device, no driver, no NVRTC).
+    #[error("backend unavailable: {0}")]
+    Unavailable(String),
+    /// A CUDA driver, NVRTC or cuBLAS call failed.
+    #[error("CUDA: {0}")]
+    Cuda(String),
+    #[error("canceled")]
+    Canceled,
+    /// The inputs cannot be processed (e.g. too few pixels for the noise estimate).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl BackendError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            BackendError::Unavailable(_) => "backend_unavailable",
+            BackendError::Cuda(_) => "cuda_error",
+            BackendError::Canceled => "canceled",
+            BackendError::Invalid(_) => "invalid_input",
+        }
+    }
+}
+
+/// A compute backend, created once and shared (the CUDA one holds a context and compiled kernels).
+pub trait Backend: Send + Sync {
+    /// `cpu`, `cuda` or `cuda-cublas`.
+    fn name(&self) -> &'static str;
+    /// Human-readable device, e.g. "NVIDIA H100 80GB HBM3" or "CPU (2 threads)".
+    fn device(&self) -> String;
+    /// Device memory in use and in total, in bytes (`/metrics`); None where there is no device memory.
+    fn memory_in_use(&self) -> Option<(u64, u64)> {
+        None
+    }
+    /// Gets ready to run passes over `cube` (the CUDA backend uploads it here when it fits). `Send`, so
+    /// that the job cache can keep a prepared cube between jobs run on different threads.
+    fn prepare<'c>(&'c self, cube: &'c Cube, monitor: &Monitor) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError>;
+    /// Like `prepare`, for lines `lines` of the cube only, which the passes then see as a cube of its
+    /// own: the image ends at the range's ends (no noise residual reaches past them), a noise window is
+    /// in the range's coordinates, and the outputs hold the range's pixels only. The shares of a cube
+    /// split over several devices (the backends' `split` module). Backends that cannot say so.
+    fn prepare_lines<'c>(
+        &'c self,
+        _cube: &'c Cube,
+        _lines: Range<usize>,
+        _monitor: &Monitor,
+    ) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError> {
+        Err(BackendError::Unavailable(format!("the {} backend cannot prepare a share of a cube", self.name())))
+    }
+    /// The CUDA device ordinal the backend runs on; None for the CPU (the job cache keeps one device
+    /// level per ordinal).
+    fn ordinal(&self) -> Option<usize> {
+        None
+    }
+    /// Returns device memory the backend keeps idle for reuse (its buffer pool) to the device: the job
+    /// cache calls it after evicting device-resident cubes, so that eviction really frees memory.
+    /// Nothing to do where there is no device memory.
+    fn release_idle_memory(&self) {}
+}
+
+/// One cube made ready by a backend; the passes run in the order statistics → project → denoise.
+pub trait PreparedCube {
+    /// Data and noise moments over all bands. `on_noise` is called with the noise moments as soon as they
+    /// are known, before the data moments are finished, so the host can start the noise
+    /// eigen-decomposition while the device computes the data covariance.
+    fn statistics(
+        &mut self,
+        spec: &StatsSpec,
+        on_noise: &mut dyn FnMut(&Moments),
+        monitor: &Monitor,
+    ) -> Result<Statistics, BackendError>;
+
+    /// Z = Tᵀ(x − μ) into `out` (lines × samples × k, BIP); masked pixels NaN.
+    fn project(
+        &mut self,
+        projection: &Projection,
+        out: &mut [f32],
+        monitor: &Monitor,
+    ) -> Result<(), BackendError>;
+
+    /// The inverse MNF into `out` (lines × samples × bands, BIP).
+    fn denoise(&mut self, denoise: &Denoise, out: &mut [f32], monitor: &Monitor) -> Result<(), BackendError>;
+
+    /// Device bytes this prepared cube holds between passes: the whole cube when it is resident on the
+    /// device, 0 when nothing stays there (the CPU, or a cube streamed in chunks). The job cache keeps
+    /// only resident cubes, and counts these bytes against its budget.
+    fn resident_bytes(&self) -> u64 {
+        0
+    }
+    /// Where the generalized eigenproblem of the MNF (the Cholesky factor of C_N included) is solved
+    /// when not in faer on the host (the CUDA backend: cuSOLVER and cuBLAS on the device); `None`: on
+    /// the host. The pipeline asks before the statistics pass: with a solver, its `on_noise` callback
+    /// leaves C_N unfactored (`NoiseWhitening::deferred`).
+    fn eigen_solver(&self) -> Option<&dyn GeneralizedEigenSolver> {
+        None
+    }
+    /// For backends that form the statistics from values shifted by a per-band value near the mean
+    /// (the CUDA one): use these shifts (data, noise) instead of sampling the prepared lines. The
+    /// shares of a split cube all take the whole cube's, so that they form exactly the float32 values
+    /// one device would. Nothing to do elsewhere.
+    fn use_shifts(&mut self, _data: &[f64], _noise: &[f64]) {}
+}
