@@ -159,7 +159,7 @@ pub struct HostRegistration<'a> {
     ptr: *mut std::ffi::c_void,
     ctx: Arc<CudaContext>,
     /// The registries of the backends that treat the range as page-locked (several for a portable one).
-    registries: Vec<Arc<std::sync::Mutex<Vec<(usize, usize)>>>>,
+    registries: Vec<Registry>,
     _borrow: std::marker::PhantomData<&'a [u8]>,
 }
 
@@ -170,7 +170,7 @@ unsafe impl Sync for HostRegistration<'_> {}
 impl<'a> HostRegistration<'a> {
     pub(crate) fn new(
         ctx: &Arc<CudaContext>,
-        registry: &Arc<std::sync::Mutex<Vec<(usize, usize)>>>,
+        registry: &Registry,
         bytes: &'a [u8],
     ) -> Result<Self, BackendError> {
         Self::pin(ctx, std::slice::from_ref(registry), bytes.as_ptr() as *mut std::ffi::c_void, bytes.len(), 0)
@@ -181,7 +181,7 @@ impl<'a> HostRegistration<'a> {
     /// shares cannot be registered one per device, as neighbouring shares share a page).
     pub(crate) fn new_portable(
         ctx: &Arc<CudaContext>,
-        registries: &[Arc<std::sync::Mutex<Vec<(usize, usize)>>>],
+        registries: &[Registry],
         bytes: &'a [u8],
     ) -> Result<Self, BackendError> {
         Self::pin(ctx, registries, bytes.as_ptr() as *mut std::ffi::c_void, bytes.len(), sys::CU_MEMHOSTREGISTER_PORTABLE)
@@ -191,7 +191,7 @@ impl<'a> HostRegistration<'a> {
     /// lifetime, so the caller keeps writing through the slice it gets back.
     pub(crate) fn new_mut(
         ctx: &Arc<CudaContext>,
-        registry: &Arc<std::sync::Mutex<Vec<(usize, usize)>>>,
+        registry: &Registry,
         bytes: &'a mut [u8],
     ) -> Result<(Self, &'a mut [u8]), BackendError> {
         let reg = Self::pin(ctx, std::slice::from_ref(registry), bytes.as_mut_ptr() as *mut std::ffi::c_void, bytes.len(), 0)?;
@@ -200,7 +200,7 @@ impl<'a> HostRegistration<'a> {
 
     fn pin(
         ctx: &Arc<CudaContext>,
-        registries: &[Arc<std::sync::Mutex<Vec<(usize, usize)>>>],
+        registries: &[Registry],
         ptr: *mut std::ffi::c_void,
         len: usize,
         flags: u32,
@@ -239,6 +239,9 @@ impl Drop for HostRegistration<'_> {
         let _ = unsafe { sys::cuMemHostUnregister(self.ptr) }.result();
     }
 }
+
+/// The host ranges (start, length) page-locked in one backend's context.
+pub(crate) type Registry = Arc<std::sync::Mutex<Vec<(usize, usize)>>>;
 
 /// True when `bytes` lies inside a registered range.
 pub(crate) fn is_registered(registry: &std::sync::Mutex<Vec<(usize, usize)>>, bytes: &[u8]) -> bool {

@@ -68,7 +68,7 @@ pub struct CudaBackend {
     kernels: kernels::Kernels,
     device_name: String,
     budget: Option<usize>,
-    registry: Arc<Mutex<Vec<(usize, usize)>>>,
+    registry: device::Registry,
     blas: Option<Mutex<cublas::Blas>>,
     /// cuSOLVER for the eigen step (None: libcusolver missing, or HYPERMNF_EIGEN=host).
     eigen: Option<solver::DeviceEigen>,
