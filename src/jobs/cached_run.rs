@@ -175,8 +175,17 @@ impl Plan {
             Some(item) => (item.clone(), false),
             None => {
                 // Jobs come first: evict until this cube fits on the device.
+                let t = std::time::Instant::now();
                 device.make_room(backend.as_ref(), resident_need(&self.cube));
-                (Arc::new(ResidentCube::prepare(self.cube.clone(), backend.clone(), monitor)?), true)
+                let room = t.elapsed();
+                let item = Arc::new(ResidentCube::prepare(self.cube.clone(), backend.clone(), monitor)?);
+                tracing::debug!(
+                    target: "hypermnf::timing",
+                    make_room_ms = room.as_secs_f64() * 1e3,
+                    prepare_ms = (t.elapsed() - room).as_secs_f64() * 1e3,
+                    "device level: room made and the cube prepared (part of the read stage)"
+                );
+                (item, true)
             }
         };
         let result = item.with_prepared(|p| run_passes(&self.cube, params, known, backend.as_ref(), p, monitor));

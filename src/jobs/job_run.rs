@@ -154,12 +154,22 @@ impl JobRun {
 
         // Step 2: the cube may still be resident on the device.
         let found = DeviceLookup::find(&s.cache, job, &backend, &s.storage, rt);
+        let looked_up = Instant::now();
         // Step 3: if not, it is read; then an eigen system may be known for it.
         let cube = match found.cube() {
             Some(cube) => cube,
             None => Arc::new(input::load_cube(job.input_kind, &job.input_location, &s.storage, rt).map_err(JobFailure::cube)?),
         };
+        let loaded = Instant::now();
         let plan = Plan::new(&s.cache, &params, &backend, found, cube, rt);
+        tracing::debug!(
+            target: "hypermnf::timing",
+            job = %job.id,
+            device_lookup_ms = (looked_up - started).as_secs_f64() * 1e3,
+            load_ms = (loaded - looked_up).as_secs_f64() * 1e3,
+            statistics_lookup_ms = loaded.elapsed().as_secs_f64() * 1e3,
+            "job plan (part of the read stage)"
+        );
         if plan.reuses_statistics() {
             tracing::info!(job = %job.id, "statistics found in the job cache: running the projection only");
         }

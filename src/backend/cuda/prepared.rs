@@ -200,6 +200,7 @@ impl<'c> CudaCube<'c> {
     /// Prepares lines `range` of `cube` (all of them for a whole cube); the range is checked by the
     /// caller (`CudaBackend::prepare_lines`).
     pub(super) fn new(be: &'c CudaBackend, cube: &'c Cube, range: std::ops::Range<usize>) -> Result<Self, BackendError> {
+        let began = Instant::now();
         be.ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent"))?;
         let t = RawType::of(cube.dtype(), cube.byte_order());
         let raw = cube.raw_lines(range.start, range.len());
@@ -266,6 +267,7 @@ impl<'c> CudaCube<'c> {
             chunk_lines,
             chunks = n,
             registered,
+            ms = began.elapsed().as_secs_f64() * 1e3,
             "cube prepared on the device"
         );
         Ok(CudaCube {
