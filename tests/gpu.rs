@@ -1071,3 +1071,32 @@ fn two_devices_split_matches_one() {
         assert!(z <= 1e-5, "{name}: components rel. {z:.3e}");
     }
 }
+
+/// A cube mapped from a stored `.npy` (as a service job reads its upload) goes to the device with
+/// positioned reads of the file, in 16 MiB staging pieces: the result is bit-identical to the same
+/// cube in memory, resident, streamed and split (shares start mid-file), and matches the CPU backend.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn mapped_cube_is_read_from_its_file_like_one_in_memory() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    // 300 × 200 × 224 int16 = 26.9 MB: two staging pieces, the second partial.
+    let mut sp = SyntheticSpec::small(300, 200, 224);
+    sp.seed = rng.random();
+    let cube = synthetic::generate(&sp);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cube.npy");
+    hypermnf::cube::npy::write_cube(&path, &cube).unwrap();
+    let mapped = hypermnf::cube::npy::map(&path).unwrap();
+    assert!(mapped.is_mapped() && mapped.raw_file().is_some() && mapped.raw() == cube.raw());
+    let dev: Arc<dyn Backend> = Arc::new(gpu(Route::Kernels));
+    let streamed = gpu(Route::Kernels).with_memory_budget(cube.raw().len() / 5);
+    let split = SplitBackend::new(vec![dev.clone(), dev.clone()], SplitMode::Always).unwrap();
+    let params = MnfParams { components: Some(8), ..Default::default() };
+    for (what, backend) in [("resident", dev.as_ref()), ("streamed", &streamed as &dyn Backend), ("split", &split)] {
+        let a = mnf::run(&cube, &params, backend, &Monitor::silent()).unwrap();
+        let b = mnf::run(&mapped, &params, backend, &Monitor::silent()).unwrap();
+        assert!(a.components == b.components, "{what}: mapped and in-memory components differ");
+        assert_eq!(a.metadata.eigenvalues, b.metadata.eigenvalues, "{what}: eigenvalues");
+        assert_pipeline_matches(&format!("mapped, {what}"), &mapped, &params, backend);
+    }
+}

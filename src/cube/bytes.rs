@@ -6,7 +6,9 @@
 //! faults in 300 MB and copies them once more (270 ms of a 2.8 s job on the 2-core machine, most of what
 //! the service adds to the pipeline on a GPU); the mapping serves the same page-cache pages with no copy.
 //! The files mapped are the service's own uploads, written once and never changed in place (a file
-//! truncated under a mapping would fault on access).
+//! truncated under a mapping would fault on access). The file stays open beside its mapping: the CUDA
+//! backend's staging copies read it with `pread` (straight from the page cache into pinned memory,
+//! and no page table to populate first).
 //!
 //! Why borrowed at all: the library API (`crate::library`) runs the MNF on an `ndarray` view the caller
 //! owns. Copying it into an owned cube would hold the cube twice (a 1087 × 614 × 224 int16 scene is
@@ -20,8 +22,8 @@
 /// Raw sample bytes, owned, mapped or borrowed.
 pub(super) enum SampleBytes {
     Owned(Vec<u8>),
-    /// `len` bytes from `offset` of a read-only file mapping.
-    Mapped { map: memmap2::Mmap, offset: usize, len: usize },
+    /// `len` bytes from `offset` of a read-only mapping of `file`.
+    Mapped { map: memmap2::Mmap, offset: usize, len: usize, file: std::fs::File },
     /// Points into memory that a caller of `Cube::with_borrowed` holds borrowed for the whole time the
     /// cube exists (see the module doc); never written through, never freed here.
     Borrowed { ptr: *const u8, len: usize },
@@ -42,7 +44,7 @@ impl SampleBytes {
     pub(super) fn as_slice(&self) -> &[u8] {
         match self {
             SampleBytes::Owned(v) => v,
-            SampleBytes::Mapped { map, offset, len } => &map[*offset..*offset + *len],
+            SampleBytes::Mapped { map, offset, len, .. } => &map[*offset..*offset + *len],
             // SAFETY: `ptr` and `len` come from a `&[u8]` that outlives `self` (see `borrowed`).
             SampleBytes::Borrowed { ptr, len } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
         }
@@ -54,6 +56,14 @@ impl SampleBytes {
 
     pub(super) fn is_mapped(&self) -> bool {
         matches!(self, SampleBytes::Mapped { .. })
+    }
+
+    /// The mapped file and the offset of the first byte in it.
+    pub(super) fn file(&self) -> Option<(&std::fs::File, u64)> {
+        match self {
+            SampleBytes::Mapped { file, offset, .. } => Some((file, *offset as u64)),
+            _ => None,
+        }
     }
 }
 

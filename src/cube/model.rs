@@ -261,6 +261,7 @@ impl Cube {
         dtype: DataType,
         byte_order: ByteOrder,
         map: memmap2::Mmap,
+        file: std::fs::File,
         offset: usize,
         len: usize,
         meta: CubeMeta,
@@ -269,12 +270,18 @@ impl Cube {
         if offset.checked_add(len).is_none_or(|end| end > map.len()) {
             return Err(CubeError::SizeMismatch(format!("{len} bytes from offset {offset} run past a {} byte file", map.len())));
         }
-        Ok(Cube { lines, samples, bands, dtype, byte_order, data: SampleBytes::Mapped { map, offset, len }, meta })
+        Ok(Cube { lines, samples, bands, dtype, byte_order, data: SampleBytes::Mapped { map, offset, len, file }, meta })
     }
 
     /// Whether the samples are a file mapping ([`crate::cube::npy::map`]) rather than memory of their own.
     pub fn is_mapped(&self) -> bool {
         self.data.is_mapped()
+    }
+
+    /// For a mapped cube, the file and the byte offset of its first sample there, so that a reader can
+    /// copy ranges of `raw()` with positioned reads instead of through the mapping.
+    pub fn raw_file(&self) -> Option<(&std::fs::File, u64)> {
+        self.data.file()
     }
 
     /// Whether the samples are borrowed (inside [`with_borrowed`](Self::with_borrowed)) rather than owned.

@@ -182,6 +182,9 @@ pub struct CudaCube<'c> {
     /// all use the whole cube's, so that they form the same float32 values as one device would.
     shifts: Option<(Vec<f64>, Vec<f64>)>,
     host: Cow<'c, [u8]>,
+    /// Where `host` is a file's mapping: the file and the offset of `host[0]` in it. Staging copies
+    /// read it with positioned reads (the mapping is not populated, see `cube::npy::map`).
+    file: Option<(&'c std::fs::File, u64)>,
     registered: bool,
     lay: Layout,
     compute: std::sync::Arc<CudaStream>,
@@ -213,6 +216,10 @@ impl<'c> CudaCube<'c> {
             Cow::Borrowed(raw)
         };
         let registered = is_registered(&be.registry, &host);
+        let file = match (&host, cube.raw_file()) {
+            (Cow::Borrowed(_), Some((f, at))) => Some((f, at + (range.start * cube.line_bytes()) as u64)),
+            _ => None,
+        };
         let (lines, samples, bands) = (range.len(), cube.samples(), cube.bands());
         let work_line = samples * bands * 4;
         let mut chunk_lines = (CHUNK_WORK_BYTES / work_line.max(1)).clamp(1, lines);
@@ -276,6 +283,7 @@ impl<'c> CudaCube<'c> {
             first: range.start,
             shifts: None,
             host,
+            file,
             registered,
             timeline: Timeline {
                 resident: resident.is_some(),
@@ -368,10 +376,19 @@ impl<'c> CudaCube<'c> {
             st.copied[i].synchronize().map_err(cuda("cuEventSynchronize"))?;
             let src = &self.host[at..end];
             let dst_host = &mut st.buf[i].as_mut_slice()[..src.len()];
-            dst_host
-                .par_chunks_mut(1 << 20)
-                .zip(src.par_chunks(1 << 20))
-                .for_each(|(d, s)| d.copy_from_slice(s));
+            if let Some((f, base)) = self.file {
+                use std::os::unix::fs::FileExt;
+                dst_host
+                    .par_chunks_mut(1 << 20)
+                    .enumerate()
+                    .try_for_each(|(j, d)| f.read_exact_at(d, base + (at + (j << 20)) as u64))
+                    .map_err(|e| BackendError::Invalid(format!("cannot read the cube's file: {e}")))?;
+            } else {
+                dst_host
+                    .par_chunks_mut(1 << 20)
+                    .zip(src.par_chunks(1 << 20))
+                    .for_each(|(d, s)| d.copy_from_slice(s));
+            }
             // SAFETY: the staging buffer is not touched again before `copied[i]` has passed (synchronized
             // above before each reuse, and in Drop); dst holds range.len() bytes, of which this piece is
             // the part at (at - range.start).
