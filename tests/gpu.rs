@@ -1100,3 +1100,36 @@ fn mapped_cube_is_read_from_its_file_like_one_in_memory() {
         assert_pipeline_matches(&format!("mapped, {what}"), &mapped, &params, backend);
     }
 }
+
+/// A resident cube gives its two staging buffers back to the backend's pool once it is wholly on the
+/// device: a cube that the device-level cache keeps must not hold the page-locked memory that the next
+/// cube's passes need (they waited for a fresh `cuMemHostAlloc` before). A streamed cube keeps them for
+/// its next pass.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn resident_cube_returns_its_staging_once_uploaded() {
+    use hypermnf::backend::PreparedCube;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let mut sp = SyntheticSpec::small(97, 53, 31);
+    sp.seed = rng.random();
+    let cube = synthetic::generate(&sp);
+    let st = spec(NoiseEstimator::MeanFilter, &cube);
+    for (what, be, resident) in [
+        ("resident", gpu(Route::Kernels), true),
+        ("streamed", gpu(Route::Kernels).with_memory_budget(cube.raw().len() / 5), false),
+    ] {
+        let idle = be.idle_pinned_bytes();
+        assert!(idle >= 2 * (16 << 20), "{what}: the backend makes its staging buffers when it opens ({idle} bytes idle)");
+        let mut p = be.prepare_cuda(&cube).unwrap();
+        assert_eq!(p.is_resident(), resident, "{what}");
+        p.statistics(&st, &mut |_| {}, &Monitor::silent()).unwrap();
+        let after = be.idle_pinned_bytes();
+        if resident {
+            assert!(after >= idle, "{what}: {after} bytes idle after the pass, {idle} before: the staging was kept");
+        } else {
+            assert!(after < idle, "{what}: a streamed cube keeps its staging between passes");
+        }
+        drop(p);
+        assert!(be.idle_pinned_bytes() >= idle, "{what}: everything back once the cube is dropped");
+    }
+}

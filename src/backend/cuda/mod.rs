@@ -276,6 +276,12 @@ impl CudaBackend {
         HostRegistration::new_mut(&self.ctx, &self.registry, bytes)
     }
 
+    /// Page-locked host memory idle in the backend's pool: what the next passes can take without a
+    /// `cuMemHostAlloc`.
+    pub fn idle_pinned_bytes(&self) -> usize {
+        self.pinned_pool.idle_bytes()
+    }
+
     /// Prepares a cube and returns the concrete type (the benchmark reads its timeline).
     pub fn prepare_cuda<'c>(&'c self, cube: &'c Cube) -> Result<CudaCube<'c>, BackendError> {
         CudaCube::new(self, cube, 0..cube.lines())
