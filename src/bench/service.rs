@@ -9,6 +9,7 @@
 //! client is a minimal HTTP/1.1 client on std sockets in another thread, so that what is timed is the
 //! server and the loopback, not a client library.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -19,6 +20,7 @@ use anyhow::{bail, Context};
 use sha2::{Digest, Sha256};
 
 use crate::config::ServeArgs;
+use crate::cube::Cube;
 use crate::mnf::{BackendChoice, MnfParams, Monitor};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -82,37 +84,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     // The same cube as the service holds it: a stored .npy, mapped (what a job reads).
     let stored = std::env::temp_dir().join(format!("hypermnf-bench-service-{}.npy", std::process::id()));
     std::fs::File::create(&stored).and_then(|mut f| {
-        use std::io::Write;
         f.write_all(&npy)?;
         f.sync_all()
     })?;
     drop(npy);
     let params = MnfParams { components: Some(args.components), ..Default::default() };
-    let time_runs = |cube: &crate::cube::Cube| -> anyhow::Result<Vec<f64>> {
-        let mut runs = Vec::with_capacity(args.pipeline_runs);
-        for i in 0..=args.pipeline_runs {
-            let t = Instant::now();
-            crate::mnf::pipeline::run(cube, &params, backend.as_ref(), &Monitor::silent())?;
-            if i > 0 {
-                runs.push(t.elapsed().as_secs_f64() * 1e3);
-            }
-        }
-        Ok(runs)
-    };
-    let runs = time_runs(&cube)?;
+    let runs = time_pipeline(args.pipeline_runs, backend.as_ref(), &params, &|| Ok(Cow::Borrowed(&cube)))?;
     let (pipeline_ms, _, _) = percentiles(&runs);
     drop(cube);
     // Mapped anew for each run, as each job maps its upload.
-    let mut mapped_runs = Vec::with_capacity(args.pipeline_runs);
-    for i in 0..=args.pipeline_runs {
-        let t = Instant::now();
-        let cube = crate::cube::npy::map(&stored)?;
-        crate::mnf::pipeline::run(&cube, &params, backend.as_ref(), &Monitor::silent())?;
-        if i > 0 {
-            mapped_runs.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-    }
+    let mapped_runs = time_pipeline(args.pipeline_runs, backend.as_ref(), &params, &|| Ok(Cow::Owned(crate::cube::npy::map(&stored)?)));
     let _ = std::fs::remove_file(&stored);
+    let mapped_runs = mapped_runs?;
     let (mapped_ms, _, _) = percentiles(&mapped_runs);
 
     let gb = |b: usize, d: Duration| b as f64 / d.as_secs_f64() / 1e9;
@@ -208,6 +191,26 @@ fn submit_and_follow(addr: SocketAddr, npy: &[u8], query: &str) -> anyhow::Resul
             _ => bail!("the job ended {}", j),
         }
     }
+}
+
+/// One warm-up run of the pipeline, then `runs` timed ones (ms); `cube_for_run`, timed too, gives each
+/// run its cube.
+fn time_pipeline<'a>(
+    runs: usize,
+    backend: &dyn crate::backend::Backend,
+    params: &MnfParams,
+    cube_for_run: &dyn Fn() -> anyhow::Result<Cow<'a, Cube>>,
+) -> anyhow::Result<Vec<f64>> {
+    let mut out = Vec::with_capacity(runs);
+    for i in 0..=runs {
+        let t = Instant::now();
+        let cube = cube_for_run()?;
+        crate::mnf::pipeline::run(&cube, params, backend, &Monitor::silent())?;
+        if i > 0 {
+            out.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    Ok(out)
 }
 
 /// The server's `hypermnf_job_phase_seconds_sum` and `hypermnf_stage_seconds_sum` series, in seconds.

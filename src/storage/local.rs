@@ -80,17 +80,16 @@ impl LocalStore {
         let stream: futures::stream::BoxStream<'static, Result<bytes::Bytes, StorageError>> = match r.payload {
             // A large local file: mapped and handed to the connection in slices, without a copy or a
             // trip to the blocking pool per read (1 MiB reads through tokio's file gave ~1 GB/s
-            // downloads on the H100 host, 2026-11-24).
-            GetResultPayload::File(file, path) if size >= MAP_FROM => match map_stream(&file) {
+            // downloads on the H100 host, 2026-11-24). A small one, or one that cannot be mapped: read
+            // in 1 MiB strides (the store's own stream reads 8 KiB at a time, each on the blocking
+            // pool, which caps downloads far below the disk and the network).
+            GetResultPayload::File(file, path) => match (size >= MAP_FROM).then(|| map_stream(&file)).flatten() {
                 Some(s) => s,
-                None => Box::pin(tokio_util::io::ReaderStream::with_capacity(tokio::fs::File::from_std(file), 1 << 20).map_err(move |e| StorageError::io("read", &path, e))),
+                None => {
+                    let file = tokio::fs::File::from_std(file);
+                    Box::pin(tokio_util::io::ReaderStream::with_capacity(file, 1 << 20).map_err(move |e| StorageError::io("read", &path, e)))
+                }
             },
-            // A local file: read it in 1 MiB strides (the store's own stream reads 8 KiB at a time,
-            // each on the blocking pool, which caps downloads far below the disk and the network).
-            GetResultPayload::File(file, path) => {
-                let file = tokio::fs::File::from_std(file);
-                Box::pin(tokio_util::io::ReaderStream::with_capacity(file, 1 << 20).map_err(move |e| StorageError::io("read", &path, e)))
-            }
             GetResultPayload::Stream(s) => {
                 let name = self.name.clone();
                 let key = key.to_string();
