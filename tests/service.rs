@@ -182,6 +182,19 @@ async fn identical_requests_return_the_existing_job() {
     let r = srv.client.post(srv.url("/v1/jobs?components=3")).header("content-type", "application/x-npy")
         .header("x-content-sha256", "0".repeat(64)).body(npy.clone()).send().await.unwrap();
     assert_eq!(error_of(r).await, (StatusCode::BAD_REQUEST, "digest_mismatch".into()));
+    // X-Cube-Digest names the cube, not the body: it finds the job made from the same big-endian body
+    // above, without a body, and one that is not the decoded cube's is refused
+    let cube_digest = hex::encode(cube.content_digest());
+    let r = srv.client.post(srv.url("/v1/jobs?components=2")).header("content-type", "application/x-npy")
+        .header("x-cube-digest", &cube_digest).body(Vec::<u8>::new()).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().await.unwrap()["id"].as_str(), Some(npy_id.as_str()));
+    let r = srv.client.post(srv.url("/v1/jobs?components=3")).header("content-type", "application/x-npy")
+        .header("x-cube-digest", "0".repeat(64)).body(npy.clone()).send().await.unwrap();
+    assert_eq!(error_of(r).await, (StatusCode::BAD_REQUEST, "digest_mismatch".into()));
+    let r = srv.client.post(srv.url("/v1/jobs?components=3")).header("content-type", "application/x-npy")
+        .header("x-cube-digest", "xyz").body(npy.clone()).send().await.unwrap();
+    assert_eq!(error_of(r).await, (StatusCode::BAD_REQUEST, "invalid_digest".into()));
 
     // a little-endian .npy is digested while it streams in; the same file named by href is decoded
     // and digested by the cube: both must give the same job
@@ -193,6 +206,17 @@ async fn identical_requests_return_the_existing_job() {
     let r = srv.client.post(srv.url("/v1/jobs")).json(&body).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.json::<Value>().await.unwrap()["id"], streamed["id"]);
+    // ... and with the right X-Cube-Digest, its body is answered by the same job; with another, refused
+    let syn_digest = hex::encode(hypermnf::cube::digest::of_parts(&[&syn]));
+    let r = srv.client.post(srv.url("/v1/jobs?components=2")).header("content-type", "application/x-npy")
+        .header("x-cube-digest", &syn_digest).body(Vec::<u8>::new()).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().await.unwrap()["id"], streamed["id"]);
+    let mut wrong = syn_digest.into_bytes();
+    wrong[0] = if wrong[0] == b'0' { b'1' } else { b'0' };
+    let r = srv.client.post(srv.url("/v1/jobs?components=5")).header("content-type", "application/x-npy")
+        .header("x-cube-digest", String::from_utf8(wrong).unwrap()).body(syn.clone()).send().await.unwrap();
+    assert_eq!(error_of(r).await, (StatusCode::BAD_REQUEST, "digest_mismatch".into()));
 
     // the listing shows the caller's jobs newest first, paginated
     let page = srv.get_json("/v1/jobs?limit=2").await.1;
@@ -208,7 +232,9 @@ async fn identical_requests_return_the_existing_job() {
         assert_eq!(srv.wait(job).await["status"], "succeeded");
     }
     let metrics = srv.client.get(srv.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("hypermnf_cache_hits_total 4"), "{metrics}");
+    // the multipart and href repeats, the X-Content-SHA256 one, the .npy named by href and the two
+    // X-Cube-Digest ones
+    assert!(metrics.contains("hypermnf_cache_hits_total 6"), "{metrics}");
     // every computed job reads once and writes once (the read stage used to be counted twice)
     let count = |stage: &str| -> u64 {
         let prefix = format!("hypermnf_stage_seconds_count{{stage=\"{stage}\"}} ");

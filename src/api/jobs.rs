@@ -24,7 +24,24 @@ use crate::mnf::MnfParams;
 use super::upload::SMALL_BODY_MAX;
 /// Header a client may send with a `.npy` body: the hex SHA-256 of the body. When this owner already has
 /// a live job made from the same bytes and parameters, it is answered at once without reading the body.
+/// Checking it costs one serial SHA-256 pass over the body, which bounds the ingest to one core's
+/// hashing speed; `X-Cube-Digest` does the same without it.
 pub const CONTENT_SHA256: &str = "x-content-sha256";
+/// Header a client may send with a `.npy` body: the hex content digest of the cube
+/// (`Cube::content_digest`, the tree digest of its canonical `.npy`). When this owner already has a job
+/// of the same cube and parameters (queued, running or succeeded), it is answered at once without
+/// reading the body; otherwise the digest computed from the body must equal it.
+pub const CUBE_DIGEST: &str = "x-cube-digest";
+
+/// A hex digest header, lower-cased: absent, or 64 hex digits (400 otherwise).
+fn hex_digest_header(h: &HeaderMap, name: &str, display: &str) -> ApiResult<Option<String>> {
+    let Some(v) = h.get(name) else { return Ok(None) };
+    let s = v.to_str().unwrap_or("").trim().to_ascii_lowercase();
+    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::bad_request("invalid_digest", format!("{display} must be 64 hex digits")));
+    }
+    Ok(Some(s))
+}
 
 // ---------------------------------------------------------------------------------------------------
 // The job document
@@ -168,30 +185,28 @@ fn content_length(h: &HeaderMap) -> Option<u64> {
 async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req: Request, token: &str) -> ApiResult<Response> {
     let params = params::from_query(query)?;
     let canonical = params::canonical(&params);
-    let claimed_sha = match req.headers().get(CONTENT_SHA256) {
-        Some(v) => {
-            let s = v.to_str().unwrap_or("").trim().to_ascii_lowercase();
-            if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(Error::bad_request("invalid_digest", "X-Content-SHA256 must be 64 hex digits"));
-            }
-            Some(s)
-        }
-        None => None,
+    let claimed_sha = hex_digest_header(req.headers(), CONTENT_SHA256, "X-Content-SHA256")?;
+    let claimed_cube = hex_digest_header(req.headers(), CUBE_DIGEST, "X-Cube-Digest")?;
+    // A job this owner already has for the claimed cube (or body) is answered without the body.
+    let cube_key = claimed_cube.as_deref().and_then(|c| hex::decode(c).ok()).and_then(|v| <[u8; 32]>::try_from(v).ok());
+    let known = match (&claimed_sha, cube_key) {
+        (_, Some(cube)) => existing_job(ctx, &caller.owner, &job_digest(&cube, &canonical)).await?,
+        (Some(sha), None) => ctx.runner.store.find_live_by_upload(&caller.owner, sha, &canonical).await?,
+        (None, None) => None,
     };
-    if let Some(sha) = &claimed_sha {
-        if let Some(job) = ctx.runner.store.find_live_by_upload(&caller.owner, sha, &canonical).await? {
-            ApiMetrics::add(&ctx.metrics.cache_hits, 1);
-            let mut r = job_response(StatusCode::OK, &job, true);
-            if content_length(req.headers()) != Some(0) {
-                // The body is left unread (with `Expect: 100-continue` it is never sent).
-                r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-            }
-            return Ok(r);
+    if let Some(job) = known {
+        ApiMetrics::add(&ctx.metrics.cache_hits, 1);
+        let mut r = job_response(StatusCode::OK, &job, true);
+        if content_length(req.headers()) != Some(0) {
+            // The body is left unread (with `Expect: 100-continue` it is never sent).
+            r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
+        return Ok(r);
     }
     let announced = content_length(req.headers());
     let stream = req.into_body().into_data_stream();
-    let created = npy_job(ctx, caller, params, stream, announced, claimed_sha, token).await?;
+    let claimed = Claimed { sha256: claimed_sha, cube: claimed_cube };
+    let created = npy_job(ctx, caller, params, stream, announced, claimed, token).await?;
     Ok(created.response())
 }
 
@@ -212,7 +227,26 @@ pub async fn create_from_npy_bytes(ctx: &ApiContext, caller: &Caller, bytes: byt
     let len = bytes.len();
     let chunks: Vec<Result<bytes::Bytes, std::convert::Infallible>> =
         (0..len).step_by(STRIDE).map(|at| Ok(bytes.slice(at..(at + STRIDE).min(len)))).collect();
-    npy_job(ctx, caller, params, futures::stream::iter(chunks), Some(len as u64), None, &token).await
+    npy_job(ctx, caller, params, futures::stream::iter(chunks), Some(len as u64), Claimed::default(), &token).await
+}
+
+/// The digests a client sent with a `.npy` body (hex), each checked against the body once received.
+#[derive(Default)]
+struct Claimed {
+    sha256: Option<String>,
+    cube: Option<String>,
+}
+
+impl Claimed {
+    /// Refuses a cube whose content digest is not the one claimed.
+    fn check_cube(&self, content: &[u8; 32]) -> ApiResult<()> {
+        match &self.cube {
+            Some(c) if *c != hex::encode(content) => {
+                Err(Error::bad_request("digest_mismatch", "the cube's content digest differs from X-Cube-Digest"))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Receives a `.npy` stream into scratch under `token` (header checked before the bulk is read),
@@ -223,7 +257,7 @@ async fn npy_job<S, E>(
     params: MnfParams,
     stream: S,
     announced: Option<u64>,
-    claimed_sha: Option<String>,
+    claimed: Claimed,
     token: &str,
 ) -> ApiResult<Created>
 where
@@ -250,27 +284,31 @@ where
     };
     let mut budget = Budget::new(limit);
     let t = std::time::Instant::now();
-    let got = upload::receive(stream, dir.join("cube.npy"), &mut budget, Some(&mut check), None).await?;
+    let body_sha256 = claimed.sha256.is_some();
+    let got = upload::receive(stream, dir.join("cube.npy"), &mut budget, Some(&mut check), None, body_sha256).await?;
     tracing::debug!(bytes = got.bytes, secs = t.elapsed().as_secs_f64(), "npy upload received and hashed");
     ApiMetrics::add(&ctx.metrics.bytes_in, got.bytes);
-    let sha = hex::encode(got.sha256);
-    if let Some(claimed) = &claimed_sha {
-        if *claimed != sha {
+    if let (Some(claimed), Some(sha)) = (&claimed.sha256, got.sha256) {
+        if *claimed != hex::encode(sha) {
             return Err(Error::bad_request("digest_mismatch", "the body's SHA-256 differs from X-Content-SHA256"));
         }
     }
+    // Recorded only when the client sent it (and it was checked): what a later X-Content-SHA256 finds.
+    let sha = claimed.sha256.clone();
     if let (Some(content), Some((lines, samples, bands, dtype))) = (got.content_digest, claim_seen.lock().ok().and_then(|c| c.and_then(|c| c.bip_le))) {
         // A little-endian C-order .npy: its header was checked, its size is exact, and its content
         // digest was computed on the way, so it is not decoded here (the worker decodes it).
         let (lines, samples, bands) = (lines as usize, samples as usize, bands as usize);
         params.validate(lines, samples, bands)?;
         let input = InputSummary { lines, samples, bands, data_type: dtype.name().to_string(), interleave: "bip".into() };
-        return enqueue(ctx, caller, content, input, params, InputKind::Npy, Some(sha), token).await;
+        claimed.check_cube(&content)?;
+        return enqueue(ctx, caller, content, input, params, InputKind::Npy, sha, token).await;
     }
     let location = format!("scratch/{token}");
     let (cube, params) = decode_and_validate(ctx, InputKind::Npy, location, params).await?;
     let (digest, input) = digest_and_summary(&cube).await?;
-    enqueue(ctx, caller, digest, input, params, InputKind::Npy, Some(sha), token).await
+    claimed.check_cube(&digest)?;
+    enqueue(ctx, caller, digest, input, params, InputKind::Npy, sha, token).await
 }
 
 async fn create_multipart(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req: Request, token: &str) -> ApiResult<Created> {
@@ -467,6 +505,15 @@ async fn digest_and_summary(cube: &Arc<Cube>) -> ApiResult<([u8; 32], InputSumma
     Ok((digest, input))
 }
 
+/// The owner's job of this job digest, if any: the result level first (a succeeded job, checked against
+/// its row), then the job store, which also knows the queued and running jobs the cache does not hold.
+async fn existing_job(ctx: &ApiContext, owner: &str, digest: &str) -> ApiResult<Option<Job>> {
+    if let Some(job) = ctx.runner.cache.find_result(owner, digest).await? {
+        return Ok(Some(job));
+    }
+    Ok(ctx.runner.store.find_live_by_digest(owner, digest).await?)
+}
+
 /// Enqueues an upload held in scratch under `token`.
 #[allow(clippy::too_many_arguments)]
 async fn enqueue(
@@ -499,13 +546,7 @@ async fn enqueue_at(
 ) -> ApiResult<Created> {
     let canonical = params::canonical(&params);
     let digest = job_digest(&cube_digest, &canonical);
-    // The result level first (a succeeded job, checked against its row), then SQLite, which also
-    // knows the queued and running jobs the cache does not hold.
-    if let Some(job) = ctx.runner.cache.find_result(&caller.owner, &digest).await? {
-        ApiMetrics::add(&ctx.metrics.cache_hits, 1);
-        return Created::existing(job);
-    }
-    if let Some(job) = ctx.runner.store.find_live_by_digest(&caller.owner, &digest).await? {
+    if let Some(job) = existing_job(ctx, &caller.owner, &digest).await? {
         ApiMetrics::add(&ctx.metrics.cache_hits, 1);
         return Created::existing(job);
     }

@@ -84,8 +84,8 @@ pub fn check_claim(lines: u64, samples: u64, bands: u64, dtype: DataType, offset
 pub struct Received {
     pub path: PathBuf,
     pub bytes: u64,
-    /// SHA-256 of the bytes as received.
-    pub sha256: [u8; 32],
+    /// SHA-256 of the bytes as received, when asked for (to check a client's `X-Content-SHA256`).
+    pub sha256: Option<[u8; 32]>,
     /// `Cube::content_digest` of the cube, when the claim allowed computing it on the way.
     pub content_digest: Option<[u8; 32]>,
 }
@@ -193,27 +193,19 @@ fn start_writeback(_f: &std::fs::File, _range: (u64, u64), _previous: Option<(u6
 /// Looks at the first bytes of a body: refuses it, or says what its header claims.
 pub type PrefixCheck<'a> = dyn FnMut(&[u8]) -> Result<Option<Claim>, Error> + Send + 'a;
 
-/// How the cube's content digest is obtained while the body streams in.
-enum ContentDigest {
-    /// Not here (the claim does not allow it, or there is no claim yet).
-    None,
-    /// The body is a canonical `.npy`: its SHA-256 is the content digest (`Cube::content_digest`).
-    IsBodySha,
-    /// A little-endian C-order `.npy` with another header: its samples, after the canonical header.
-    Samples(Sink<[u8; 32]>),
-}
-
 /// Streams `stream` into `dest`. `prefix_check` is called once with the first bytes (at least enough
 /// for a `.npy` header, or all of a short body) and may refuse the upload or return a claim; when it
-/// returns one, a body longer than the claim is refused early as a size mismatch. Writing and hashing
-/// the bytes run on two threads side by side (a third hashes the samples of a `.npy` whose header is
-/// not the canonical one, see `Cube::content_digest`).
+/// returns one, a body longer than the claim is refused early as a size mismatch. Writing and
+/// digesting the bytes run side by side: a thread writes them, another cuts the cube's content
+/// stream into the leaves of its tree digest (`cube::digest`), which are hashed on every core; a third
+/// computes the body's plain SHA-256 when `body_sha256` asks for it (one core: it bounds the ingest).
 pub async fn receive<S, E>(
     mut stream: S,
     dest: PathBuf,
     budget: &mut Budget,
     mut prefix_check: Option<&mut PrefixCheck<'_>>,
     mut claim: Option<Claim>,
+    body_sha256: bool,
 ) -> Result<Received, Error>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -229,8 +221,8 @@ where
         let expected = expected.clone();
         move |rx| write_durably(file, expected, rx)
     });
-    let hasher = sink(|rx| hash_batches(Sha256::new(), rx));
-    let mut content = ContentDigest::None;
+    let hasher = body_sha256.then(|| sink(|rx| hash_batches(Sha256::new(), rx)));
+    let mut content: Option<Sink<[u8; 32]>> = None;
     // The first bytes are gathered into one buffer for the header check; after that, frames are
     // batched as they came (no copy) and handed on every WRITE_CHUNK bytes.
     let mut head = BytesMut::new();
@@ -263,7 +255,7 @@ where
                     if let Some(c) = check(&head)? {
                         claim = Some(c);
                         let _ = expected.set(c.total());
-                        content = content_digest_for(&c, &head);
+                        content = content_digest_for(&c);
                     }
                 }
                 if !head.is_empty() {
@@ -282,7 +274,7 @@ where
             if prefix_done && (batch_len >= WRITE_CHUNK || (finished && batch_len > 0)) {
                 let out = std::mem::take(&mut batch);
                 let out_len = std::mem::replace(&mut batch_len, 0) as u64;
-                if let (ContentDigest::Samples((tx, _)), Some(c)) = (&content, claim) {
+                if let (Some((tx, _)), Some(c)) = (&content, claim) {
                     // Only the samples: leave out what the batch holds of the header.
                     let mut at = sent;
                     let mut samples = Vec::with_capacity(out.len());
@@ -297,7 +289,12 @@ where
                         return Ok(()); // the thread failed; its error is reported below
                     }
                 }
-                if hasher.0.send(out.clone()).await.is_err() || writer.0.send(out).await.is_err() {
+                if let Some((tx, _)) = &hasher {
+                    if tx.send(out.clone()).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                if writer.0.send(out).await.is_err() {
                     return Ok(());
                 }
                 sent += out_len;
@@ -311,19 +308,18 @@ where
     // Every thread is joined (its channel closed first) before answering, even on a refusal: the
     // scratch file is not removed under a writer still holding it.
     let written = join(writer).await;
-    let sha256 = join(hasher).await;
-    let (body_is_canonical, samples) = match content {
-        ContentDigest::None => (false, None),
-        ContentDigest::IsBodySha => (true, None),
-        ContentDigest::Samples(s) => (false, Some(join(s).await)),
+    let sha256 = match hasher {
+        Some(h) => Some(join(h).await),
+        None => None,
+    };
+    let content_digest = match content {
+        Some(c) => Some(join(c).await),
+        None => None,
     };
     outcome?;
     written?;
-    let sha256 = sha256?;
-    let content_digest = match samples {
-        Some(d) => Some(d?),
-        None => body_is_canonical.then_some(sha256),
-    };
+    let sha256 = sha256.transpose()?;
+    let content_digest = content_digest.transpose()?;
     if let Some(c) = claim {
         if total != c.total() {
             return Err(Error::bad_request(
@@ -342,21 +338,21 @@ async fn join<T>((tx, task): Sink<T>) -> Result<T, Error> {
     task.await.map_err(Error::internal)?.map_err(Error::disk)
 }
 
-/// For a little-endian C-order `.npy` claim: how its content digest comes on the way.
-fn content_digest_for(claim: &Claim, head: &[u8]) -> ContentDigest {
-    let Some((l, s, b, dt)) = claim.bip_le else {
-        return ContentDigest::None;
-    };
+/// For a little-endian C-order `.npy` claim: a thread that digests the cube's content stream (the
+/// canonical header, then the samples it is sent), the same bytes in the same order as
+/// `Cube::content_digest` hashes for a cube without bbl or data ignore value (a `.npy` has neither).
+fn content_digest_for(claim: &Claim) -> Option<Sink<[u8; 32]>> {
+    let (l, s, b, dt) = claim.bip_le?;
     let canonical = crate::cube::npy::canonical_header(dt, l as usize, s as usize, b as usize);
-    if head.get(..claim.offset as usize) == Some(&canonical[..]) {
-        return ContentDigest::IsBodySha;
-    }
-    // The same bytes, in the same order, as Cube::content_digest hashes for a cube without bbl or data
-    // ignore value (a .npy has neither).
-    ContentDigest::Samples(sink(move |rx| {
-        let mut h = Sha256::new();
-        h.update(&canonical);
-        hash_batches(h, rx)
+    Some(sink(move |mut rx| {
+        let mut tree = crate::cube::digest::Streaming::new();
+        tree.update(Bytes::from(canonical));
+        while let Some(batch) = rx.blocking_recv() {
+            for b in batch {
+                tree.update(b);
+            }
+        }
+        Ok(tree.finish())
     }))
 }
 
@@ -403,7 +399,7 @@ pub async fn receive_multipart(
             "data" if data.is_none() => {
                 // The header normally comes first; then its claim bounds the data part as it arrives.
                 let claim = header.as_ref().and_then(|h| h.1);
-                data = Some(receive(field, dir.join("cube.img"), &mut budget, None, claim).await?);
+                data = Some(receive(field, dir.join("cube.img"), &mut budget, None, claim, false).await?);
             }
             "params" if params_part.is_none() => {
                 let bytes = small_part(field, &mut budget).await?;
@@ -508,9 +504,9 @@ mod tests {
 
     /// The digest computed while streaming equals `Cube::content_digest` of the decoded file, however
     /// the body is cut into chunks (here: 7 bytes, so the header and samples straddle chunks): for a
-    /// canonical `.npy` (where it is the body's SHA-256, hashed once) and for one whose header is
-    /// written another way (keys in another order, more padding, format 2.0), where the samples are
-    /// hashed a second time after the canonical header.
+    /// canonical `.npy` (where it is the tree digest of the body) and for one whose header is written
+    /// another way (keys in another order, more padding, format 2.0), where the canonical header takes
+    /// the place of the body's.
     #[tokio::test]
     async fn streamed_content_digest_matches_the_decoded_cube() {
         let dir = tempfile::tempdir().unwrap();
@@ -546,34 +542,74 @@ mod tests {
                 let chunks: Vec<Result<Bytes, std::io::Error>> = bytes.chunks(7).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
                 let mut budget = Budget::new(1 << 20);
                 let mut check = |prefix: &[u8]| npy_claim(prefix, 1 << 20);
-                let got = receive(futures::stream::iter(chunks), dir.path().join(format!("r-{form}-{n}")), &mut budget, Some(&mut check), None)
+                let got = receive(futures::stream::iter(chunks), dir.path().join(format!("r-{form}-{n}")), &mut budget, Some(&mut check), None, true)
                     .await
                     .unwrap();
                 assert_eq!(got.bytes, bytes.len() as u64, "{form}");
                 assert_eq!(std::fs::read(&got.path).unwrap(), bytes, "{form}");
-                assert_eq!(got.sha256, <[u8; 32]>::from(Sha256::digest(&bytes)), "{form}");
+                assert_eq!(got.sha256, Some(<[u8; 32]>::from(Sha256::digest(&bytes))), "{form}");
                 assert_eq!(got.content_digest, Some(decoded.content_digest()), "{form}");
                 // Only the canonical form's body is the cube's canonical serialisation.
-                assert_eq!(got.content_digest == Some(got.sha256), form == "canonical", "{form}");
+                let body_tree = crate::cube::digest::of_parts(&[&bytes]);
+                assert_eq!(got.content_digest == Some(body_tree), form == "canonical", "{form}");
             }
         }
     }
 
-    /// The content digest is the SHA-256 of the cube's canonical `.npy` (what `write_cube` writes for a
-    /// little-endian cube), whatever byte order the cube is held in; metadata that changes results
-    /// changes it.
-    #[test]
-    fn content_digest_is_the_canonical_npy_sha256() {
+    /// A canonical `.npy` of several leaves, sent in pieces that do not meet the leaves' bounds, and
+    /// the same samples after another header: the streamed digest is the decoded cube's, and the
+    /// body's SHA-256 is only computed when asked for.
+    #[tokio::test]
+    async fn streamed_content_digest_of_a_cube_of_several_leaves() {
         let dir = tempfile::tempdir().unwrap();
+        let (l, s, b) = (97, 128, 301); // 7.5 MB of int16: two leaves
+        let values: Vec<i16> = (0..l * s * b).map(|i| (i as i64 * 7919 % 65521 - 32000) as i16).collect();
+        let cube = crate::cube::Cube::from_i16(l, s, b, &values).unwrap();
+        let p = dir.path().join("c.npy");
+        crate::cube::npy::write_cube(&p, &cube).unwrap();
+        let canonical = std::fs::read(&p).unwrap();
+        let offset = canonical.len() - cube.raw().len();
+        let mut other = canonical.clone();
+        // "..., 301), }" written as "..., 301)}  ": the same claim, another header.
+        let at = canonical.windows(4).position(|w| w == b"), }").unwrap();
+        other[at..at + 4].copy_from_slice(b")}  ");
+        assert_ne!(other, canonical);
+        for (form, bytes, body_sha) in [("canonical", &canonical, false), ("other header", &other, true)] {
+            let chunks: Vec<Result<Bytes, std::io::Error>> =
+                bytes.chunks((1 << 20) + 3).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+            let mut budget = Budget::new(1 << 30);
+            let mut check = |prefix: &[u8]| npy_claim(prefix, 1 << 30);
+            let got = receive(futures::stream::iter(chunks), dir.path().join(format!("r-{form}")), &mut budget, Some(&mut check), None, body_sha)
+                .await
+                .unwrap();
+            assert_eq!(got.content_digest, Some(cube.content_digest()), "{form}");
+            assert_eq!(got.sha256, body_sha.then(|| <[u8; 32]>::from(Sha256::digest(bytes))), "{form}");
+        }
+    }
+
+    /// The content digest is the tree digest (`cube::digest`) of the cube's canonical `.npy` (what
+    /// `write_cube` writes for a little-endian cube), whatever byte order the cube is held in, over
+    /// one leaf or several; metadata that changes results changes it.
+    #[test]
+    fn content_digest_is_the_tree_digest_of_the_canonical_npy() {
+        let dir = tempfile::tempdir().unwrap();
+        for (l, s, b) in [(6, 5, 4), (61, 97, 389)] {
+            let values: Vec<i16> = (0..l * s * b).map(|i| (i as i64 * 53 % 211 - 100) as i16).collect();
+            let le = crate::cube::Cube::from_i16(l, s, b, &values).unwrap();
+            let p = dir.path().join("le.npy");
+            crate::cube::npy::write_cube(&p, &le).unwrap();
+            let file_digest = crate::cube::digest::of_parts(&[&std::fs::read(&p).unwrap()]);
+            assert_eq!(le.content_digest(), file_digest);
+            let be_raw: Vec<u8> = values.iter().flat_map(|v| v.to_be_bytes()).collect();
+            let be = crate::cube::Cube::from_raw(l, s, b, DataType::I16, ByteOrder::Big, be_raw, Default::default()).unwrap();
+            assert_eq!(be.content_digest(), file_digest, "{l}x{s}x{b} big-endian");
+            let f64s: Vec<f64> = values.iter().map(|&v| v as f64 / 3.0).collect();
+            let le64 = crate::cube::Cube::from_raw(l, s, b, DataType::F64, ByteOrder::Little, f64s.iter().flat_map(|v| v.to_le_bytes()).collect(), Default::default()).unwrap();
+            let be64 = crate::cube::Cube::from_raw(l, s, b, DataType::F64, ByteOrder::Big, f64s.iter().flat_map(|v| v.to_be_bytes()).collect(), Default::default()).unwrap();
+            assert_eq!(le64.content_digest(), be64.content_digest(), "{l}x{s}x{b} float64");
+        }
         let values: Vec<i16> = (0..6 * 5 * 4).map(|i| (i * 53 % 211 - 100) as i16).collect();
         let le = crate::cube::Cube::from_i16(6, 5, 4, &values).unwrap();
-        let p = dir.path().join("le.npy");
-        crate::cube::npy::write_cube(&p, &le).unwrap();
-        let file_sha: [u8; 32] = Sha256::digest(std::fs::read(&p).unwrap()).into();
-        assert_eq!(le.content_digest(), file_sha);
-        let be_raw: Vec<u8> = values.iter().flat_map(|v| v.to_be_bytes()).collect();
-        let be = crate::cube::Cube::from_raw(6, 5, 4, DataType::I16, ByteOrder::Big, be_raw, Default::default()).unwrap();
-        assert_eq!(be.content_digest(), file_sha);
         let mut with_bbl = le.clone();
         with_bbl.meta.bbl = Some(vec![true, false, true, true]);
         let mut with_ignore = le.clone();
@@ -581,11 +617,20 @@ mod tests {
         let digests = [le.content_digest(), with_bbl.content_digest(), with_ignore.content_digest()];
         assert!(digests[0] != digests[1] && digests[0] != digests[2] && digests[1] != digests[2]);
         // The canonical header is the one NumPy's np.save (2.4) writes, so that NumPy clients' uploads
-        // are hashed once.
+        // are digested on the way in.
         let mut numpy = b"\x93NUMPY\x01\x00v\x00{'descr': '<i2', 'fortran_order': False, 'shape': (1087, 614, 224), }".to_vec();
         numpy.extend_from_slice(&[b' '; 48]);
         numpy.push(b'\n');
         assert_eq!(crate::cube::npy::canonical_header(DataType::I16, 1087, 614, 224), numpy);
+    }
+
+    /// The Python client computes the same digest (`clients/python/tests/test_offline.py` pins the same
+    /// value for the same array): the definition is shared across languages, not just self-consistent.
+    #[test]
+    fn content_digest_of_a_small_cube_is_pinned() {
+        let values: Vec<i16> = (0..24).collect();
+        let cube = crate::cube::Cube::from_i16(2, 3, 4, &values).unwrap();
+        assert_eq!(hex::encode(cube.content_digest()), "53b149a83047525a93da71e975a5269557f6f44851f32aeaf51fab90631e7db7");
     }
 
     #[test]

@@ -17,7 +17,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use sha2::{Digest, Sha256};
 
 use crate::config::ServeArgs;
 use crate::cube::Cube;
@@ -58,7 +57,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     eprintln!("building the {} x {} x {} int16 cube ...", args.lines, args.samples, args.bands);
     let data_dir = std::env::temp_dir().join(format!("hypermnf-bench-service-{}", std::process::id()));
     let npy = synthetic_npy(args.lines, args.samples, args.bands, &data_dir)?;
-    let sha = hex::encode(Sha256::digest(&npy));
+    // What the Python client sends: the cube's content digest (the body is a canonical .npy).
+    let digest = hex::encode(crate::cube::digest::of_parts(&[&npy]));
     let rss_before = super::peak_rss().unwrap_or(0);
     let rt = tokio::runtime::Runtime::new()?;
     let mut serve = ServeArgs::with_data_dir(&data_dir);
@@ -69,7 +69,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let backend = server.ctx.runner.backends.default_backend();
     let (bname, device) = (backend.name(), backend.device());
 
-    let result = measure(addr, &npy, &sha, args);
+    let result = measure(addr, &npy, &digest, args);
     let peak_rss = super::peak_rss().unwrap_or(0);
     rt.block_on(server.stop())?;
     drop(rt);
@@ -230,7 +230,7 @@ fn phase_sums(addr: SocketAddr) -> anyhow::Result<HashMap<String, f64>> {
     Ok(out)
 }
 
-fn measure(addr: SocketAddr, npy: &[u8], sha: &str, args: &Args) -> anyhow::Result<Measured> {
+fn measure(addr: SocketAddr, npy: &[u8], digest: &str, args: &Args) -> anyhow::Result<Measured> {
     let query = format!("components={}", args.components);
     // A server that has run a job before: the first job of a process also pays for lazy set-up (the
     // CUDA kernels' first launches, cuSOLVER's workspace), which a running service has behind it.
@@ -271,7 +271,7 @@ fn measure(addr: SocketAddr, npy: &[u8], sha: &str, args: &Args) -> anyhow::Resu
     }
 
     let mut hits = Vec::with_capacity(args.cache_requests);
-    let headers = [("content-type", "application/x-npy"), ("x-content-sha256", sha), ("expect", "100-continue")];
+    let headers = [("content-type", "application/x-npy"), ("x-cube-digest", digest), ("expect", "100-continue")];
     for i in 0..args.cache_requests + 10 {
         let t = Instant::now();
         let r = request(addr, "POST", &format!("/v1/jobs?{query}"), &headers, Some(npy), true)?;

@@ -2,6 +2,7 @@
 //! cubes with a known signal subspace (`synthetic`).
 
 mod bytes;
+pub mod digest;
 pub mod envi;
 pub mod layout;
 pub mod model;

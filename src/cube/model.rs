@@ -390,52 +390,67 @@ pub fn decode_into(raw: &[u8], dtype: DataType, order: ByteOrder, out: &mut [f64
 }
 
 impl Cube {
-    /// SHA-256 of the decoded cube, which is what the job cache keys on: the cube written as its
-    /// canonical `.npy` (`npy::canonical_header`, then the samples little-endian in BIP order), followed
-    /// by the metadata that changes results (bbl, data ignore value) only when the cube has any. The same
-    /// cube gives the same digest whatever file layout or byte order it arrived in (an ENVI BIL upload
-    /// and a .npy of the same values are the same cube). Why this form: a `.npy` upload written the
-    /// canonical way (by `np.save`, this crate or the Python client) has the SHA-256 of its body as its
-    /// content digest, so the service hashes such an upload once, not twice.
+    /// The digest the job cache keys on: the tree SHA-256 of `cube::digest` over the cube written as
+    /// its canonical `.npy` (`npy::canonical_header`, then the samples little-endian in BIP order),
+    /// followed by the metadata that changes results (bbl, data ignore value) only when the cube has
+    /// any. The same cube gives the same digest whatever file layout or byte order it arrived in (an
+    /// ENVI BIL upload and a .npy of the same values are the same cube). Why this form: a `.npy` upload
+    /// written the canonical way (by `np.save`, this crate or the Python client) has the digest of its
+    /// body as its content digest, so the service computes it while the body streams in.
     ///
     /// The suffix cannot make two cubes collide: a canonical `.npy` is exactly as long as its header
     /// says, so a cube with a suffix is hashed from a longer string than any cube of the same header
     /// without one, and cubes of different headers differ within the header bytes.
     pub fn content_digest(&self) -> [u8; 32] {
-        use sha2::{Digest, Sha256};
-        let mut h = Sha256::new();
-        h.update(super::npy::canonical_header(self.dtype, self.lines, self.samples, self.bands));
+        let header = super::npy::canonical_header(self.dtype, self.lines, self.samples, self.bands);
+        let suffix = self.digest_suffix();
+        let raw = self.raw();
         let size = self.dtype.size();
         if self.byte_order == ByteOrder::Little || size == 1 {
-            h.update(self.raw());
-        } else {
-            // Swap to little-endian a bounded chunk at a time (never a second copy of the cube).
-            let mut buf = Vec::with_capacity(1 << 20);
-            for chunk in self.raw().chunks(1 << 20) {
-                buf.clear();
-                for s in chunk.chunks_exact(size) {
-                    buf.extend(s.iter().rev());
-                }
-                h.update(&buf);
-            }
+            return super::digest::of_parts(&[&header, raw, &suffix]);
         }
+        // Big-endian samples are swapped a leaf at a time (never a second copy of the cube).
+        let (h_len, r_len) = (header.len() as u64, raw.len() as u64);
+        super::digest::of_stream(h_len + r_len + suffix.len() as u64, |start, end, h| {
+            use sha2::Digest;
+            super::digest::feed_parts(&[&header], start, end, |b| h.update(b));
+            let (a, b) = (start.max(h_len) - h_len, end.min(h_len + r_len).saturating_sub(h_len));
+            if a < b {
+                // Whole samples around a..b, swapped, then the part of them that is in the leaf.
+                let (a0, b0) = (a - a % size as u64, b.div_ceil(size as u64) * size as u64);
+                let mut swapped = Vec::with_capacity((b0 - a0) as usize);
+                for s in raw[a0 as usize..b0 as usize].chunks_exact(size) {
+                    swapped.extend(s.iter().rev());
+                }
+                h.update(&swapped[(a - a0) as usize..(b - a0) as usize]);
+            }
+            super::digest::feed_parts(&[&suffix], start.max(h_len + r_len) - (h_len + r_len), end.saturating_sub(h_len + r_len), |b| {
+                h.update(b)
+            });
+        })
+    }
+
+    /// What follows the canonical `.npy` in the content digest's stream: nothing for a cube without
+    /// bbl or data ignore value, else a tagged record of both.
+    fn digest_suffix(&self) -> Vec<u8> {
+        let mut s = Vec::new();
         if self.meta.bbl.is_some() || self.meta.ignore_value.is_some() {
-            h.update(b"hypermnf-meta-v1");
+            s.extend_from_slice(b"hypermnf-meta-v1");
             match &self.meta.bbl {
                 Some(bbl) => {
-                    h.update([1u8]);
-                    h.update(bbl.iter().map(|&g| g as u8).collect::<Vec<u8>>());
+                    s.push(1);
+                    s.extend(bbl.iter().map(|&g| g as u8));
                 }
-                None => h.update([0u8]),
+                None => s.push(0),
             }
             match self.meta.ignore_value {
                 Some(v) => {
-                    h.update([1u8]);
-                    h.update(v.to_le_bytes());
+                    s.push(1);
+                    s.extend_from_slice(&v.to_le_bytes());
                 }
-                None => h.update([0u8]),
+                None => s.push(0),
             }
         }
-        h.finalize().into()
+        s
     }
 }

@@ -198,6 +198,9 @@ CASES: List[Case] = [
     npy_case("npy: fortran_order not a bool", 400, "invalid_npy", lambda: npy_raw("<f4", "(3, 4, 2)", 96, fortran="'yes'")),
     npy_case("npy: X-Content-SHA256 not hex", 400, "invalid_digest", lambda: SMALL, headers={"X-Content-SHA256": "z" * 64}),
     npy_case("npy: X-Content-SHA256 of other bytes", 400, "digest_mismatch", lambda: SMALL, headers={"X-Content-SHA256": "0" * 64}),
+    npy_case("npy: X-Cube-Digest not hex", 400, "invalid_digest", lambda: SMALL, headers={"X-Cube-Digest": "g" * 64}),
+    npy_case("npy: X-Cube-Digest too short", 400, "invalid_digest", lambda: SMALL, headers={"X-Cube-Digest": "0" * 63}),
+    npy_case("npy: X-Cube-Digest of another cube", 400, "digest_mismatch", lambda: SMALL, headers={"X-Cube-Digest": "0" * 64}),
     # --- content types and JSON bodies
     post("content type text/plain", 415, "unsupported_media_type", lambda: {"data": SMALL, "headers": {"Content-Type": "text/plain"}}),
     post("no content type", 415, "unsupported_media_type", lambda: {"data": SMALL}),

@@ -54,11 +54,36 @@ def test_array_body_is_a_valid_npy_of_the_same_array() -> None:
     body = b"".join(kwargs["content"])
     assert kwargs["headers"]["Content-Length"] == str(len(body))
     assert kwargs["headers"]["Content-Type"] == "application/x-npy"
+    # big-endian: sent as held, with the body's SHA-256 (the server's content digest is of little-endian samples)
     assert kwargs["headers"]["X-Content-SHA256"] == hashlib.sha256(body).hexdigest()
+    assert "X-Cube-Digest" not in kwargs["headers"]
     back = np.load(io.BytesIO(body), allow_pickle=False)
     np.testing.assert_array_equal(back, cube)
     assert back.dtype == cube.dtype
     assert kwargs["params"] == {"components": "7", "noise": "mean-filter"}
+
+
+def test_little_endian_array_is_sent_canonical_with_its_content_digest() -> None:
+    # The same array as the server's `content_digest_of_a_small_cube_is_pinned` (src/api/upload.rs), the same value.
+    cube = np.arange(24, dtype="<i2").reshape(2, 3, 4)
+    kwargs = build_upload(cube, Params.build(2, None, "mean-filter", False, None, None, None, None)).kwargs
+    body = b"".join(kwargs["content"])
+    assert kwargs["headers"]["X-Cube-Digest"] == "53b149a83047525a93da71e975a5269557f6f44851f32aeaf51fab90631e7db7"
+    assert "X-Content-SHA256" not in kwargs["headers"]
+    saved = io.BytesIO()
+    np.save(saved, cube)
+    assert body == saved.getvalue()  # NumPy writes the canonical header too
+
+
+def test_cube_digest_over_several_leaves_follows_the_definition() -> None:
+    from hypermnf._npy import LEAF_BYTES, TREE_TAG
+
+    cube = np.random.default_rng(3).integers(-3000, 3000, size=(97, 128, 301)).astype("<i2")  # 7.5 MB: two leaves
+    kwargs = build_upload(cube, Params.build(2, None, "mean-filter", False, None, None, None, None)).kwargs
+    body = b"".join(kwargs["content"])
+    leaves = b"".join(hashlib.sha256(body[i : i + LEAF_BYTES]).digest() for i in range(0, len(body), LEAF_BYTES))
+    want = hashlib.sha256(TREE_TAG + len(body).to_bytes(8, "little") + leaves).hexdigest()
+    assert kwargs["headers"]["X-Cube-Digest"] == want
 
 
 def test_query_and_json_spelling_of_every_parameter() -> None:

@@ -20,10 +20,10 @@ import numpy as np
 from ._npy import as_cube, npy_stream
 from ._params import Params
 
-# The body's hex SHA-256, sent ahead of it: when the caller already has a live job made from the same bytes
-# and parameters, the server answers at once without reading the body (hashing memory is much cheaper than
-# uploading it again, e.g. when a notebook cell is re-run).
-CONTENT_SHA256 = "X-Content-SHA256"
+# An array's digest (`X-Cube-Digest`, or `X-Content-SHA256` for a big-endian one, see `npy_stream`) is sent
+# ahead of it: when the caller already has a job of the same cube and parameters, the server answers at once
+# without reading the body (hashing memory is much cheaper than uploading it again, e.g. when a notebook
+# cell is re-run).
 
 CubeLike = Union[np.ndarray, str, "os.PathLike[str]"]
 
@@ -76,8 +76,8 @@ def build_upload(cube: CubeLike, params: Params) -> Upload:
 
 
 def _npy_array(array: np.ndarray, params: Params) -> Upload:
-    length, sha256, chunks = npy_stream(array)
-    headers = {"Content-Type": "application/x-npy", "Content-Length": str(length), CONTENT_SHA256: sha256}
+    length, digest, chunks = npy_stream(array)
+    headers = {"Content-Type": "application/x-npy", "Content-Length": str(length), **digest}
     return Upload({"content": chunks, "params": params.to_query(), "headers": headers})
 
 
