@@ -440,50 +440,15 @@ fn descr_of(dtype: DataType, order: ByteOrder) -> String {
 }
 
 /// Writes float32 values as a little-endian C-order `.npy` of the given shape.
+///
+/// In one call from one thread: on the H100 host's ext4, 27 MB took 6.0 ms so and 8.7 ms as 2 MiB
+/// pieces written by eight threads with `pwrite` (the file's lock serializes them; 2026-11-25,
+/// `docs/bench-logs/2026-11-25-write-strategies.txt`).
 pub fn write_f32(path: &Path, shape: &[usize], values: &[f32]) -> Result<(), CubeError> {
     let file = File::create(path).map_err(|e| CubeError::io(path, e))?;
-    #[cfg(all(unix, target_endian = "little"))]
-    {
-        write_f32_parallel(&file, shape, values).map_err(|e| CubeError::io(path, e))
-    }
-    #[cfg(not(all(unix, target_endian = "little")))]
-    {
-        // Large writes pass the buffer by (the values go to the file in one call); the header is buffered.
-        let mut w = io::BufWriter::with_capacity(1 << 16, file);
-        write_f32_to(&mut w, shape, values).and_then(|()| w.flush()).map_err(|e| CubeError::io(path, e))
-    }
-}
-
-/// Bytes each thread writes at once in `write_f32_parallel`.
-#[cfg(all(unix, target_endian = "little"))]
-const WRITE_PIECE: usize = 2 << 20;
-
-/// The same bytes as `write_f32_to`, the values written by several threads at their offsets
-/// (`pwrite`): one thread copying 27 MB of components into the page cache took 8-12 ms of a service
-/// job on the H100 host (2026-11-25), the longest part of its write stage.
-#[cfg(all(unix, target_endian = "little"))]
-fn write_f32_parallel(file: &File, shape: &[usize], values: &[f32]) -> io::Result<()> {
-    use rayon::prelude::*;
-    use std::os::unix::fs::FileExt;
-    let elements = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-    if elements != Some(values.len()) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("shape {shape:?} does not hold {} values", values.len()),
-        ));
-    }
-    let header = header_bytes("<f4", shape);
-    // SAFETY: f32 has no padding and any initialised memory may be read as bytes; on a little-endian
-    // host these are exactly the `<f4` bytes.
-    let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values)) };
-    file.write_all_at(&header, 0)?;
-    // The final length first, so that the pieces land in a file of its size whatever their order.
-    file.set_len((header.len() + bytes.len()) as u64)?;
-    let at = header.len() as u64;
-    bytes
-        .par_chunks(WRITE_PIECE)
-        .enumerate()
-        .try_for_each(|(i, piece)| file.write_all_at(piece, at + (i * WRITE_PIECE) as u64))
+    // Large writes pass the buffer by (the values go to the file in one call); the header is buffered.
+    let mut w = io::BufWriter::with_capacity(1 << 16, file);
+    write_f32_to(&mut w, shape, values).and_then(|()| w.flush()).map_err(|e| CubeError::io(path, e))
 }
 
 /// Writes float32 values as a little-endian C-order `.npy` of the given shape to `w` (converted a
@@ -527,22 +492,6 @@ pub fn write_cube(path: &Path, cube: &Cube) -> Result<(), CubeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The file written in parallel pieces holds the bytes the sequential writer gives, over one piece
-    /// and several (the last one short), and reads back as the same values; a wrong shape is refused.
-    #[test]
-    fn write_f32_gives_the_sequential_bytes() {
-        let dir = tempfile::tempdir().unwrap();
-        for (l, s, k) in [(2, 3, 4), (301, 1000, 5)] {
-            let values: Vec<f32> = (0..l * s * k).map(|i| (i as f32).sin() * 1e3).collect();
-            let p = dir.path().join("r.npy");
-            write_f32(&p, &[l, s, k], &values).unwrap();
-            let mut want = Vec::new();
-            write_f32_to(&mut want, &[l, s, k], &values).unwrap();
-            assert_eq!(std::fs::read(&p).unwrap(), want, "{l}x{s}x{k}");
-        }
-        assert!(write_f32(&dir.path().join("bad.npy"), &[2, 2, 2], &[0.0; 7]).is_err());
-    }
 
     /// A mapped C-order file gives the cube `read` gives (same samples, digest and metadata), without
     /// memory of its own; Fortran order and an unaligned data offset are read instead; the size checks
