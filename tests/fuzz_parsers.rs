@@ -775,7 +775,7 @@ fn fuzz_npy_upload() {
             let mut budget = upload::Budget::new(limit);
             let mut check = |prefix: &[u8]| upload::npy_claim(prefix, limit);
             // The body's SHA-256 is asked for on odd chunk sizes only: both ways are fuzzed.
-            upload::receive(futures::stream::iter(chunks), dir.path().join("cube.npy"), &mut budget, Some(&mut check), None, chunk % 2 == 1, None).await
+            upload::receive(futures::stream::iter(chunks), dir.path().join("cube.npy"), &mut budget, Some(&mut check), None, chunk % 2 == 1).await
         });
         check_peak(file.len(), "upload::receive")?;
         let outcome = got.as_ref().map_or_else(ApiError::code, |_| "ok");

@@ -8,8 +8,6 @@ mod gpu_cache;
 mod gpu_hashtable;
 /// The published designs the hash-table benchmark compares (hopscotch after GLHT, SlabHash), issue 19.
 mod gpu_ht_designs;
-/// An upload copied to the device while it is made durable (issue 16).
-mod gpu_preload;
 
 use std::path::{Path, PathBuf};
 

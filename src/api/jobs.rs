@@ -17,7 +17,6 @@ use super::upload::{self, Budget, Claim};
 use super::{params, ApiContext};
 use crate::cube::Cube;
 use crate::jobs::model::{product, rfc3339};
-use crate::jobs::preload::Preload;
 use crate::jobs::store::Inserted;
 use crate::jobs::{InputKind, InputSummary, Job, JobStatus, NewJob};
 use crate::mnf::MnfParams;
@@ -268,14 +267,10 @@ where
     let dir = ctx.runner.storage.scratch_dir(token)?;
     let limit = ctx.config.max_upload_bytes;
     let claim_seen = std::sync::Mutex::new(None::<Claim>);
-    let header_seen = std::sync::Mutex::new(Vec::<u8>::new());
     let mut check = |prefix: &[u8]| -> ApiResult<Option<Claim>> {
         let claim = upload::npy_claim(prefix, limit)?;
         if let Ok(mut seen) = claim_seen.lock() {
             *seen = claim;
-        }
-        if let (Some(c), Ok(mut seen)) = (claim, header_seen.lock()) {
-            *seen = prefix.get(..c.offset as usize).unwrap_or_default().to_vec();
         }
         if let (Some(c), Some(len)) = (claim, announced) {
             if c.total() != len {
@@ -290,22 +285,7 @@ where
     let mut budget = Budget::new(limit);
     let t = std::time::Instant::now();
     let body_sha256 = claimed.sha256.is_some();
-    let path = dir.join("cube.npy");
-    let (written_tx, written_rx) = tokio::sync::oneshot::channel::<u64>();
-    let receiving = upload::receive(stream, path.clone(), &mut budget, Some(&mut check), None, body_sha256, Some(written_tx));
-    // Once every byte is in the file, the cube goes to the device while the file is synced.
-    let preloading = async {
-        let written = written_rx.await.ok()?;
-        let claim = (*claim_seen.lock().ok()?)?;
-        let (lines, samples, bands, dtype) = claim.bip_le?;
-        if written != claim.total() || params.validate(lines as usize, samples as usize, bands as usize).is_err() {
-            return None;
-        }
-        let header = header_seen.lock().ok()?.clone();
-        Preload::start(&ctx.runner, path.clone(), header, dtype, &params)
-    };
-    let (got, preload) = tokio::join!(receiving, preloading);
-    let got = got?;
+    let got = upload::receive(stream, dir.join("cube.npy"), &mut budget, Some(&mut check), None, body_sha256).await?;
     tracing::debug!(bytes = got.bytes, secs = t.elapsed().as_secs_f64(), "npy upload received and hashed");
     ApiMetrics::add(&ctx.metrics.bytes_in, got.bytes);
     if let (Some(claimed), Some(sha)) = (&claimed.sha256, got.sha256) {
@@ -322,10 +302,6 @@ where
         params.validate(lines, samples, bands)?;
         let input = InputSummary { lines, samples, bands, data_type: dtype.name().to_string(), interleave: "bip".into() };
         claimed.check_cube(&content)?;
-        if let Some(p) = preload {
-            // Before the job exists, so that it finds the cube resident.
-            p.keep(&ctx.runner, &content).await;
-        }
         return enqueue(ctx, caller, content, input, params, InputKind::Npy, sha, token).await;
     }
     let location = format!("scratch/{token}");

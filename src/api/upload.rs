@@ -131,7 +131,6 @@ fn hash_batches(mut h: Sha256, mut rx: tokio::sync::mpsc::Receiver<Batch>) -> st
 fn write_durably(
     mut f: std::fs::File,
     expected: Arc<OnceLock<u64>>,
-    on_written: Option<tokio::sync::oneshot::Sender<u64>>,
     mut rx: tokio::sync::mpsc::Receiver<Batch>,
 ) -> std::io::Result<()> {
     let (mut written, mut started, mut previous) = (0u64, 0u64, None);
@@ -150,11 +149,6 @@ fn write_durably(
             previous = Some((started, written - started));
             started = written;
         }
-    }
-    if let Some(tx) = on_written {
-        // Everything is in the page cache; readers of the file (see `jobs::preload`) need not wait for
-        // the disk.
-        let _ = tx.send(written);
     }
     let t = std::time::Instant::now();
     f.sync_data()?;
@@ -215,7 +209,6 @@ pub type PrefixCheck<'a> = dyn FnMut(&[u8]) -> Result<Option<Claim>, Error> + Se
 /// digesting the bytes run side by side: a thread writes them, another cuts the cube's content
 /// stream into the leaves of its tree digest (`cube::digest`), which are hashed on every core; a third
 /// computes the body's plain SHA-256 when `body_sha256` asks for it (one core: it bounds the ingest).
-/// `on_written` is told the file's length once every byte is written to it, before the final sync.
 pub async fn receive<S, E>(
     mut stream: S,
     dest: PathBuf,
@@ -223,7 +216,6 @@ pub async fn receive<S, E>(
     mut prefix_check: Option<&mut PrefixCheck<'_>>,
     mut claim: Option<Claim>,
     body_sha256: bool,
-    on_written: Option<tokio::sync::oneshot::Sender<u64>>,
 ) -> Result<Received, Error>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -237,7 +229,7 @@ where
     }
     let writer = sink(WRITER_QUEUE, {
         let expected = expected.clone();
-        move |rx| write_durably(file, expected, on_written, rx)
+        move |rx| write_durably(file, expected, rx)
     });
     let hasher = body_sha256.then(|| sink(HASHER_QUEUE, |rx| hash_batches(Sha256::new(), rx)));
     let mut content: Option<Sink<[u8; 32]>> = None;
@@ -417,7 +409,7 @@ pub async fn receive_multipart(
             "data" if data.is_none() => {
                 // The header normally comes first; then its claim bounds the data part as it arrives.
                 let claim = header.as_ref().and_then(|h| h.1);
-                data = Some(receive(field, dir.join("cube.img"), &mut budget, None, claim, false, None).await?);
+                data = Some(receive(field, dir.join("cube.img"), &mut budget, None, claim, false).await?);
             }
             "params" if params_part.is_none() => {
                 let bytes = small_part(field, &mut budget).await?;
@@ -560,7 +552,7 @@ mod tests {
                 let chunks: Vec<Result<Bytes, std::io::Error>> = bytes.chunks(7).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
                 let mut budget = Budget::new(1 << 20);
                 let mut check = |prefix: &[u8]| npy_claim(prefix, 1 << 20);
-                let got = receive(futures::stream::iter(chunks), dir.path().join(format!("r-{form}-{n}")), &mut budget, Some(&mut check), None, true, None)
+                let got = receive(futures::stream::iter(chunks), dir.path().join(format!("r-{form}-{n}")), &mut budget, Some(&mut check), None, true)
                     .await
                     .unwrap();
                 assert_eq!(got.bytes, bytes.len() as u64, "{form}");
@@ -597,7 +589,7 @@ mod tests {
                 bytes.chunks((1 << 20) + 3).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
             let mut budget = Budget::new(1 << 30);
             let mut check = |prefix: &[u8]| npy_claim(prefix, 1 << 30);
-            let got = receive(futures::stream::iter(chunks), dir.path().join(format!("r-{form}")), &mut budget, Some(&mut check), None, body_sha, None)
+            let got = receive(futures::stream::iter(chunks), dir.path().join(format!("r-{form}")), &mut budget, Some(&mut check), None, body_sha)
                 .await
                 .unwrap();
             assert_eq!(got.content_digest, Some(cube.content_digest()), "{form}");

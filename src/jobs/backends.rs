@@ -87,20 +87,6 @@ impl Backends {
     }
 
     /// Every device backend used for `auto` jobs.
-    /// The backend a job asking for `choice` will get, when that is known before it is claimed: the
-    /// default backend on its only device (nothing is created here). None with several devices (the
-    /// jobs take them in turn) or another backend choice.
-    pub fn sole_default_device(&self, choice: BackendChoice) -> Option<Arc<dyn Backend>> {
-        if choice != BackendChoice::Auto && choice != self.default {
-            return None;
-        }
-        let set = self.set(BackendChoice::Auto).ok()?;
-        match (&set.split, set.devices.as_slice()) {
-            (None, [only]) => Some(only.clone()),
-            _ => None,
-        }
-    }
-
     pub fn default_devices(&self) -> Vec<Arc<dyn Backend>> {
         self.set(BackendChoice::Auto).map(|s| s.devices.clone()).unwrap_or_default()
     }

@@ -65,16 +65,10 @@ pub fn header_digest(kind: InputKind, location: &str, storage: &Storage, rt: &to
         }
         InputKind::Href => return Err(CubeError::Unsupported("an href input has no stored header".into())),
     };
-    Ok(header_digest_of(kind, &bytes))
-}
-
-/// The digest `header_digest` gives for an input whose stored header is `bytes` (a `.npy`'s header up
-/// to its data offset, or an ENVI `.hdr`).
-pub fn header_digest_of(kind: InputKind, bytes: &[u8]) -> Digest {
     let mut h = Sha256::new();
     h.update(kind.as_str().as_bytes());
-    h.update(bytes);
-    h.finalize().into()
+    h.update(&bytes);
+    Ok(h.finalize().into())
 }
 
 fn failed(key: &str) -> impl FnOnce(StorageError) -> CubeError + '_ {

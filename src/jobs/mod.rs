@@ -19,7 +19,6 @@ pub mod input;
 pub mod job_run;
 pub mod metrics;
 pub mod model;
-pub mod preload;
 pub mod store;
 pub mod worker;
 

@@ -116,10 +116,4 @@ pub trait PreparedCube {
     /// shares of a split cube all take the whole cube's, so that they form exactly the float32 values
     /// one device would. Nothing to do elsewhere.
     fn use_shifts(&mut self, _data: &[f64], _noise: &[f64]) {}
-    /// A cube kept resident on a device: copies all of it there now and waits, instead of chunk by
-    /// chunk during its first pass (the service does this while an upload is made durable, so that
-    /// the job's statistics pass starts with the cube on the device). Nothing to do elsewhere.
-    fn upload_now(&mut self) -> Result<(), BackendError> {
-        Ok(())
-    }
 }

@@ -1211,19 +1211,6 @@ impl PreparedCube for CudaCube<'_> {
         self.output_pass(&pass, d.ignore_value, &d.mask_bands, out, monitor, Stage::Inverse)
     }
 
-    fn upload_now(&mut self) -> Result<(), BackendError> {
-        if self.resident.is_none() {
-            return Ok(());
-        }
-        self.bind()?;
-        for c in 0..self.lay.chunks() {
-            self.issue_chunk(c)?;
-        }
-        self.copy.synchronize().map_err(cuda("cuStreamSynchronize"))?;
-        self.release_staging_once_uploaded();
-        Ok(())
-    }
-
     /// The resident cube's buffer and its valid-pixel mask (the per-pass buffers go back to the pool).
     fn resident_bytes(&self) -> u64 {
         match &self.resident {
