@@ -170,30 +170,24 @@ async fn identical_requests_return_the_existing_job() {
     let cube = hypermnf::cube::open(&data.join("salinasA_224_bip_be.hdr")).unwrap();
     let npy = npy_bytes(&cube);
     let sha = sha256_hex(&npy);
-    let r = srv.client.post(srv.url("/v1/jobs?components=2")).header("content-type", "application/x-npy")
-        .header("x-content-sha256", &sha).body(npy.clone()).send().await.unwrap();
+    let r = srv.post_npy_with(&npy, "components=2", "x-content-sha256", &sha).await;
     assert_eq!(r.status(), StatusCode::ACCEPTED);
     let npy_id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
-    let r = srv.client.post(srv.url("/v1/jobs?components=2")).header("content-type", "application/x-npy")
-        .header("x-content-sha256", &sha).body(Vec::<u8>::new()).send().await.unwrap();
+    let r = srv.post_npy_with(&[], "components=2", "x-content-sha256", &sha).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.json::<Value>().await.unwrap()["id"].as_str(), Some(npy_id.as_str()));
     // a digest that does not match the body is refused
-    let r = srv.client.post(srv.url("/v1/jobs?components=3")).header("content-type", "application/x-npy")
-        .header("x-content-sha256", "0".repeat(64)).body(npy.clone()).send().await.unwrap();
+    let r = srv.post_npy_with(&npy, "components=3", "x-content-sha256", &"0".repeat(64)).await;
     assert_eq!(error_of(r).await, (StatusCode::BAD_REQUEST, "digest_mismatch".into()));
     // X-Cube-Digest names the cube, not the body: it finds the job made from the same big-endian body
     // above, without a body, and one that is not the decoded cube's is refused
     let cube_digest = hex::encode(cube.content_digest());
-    let r = srv.client.post(srv.url("/v1/jobs?components=2")).header("content-type", "application/x-npy")
-        .header("x-cube-digest", &cube_digest).body(Vec::<u8>::new()).send().await.unwrap();
+    let r = srv.post_npy_with(&[], "components=2", "x-cube-digest", &cube_digest).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.json::<Value>().await.unwrap()["id"].as_str(), Some(npy_id.as_str()));
-    let r = srv.client.post(srv.url("/v1/jobs?components=3")).header("content-type", "application/x-npy")
-        .header("x-cube-digest", "0".repeat(64)).body(npy.clone()).send().await.unwrap();
+    let r = srv.post_npy_with(&npy, "components=3", "x-cube-digest", &"0".repeat(64)).await;
     assert_eq!(error_of(r).await, (StatusCode::BAD_REQUEST, "digest_mismatch".into()));
-    let r = srv.client.post(srv.url("/v1/jobs?components=3")).header("content-type", "application/x-npy")
-        .header("x-cube-digest", "xyz").body(npy.clone()).send().await.unwrap();
+    let r = srv.post_npy_with(&npy, "components=3", "x-cube-digest", "xyz").await;
     assert_eq!(error_of(r).await, (StatusCode::BAD_REQUEST, "invalid_digest".into()));
 
     // a little-endian .npy is digested while it streams in; the same file named by href is decoded
@@ -208,14 +202,12 @@ async fn identical_requests_return_the_existing_job() {
     assert_eq!(r.json::<Value>().await.unwrap()["id"], streamed["id"]);
     // ... and with the right X-Cube-Digest, its body is answered by the same job; with another, refused
     let syn_digest = hex::encode(hypermnf::cube::digest::of_parts(&[&syn]));
-    let r = srv.client.post(srv.url("/v1/jobs?components=2")).header("content-type", "application/x-npy")
-        .header("x-cube-digest", &syn_digest).body(Vec::<u8>::new()).send().await.unwrap();
+    let r = srv.post_npy_with(&[], "components=2", "x-cube-digest", &syn_digest).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.json::<Value>().await.unwrap()["id"], streamed["id"]);
     let mut wrong = syn_digest.into_bytes();
     wrong[0] = if wrong[0] == b'0' { b'1' } else { b'0' };
-    let r = srv.client.post(srv.url("/v1/jobs?components=5")).header("content-type", "application/x-npy")
-        .header("x-cube-digest", String::from_utf8(wrong).unwrap()).body(syn.clone()).send().await.unwrap();
+    let r = srv.post_npy_with(&syn, "components=5", "x-cube-digest", &String::from_utf8(wrong).unwrap()).await;
     assert_eq!(error_of(r).await, (StatusCode::BAD_REQUEST, "digest_mismatch".into()));
 
     // the listing shows the caller's jobs newest first, paginated
@@ -840,6 +832,12 @@ fn test_data() -> PathBuf {
 }
 
 impl TestServer {
+    /// A `.npy` POST with one digest header (`x-content-sha256` or `x-cube-digest`); the response as is.
+    async fn post_npy_with(&self, body: &[u8], query: &str, header: &str, digest: &str) -> reqwest::Response {
+        self.client.post(self.url(&format!("/v1/jobs?{query}"))).header("content-type", "application/x-npy")
+            .header(header, digest).body(body.to_vec()).send().await.unwrap()
+    }
+
     async fn wait_status(&self, id: &str, status: &str) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {

@@ -111,8 +111,9 @@ fn sink<T: Send + 'static>(
     (tx, tokio::task::spawn_blocking(move || work(rx)))
 }
 
-/// Feeds every batch to `h` and returns the digest.
-fn hash_batches(mut h: Sha256, mut rx: tokio::sync::mpsc::Receiver<Batch>) -> std::io::Result<[u8; 32]> {
+/// The SHA-256 of every batch, in order.
+fn sha256_of_batches(mut rx: tokio::sync::mpsc::Receiver<Batch>) -> std::io::Result<[u8; 32]> {
+    let mut h = Sha256::new();
     while let Some(batch) = rx.blocking_recv() {
         for b in &batch {
             h.update(b);
@@ -231,7 +232,7 @@ where
         let expected = expected.clone();
         move |rx| write_durably(file, expected, rx)
     });
-    let hasher = body_sha256.then(|| sink(HASHER_QUEUE, |rx| hash_batches(Sha256::new(), rx)));
+    let hasher = body_sha256.then(|| sink(HASHER_QUEUE, sha256_of_batches));
     let mut content: Option<Sink<[u8; 32]>> = None;
     // The first bytes are gathered into one buffer for the header check; after that, frames are
     // batched as they came (no copy) and handed on every WRITE_CHUNK bytes.

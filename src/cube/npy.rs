@@ -441,8 +441,8 @@ fn descr_of(dtype: DataType, order: ByteOrder) -> String {
 
 /// Writes float32 values as a little-endian C-order `.npy` of the given shape.
 ///
-/// In one call from one thread: on the H100 host's ext4, 27 MB took 6.0 ms so and 8.7 ms as 2 MiB
-/// pieces written by eight threads with `pwrite` (the file's lock serializes them; 2026-11-25,
+/// In one call from one thread: on the H100 host's ext4, 27 MB took 6.0 ms so, against 8.7 ms
+/// as 2 MiB pieces written by eight threads with `pwrite` (the file's lock serializes them; 2026-11-25,
 /// `docs/bench-logs/2026-11-25-write-strategies.txt`).
 pub fn write_f32(path: &Path, shape: &[usize], values: &[f32]) -> Result<(), CubeError> {
     let file = File::create(path).map_err(|e| CubeError::io(path, e))?;
