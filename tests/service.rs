@@ -279,6 +279,41 @@ async fn cancel_queued_and_running_jobs() {
     srv.stop().await;
 }
 
+/// A `.npy` upload that finds the worker idle is computed while it is still being synced
+/// (`jobs::early`): its 202 already shows it running (inserted claimed), its result is the
+/// in-process pipeline's, and nothing of it is left in scratch. An upload that comes while the only
+/// worker is busy is queued as before, and runs after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_that_finds_the_worker_idle_starts_before_its_202() {
+    let tmp = tempfile::tempdir().unwrap();
+    let srv = TestServer::start(hypermnf::config::ServeArgs::with_data_dir(tmp.path())).await;
+    let (a, b) = (synthetic_cube(BIG.0, BIG.1, BIG.2, 31), synthetic_cube(60, 40, 16, 32));
+    let (s, early) = srv.post_npy(&npy_bytes(&a), "components=4").await;
+    assert_eq!((s, early["status"].as_str()), (StatusCode::ACCEPTED, Some("running")), "{early}");
+    let (s, queued) = srv.post_npy(&npy_bytes(&b), "components=3").await;
+    assert_eq!((s, queued["status"].as_str()), (StatusCode::ACCEPTED, Some("queued")), "{queued}");
+    for (job, cube, k) in [(&early, &a, 4), (&queued, &b, 3)] {
+        let id = job["id"].as_str().unwrap();
+        assert_eq!(srv.wait(id).await["status"], "succeeded");
+        let (s, got) = srv.get_bytes(&format!("/v1/jobs/{id}/result")).await;
+        assert_eq!(s, StatusCode::OK);
+        let params: hypermnf::mnf::MnfParams = serde_json::from_value(json!({"components": k})).unwrap();
+        let want = hypermnf::mnf::run(cube, &params, &hypermnf::backend::cpu::CpuBackend::new(), &hypermnf::mnf::Monitor::silent()).unwrap();
+        let values: Vec<u32> = got[got.len() - want.components.len() * 4..]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(values, want.components.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "job {id}");
+    }
+    let metrics = srv.client.get(srv.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("hypermnf_jobs_started_early_total 1\n"), "{metrics}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path().join("objects/scratch"))
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in scratch: {left:?}");
+    srv.stop().await;
+}
+
 /// `GET /v1/jobs/{id}?wait=S` holds the request until the job ends: one request sees `succeeded`; a
 /// finished job answers at once; a job that does not end within S (on a server with no worker) is
 /// answered with its state after S; a cancellation wakes the waiter; a wait out of range is a 400.

@@ -17,6 +17,7 @@ use super::upload::{self, Budget, Claim};
 use super::{params, ApiContext};
 use crate::cube::Cube;
 use crate::jobs::model::{product, rfc3339};
+use crate::jobs::early::EarlyRun;
 use crate::jobs::store::Inserted;
 use crate::jobs::{InputKind, InputSummary, Job, JobStatus, NewJob};
 use crate::mnf::MnfParams;
@@ -285,30 +286,44 @@ where
     let mut budget = Budget::new(limit);
     let t = std::time::Instant::now();
     let body_sha256 = claimed.sha256.is_some();
-    let got = upload::receive(stream, dir.join("cube.npy"), &mut budget, Some(&mut check), None, body_sha256).await?;
+    let (got, sync) = upload::receive_unsynced(stream, dir.join("cube.npy"), &mut budget, Some(&mut check), None, body_sha256).await?;
     tracing::debug!(bytes = got.bytes, secs = t.elapsed().as_secs_f64(), "npy upload received and hashed");
     ApiMetrics::add(&ctx.metrics.bytes_in, got.bytes);
-    if let (Some(claimed), Some(sha)) = (&claimed.sha256, got.sha256) {
-        if *claimed != hex::encode(sha) {
-            return Err(Error::bad_request("digest_mismatch", "the body's SHA-256 differs from X-Content-SHA256"));
+    // A little-endian C-order .npy: its header was checked, its size is exact, and its content
+    // digest was computed on the way, so it is not decoded here (the worker decodes it).
+    let digested = got.content_digest.zip(claim_seen.lock().ok().and_then(|c| c.and_then(|c| c.bip_le)));
+    let checked = (|| -> ApiResult<Option<InputSummary>> {
+        if let (Some(claimed), Some(sha)) = (&claimed.sha256, got.sha256) {
+            if *claimed != hex::encode(sha) {
+                return Err(Error::bad_request("digest_mismatch", "the body's SHA-256 differs from X-Content-SHA256"));
+            }
         }
-    }
-    // Recorded only when the client sent it (and it was checked): what a later X-Content-SHA256 finds.
-    let sha = claimed.sha256.clone();
-    if let (Some(content), Some((lines, samples, bands, dtype))) = (got.content_digest, claim_seen.lock().ok().and_then(|c| c.and_then(|c| c.bip_le))) {
-        // A little-endian C-order .npy: its header was checked, its size is exact, and its content
-        // digest was computed on the way, so it is not decoded here (the worker decodes it).
+        let Some((content, (lines, samples, bands, dtype))) = digested else { return Ok(None) };
         let (lines, samples, bands) = (lines as usize, samples as usize, bands as usize);
         params.validate(lines, samples, bands)?;
-        let input = InputSummary { lines, samples, bands, data_type: dtype.name().to_string(), interleave: "bip".into() };
         claimed.check_cube(&content)?;
-        return enqueue(ctx, caller, content, input, params, InputKind::Npy, sha, token).await;
+        Ok(Some(InputSummary { lines, samples, bands, data_type: dtype.name().to_string(), interleave: "bip".into() }))
+    })();
+    // Recorded only when the client sent it (and it was checked): what a later X-Content-SHA256 finds.
+    let sha = claimed.sha256.clone();
+    match (checked, digested) {
+        (Ok(Some(input)), Some((content, _))) => {
+            let upload = Unsynced { token, npy: &got.path, sync };
+            enqueue_unsynced(ctx, caller, content, input, params, sha, upload).await
+        }
+        (Ok(_), _) => {
+            sync.wait().await?;
+            let location = format!("scratch/{token}");
+            let (cube, params) = decode_and_validate(ctx, InputKind::Npy, location, params).await?;
+            let (digest, input) = digest_and_summary(&cube).await?;
+            claimed.check_cube(&digest)?;
+            enqueue(ctx, caller, digest, input, params, InputKind::Npy, sha, token).await
+        }
+        (Err(e), _) => {
+            let _ = sync.wait().await; // the scratch file is not removed under its sync
+            Err(e)
+        }
     }
-    let location = format!("scratch/{token}");
-    let (cube, params) = decode_and_validate(ctx, InputKind::Npy, location, params).await?;
-    let (digest, input) = digest_and_summary(&cube).await?;
-    claimed.check_cube(&digest)?;
-    enqueue(ctx, caller, digest, input, params, InputKind::Npy, sha, token).await
 }
 
 async fn create_multipart(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req: Request, token: &str) -> ApiResult<Created> {
@@ -550,12 +565,82 @@ async fn enqueue_at(
         ApiMetrics::add(&ctx.metrics.cache_hits, 1);
         return Created::existing(job);
     }
-    let id = match &scratch {
-        Some((_, id)) => id.clone(),
-        None => uuid::Uuid::now_v7().to_string(),
+    let (id, token) = match scratch {
+        Some((token, id)) => (id, Some(token)),
+        None => (uuid::Uuid::now_v7().to_string(), None),
     };
+    let new = new_job(id, caller, canonical, digest, cube_digest, upload_sha256, input, kind, location);
+    insert_stored(ctx, new, token, None).await
+}
+
+/// A `.npy` upload whose bytes are in scratch under `token` (the file `npy`) and digested, while
+/// `sync` still writes them to the disk.
+struct Unsynced<'a> {
+    token: &'a str,
+    npy: &'a Path,
+    sync: upload::Unsynced,
+}
+
+/// [`enqueue`] for an upload still being synced: when a worker is idle, the job starts computing on
+/// the scratch file at once, while the disk catches up (`jobs::early`); the row is inserted, claimed
+/// by this instance, once the upload is synced and stored, as always before the 202.
+async fn enqueue_unsynced(
+    ctx: &ApiContext,
+    caller: &Caller,
+    cube_digest: [u8; 32],
+    input: InputSummary,
+    params: MnfParams,
+    upload_sha256: Option<String>,
+    upload: Unsynced<'_>,
+) -> ApiResult<Created> {
+    let canonical = params::canonical(&params);
+    let digest = job_digest(&cube_digest, &canonical);
+    if let Some(job) = existing_job(ctx, &caller.owner, &digest).await? {
+        let _ = upload.sync.wait().await; // the scratch file is not removed under its sync
+        ApiMetrics::add(&ctx.metrics.cache_hits, 1);
+        return Created::existing(job);
+    }
+    let id = uuid::Uuid::now_v7().to_string();
+    let location = format!("uploads/{id}");
+    let new = new_job(id, caller, canonical, digest, cube_digest, upload_sha256, input, InputKind::Npy, location);
+    // Dropped (canceled, its scratch removed) if the upload is not accepted after all.
+    let early = ctx.runner.start_early(&new, upload.npy);
+    upload.sync.wait().await?;
+    insert_stored(ctx, new, Some(upload.token), early).await
+}
+
+#[allow(clippy::too_many_arguments)]
+fn new_job(
+    id: String,
+    caller: &Caller,
+    canonical_params: String,
+    digest: String,
+    cube_digest: [u8; 32],
+    upload_sha256: Option<String>,
+    input: InputSummary,
+    kind: InputKind,
+    location: String,
+) -> NewJob {
+    NewJob {
+        id,
+        owner: caller.owner.clone(),
+        params: canonical_params,
+        digest,
+        content_digest: Some(hex::encode(cube_digest)),
+        upload_sha256,
+        input,
+        input_kind: kind,
+        input_location: location,
+    }
+}
+
+/// Stores the input from scratch under `token` (if any) at `new.input_location`, then inserts the
+/// job: queued, or claimed by this instance when `early` already computes it. A live job of the same
+/// owner and digest that was inserted meanwhile is answered instead (and `early` dropped).
+async fn insert_stored(ctx: &ApiContext, new: NewJob, token: Option<&str>, early: Option<EarlyRun>) -> ApiResult<Created> {
+    let location = new.input_location.clone();
     // The input is in its final place before the row exists: a queued job always has its input.
-    if let Some((token, _)) = &scratch {
+    if let Some(token) = token {
         let dir = ctx.runner.storage.scratch_dir(token)?;
         for name in ["cube.npy", "cube.hdr", "cube.img"] {
             let p = dir.join(name);
@@ -564,25 +649,21 @@ async fn enqueue_at(
             }
         }
     }
-    let new = NewJob {
-        id,
-        owner: caller.owner.clone(),
-        params: canonical,
-        digest,
-        content_digest: Some(hex::encode(cube_digest)),
-        upload_sha256,
-        input,
-        input_kind: kind,
-        input_location: location.clone(),
+    let inserted = match &early {
+        Some(_) => ctx.runner.store.insert_claimed(new, &ctx.runner.lease).await?,
+        None => ctx.runner.store.insert(new).await?,
     };
-    match ctx.runner.store.insert(new).await? {
+    match inserted {
         Inserted::Created(job) => {
             ApiMetrics::add(&ctx.metrics.jobs_created, 1);
-            ctx.runner.notify();
+            match early {
+                Some(run) => run.finish(job.clone()),
+                None => ctx.runner.notify(),
+            }
             Created::new(job)
         }
         Inserted::Existing(job) => {
-            if scratch.is_some() {
+            if token.is_some() {
                 let _ = ctx.runner.storage.delete_prefix(&location).await;
             }
             ApiMetrics::add(&ctx.metrics.cache_hits, 1);

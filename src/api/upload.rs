@@ -5,6 +5,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
@@ -128,10 +129,14 @@ fn sha256_of_batches(mut rx: tokio::sync::mpsc::Receiver<Batch>) -> std::io::Res
 /// MiB left to write instead of the whole upload (0.1 s of a 0.4 s upload of 300 MB before).
 ///
 /// `expected` is the length the header claims, once known (before the first batch): it is reserved on
-/// the disk at once.
+/// the disk at once. Once `ended` is set (the body is complete), the batches still queued are written
+/// without waiting for the disk, and `written` is told before the final sync: the bytes are then in
+/// the file for readers (a job started early, see `jobs::early`) while the disk catches up.
 fn write_durably(
     mut f: std::fs::File,
     expected: Arc<OnceLock<u64>>,
+    ended: Arc<AtomicBool>,
+    written_tx: tokio::sync::oneshot::Sender<()>,
     mut rx: tokio::sync::mpsc::Receiver<Batch>,
 ) -> std::io::Result<()> {
     let (mut written, mut started, mut previous) = (0u64, 0u64, None);
@@ -146,11 +151,13 @@ fn write_durably(
             written += b.len() as u64;
         }
         if written - started >= WRITEBACK_EVERY {
-            start_writeback(&f, (started, written - started), previous);
+            let wait = if ended.load(Ordering::Acquire) { None } else { previous };
+            start_writeback(&f, (started, written - started), wait);
             previous = Some((started, written - started));
             started = written;
         }
     }
+    let _ = written_tx.send(());
     let t = std::time::Instant::now();
     f.sync_data()?;
     tracing::debug!(bytes = written, final_sync_secs = t.elapsed().as_secs_f64(), "upload written and synced");
@@ -211,13 +218,47 @@ pub type PrefixCheck<'a> = dyn FnMut(&[u8]) -> Result<Option<Claim>, Error> + Se
 /// stream into the leaves of its tree digest (`cube::digest`), which are hashed on every core; a third
 /// computes the body's plain SHA-256 when `body_sha256` asks for it (one core: it bounds the ingest).
 pub async fn receive<S, E>(
+    stream: S,
+    dest: PathBuf,
+    budget: &mut Budget,
+    prefix_check: Option<&mut PrefixCheck<'_>>,
+    claim: Option<Claim>,
+    body_sha256: bool,
+) -> Result<Received, Error>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let (received, sync) = receive_unsynced(stream, dest, budget, prefix_check, claim, body_sha256).await?;
+    sync.wait().await?;
+    Ok(received)
+}
+
+/// The final `sync_data` of a received file, still running: the upload is durable once it is done.
+#[must_use = "an upload is durable only once its sync is waited for"]
+pub struct Unsynced(tokio::task::JoinHandle<std::io::Result<()>>);
+
+impl Unsynced {
+    /// Waits until the file is on the disk.
+    pub async fn wait(self) -> Result<(), Error> {
+        let t = std::time::Instant::now();
+        let r = self.0.await.map_err(Error::internal)?.map_err(Error::disk);
+        tracing::debug!(waited_secs = t.elapsed().as_secs_f64(), "upload synced");
+        r
+    }
+}
+
+/// [`receive`], answering once every byte is in the file and digested, before the final sync: the
+/// caller may start reading the file while the disk catches up, and waits for [`Unsynced`] before it
+/// calls the upload accepted.
+pub async fn receive_unsynced<S, E>(
     mut stream: S,
     dest: PathBuf,
     budget: &mut Budget,
     mut prefix_check: Option<&mut PrefixCheck<'_>>,
     mut claim: Option<Claim>,
     body_sha256: bool,
-) -> Result<Received, Error>
+) -> Result<(Received, Unsynced), Error>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
@@ -228,9 +269,11 @@ where
     if let Some(c) = claim {
         let _ = expected.set(c.total());
     }
+    let ended = Arc::new(AtomicBool::new(false));
+    let (written_tx, written_rx) = tokio::sync::oneshot::channel();
     let writer = sink(WRITER_QUEUE, {
-        let expected = expected.clone();
-        move |rx| write_durably(file, expected, rx)
+        let (expected, ended) = (expected.clone(), ended.clone());
+        move |rx| write_durably(file, expected, ended, written_tx, rx)
     });
     let hasher = body_sha256.then(|| sink(HASHER_QUEUE, sha256_of_batches));
     let mut content: Option<Sink<[u8; 32]>> = None;
@@ -317,8 +360,20 @@ where
     }
     .await;
     // Every thread is joined (its channel closed first) before answering, even on a refusal: the
-    // scratch file is not removed under a writer still holding it.
-    let written = join(writer).await;
+    // scratch file is not removed under a writer still holding it. A complete body's writer is
+    // waited for only until its bytes are in the file; its final sync is left to `Unsynced`.
+    ended.store(true, Ordering::Release);
+    let (tx, task) = writer;
+    drop(tx);
+    let (written, sync) = if outcome.is_ok() {
+        match written_rx.await {
+            Ok(()) => (Ok(()), Some(task)),
+            // The writer stopped before the end: its error.
+            Err(_) => (task.await.map_err(Error::internal).and_then(|r| r.map_err(Error::disk)), None),
+        }
+    } else {
+        (task.await.map_err(Error::internal).and_then(|r| r.map_err(Error::disk)), None)
+    };
     let sha256 = match hasher {
         Some(h) => Some(join(h).await),
         None => None,
@@ -327,20 +382,33 @@ where
         Some(c) => Some(join(c).await),
         None => None,
     };
-    outcome?;
-    written?;
-    let sha256 = sha256.transpose()?;
-    let content_digest = content_digest.transpose()?;
-    if let Some(c) = claim {
-        if total != c.total() {
-            return Err(Error::bad_request(
-                "size_mismatch",
-                format!("the data holds {total} bytes but its header claims {}", c.total()),
-            ));
+    let checked = (|| {
+        outcome?;
+        written?;
+        let sha256 = sha256.transpose()?;
+        let content_digest = content_digest.transpose()?;
+        if let Some(c) = claim {
+            if total != c.total() {
+                return Err(Error::bad_request(
+                    "size_mismatch",
+                    format!("the data holds {total} bytes but its header claims {}", c.total()),
+                ));
+            }
         }
-    }
-    tracing::debug!(bytes = total, secs = t0.elapsed().as_secs_f64(), "upload received, hashed and synced");
-    Ok(Received { path: dest, bytes: total, sha256, content_digest })
+        Ok((sha256, content_digest))
+    })();
+    let (sha256, content_digest) = match checked {
+        Ok(v) => v,
+        Err(e) => {
+            if let Some(task) = sync {
+                let _ = task.await; // not removed under the writer's sync
+            }
+            return Err(e);
+        }
+    };
+    let sync = sync.ok_or_else(|| Error::internal(anyhow::anyhow!("the upload's writer ended without an error or its sync")))?;
+    tracing::debug!(bytes = total, secs = t0.elapsed().as_secs_f64(), "upload received and hashed (its sync goes on)");
+    Ok((Received { path: dest, bytes: total, sha256, content_digest }, Unsynced(sync)))
 }
 
 /// Closes a thread's channel and waits for its result.

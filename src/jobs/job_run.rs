@@ -75,6 +75,22 @@ pub struct JobRun {
     cancel: Arc<AtomicBool>,
 }
 
+/// Steps 2 to 4, running on the blocking pool.
+pub(super) struct Started {
+    task: tokio::task::JoinHandle<Result<JobDone, JobFailure>>,
+    progress: Arc<Mutex<(Stage, f64)>>,
+    began: Instant,
+}
+
+impl Started {
+    /// Waits for the computation, whatever its outcome, and removes what it wrote: a run that will
+    /// not be finished (`jobs::early`, an upload that was not accepted after all).
+    pub(super) async fn discard(self, services: &JobServices, id: &str) {
+        let _ = self.task.await;
+        services.storage.remove_scratch(&format!("job-{id}"));
+    }
+}
+
 /// What steps 2 to 4 leave for the store and register steps.
 struct JobDone {
     /// (product name, scratch path)
@@ -97,12 +113,39 @@ impl JobRun {
 
     /// Runs the claimed job to its end, every outcome recorded (see the module doc for the steps).
     pub async fn run(self) {
-        let id = &self.job.id;
         let queued_ms = (now_ms() - self.job.created_at).max(0) as u64;
         self.services.metrics.record_phase("queued", Duration::from_millis(queued_ms));
+        let started = self.start_compute();
+        self.finish(started).await
+    }
 
-        // Steps 2 to 4: plan from the cache, load, compute.
-        let computed = self.compute_under_lease().await;
+    /// A run of `job` that no worker claimed: a job started early (`jobs::early`), whose row does not
+    /// exist yet. Its computation may start ([`JobRun::start_compute`]) before the row is inserted,
+    /// and the run of the inserted row finishes it ([`JobRun::with_job`], [`JobRun::finish`]).
+    pub(super) fn unclaimed(job: Job, services: JobServices) -> JobRun {
+        JobRun { job, services, cancel: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// The same run (the same cancel flag) for `job`: the row as inserted, after the computation
+    /// started on the job as it was before (its input still in scratch).
+    pub(super) fn with_job(self, job: Job) -> JobRun {
+        JobRun { job, ..self }
+    }
+
+    /// Starts steps 2 to 4 on the blocking pool.
+    pub(super) fn start_compute(&self) -> Started {
+        let progress = Arc::new(Mutex::new((Stage::Read, 0.0f64)));
+        let me = self.clone();
+        let p = progress.clone();
+        let rt = tokio::runtime::Handle::current();
+        let task = tokio::task::spawn_blocking(move || me.compute(p, &rt));
+        Started { task, progress, began: Instant::now() }
+    }
+
+    /// Steps 5 to 7 once the computation `started` has ended (the lease kept meanwhile).
+    pub(super) async fn finish(self, started: Started) {
+        let id = &self.job.id;
+        let computed = self.await_under_lease(started).await;
         // Step 5: the results leave scratch for storage, and scratch is cleared, before the job's
         // final status is written: a client that sees the job finished finds nothing of it left there.
         let stored = match computed {
@@ -122,19 +165,12 @@ impl JobRun {
         self.delete_finished_input().await;
     }
 
-    /// Steps 2 to 4 on the blocking pool, while a task writes progress and keeps the lease.
-    async fn compute_under_lease(&self) -> Result<JobDone, JobFailure> {
-        let progress = Arc::new(Mutex::new((Stage::Read, 0.0f64)));
-        let keeper = tokio::spawn(keep_lease(self.services.clone(), self.job.id.clone(), progress.clone(), self.cancel.clone()));
-        let outcome = {
-            let me = self.clone();
-            let progress = progress.clone();
-            let rt = tokio::runtime::Handle::current();
-            let started = Instant::now();
-            let r = tokio::task::spawn_blocking(move || me.compute(progress, &rt)).await;
-            self.services.metrics.record_phase("compute", started.elapsed());
-            r
-        };
+    /// Waits for steps 2 to 4 while a task writes progress and keeps the lease.
+    async fn await_under_lease(&self, started: Started) -> Result<JobDone, JobFailure> {
+        let Started { task, progress, began } = started;
+        let keeper = tokio::spawn(keep_lease(self.services.clone(), self.job.id.clone(), progress, self.cancel.clone()));
+        let outcome = task.await;
+        self.services.metrics.record_phase("compute", began.elapsed());
         keeper.abort();
         match outcome {
             Ok(r) => r,

@@ -18,6 +18,8 @@ pub struct JobMetrics {
     pub succeeded: AtomicU64,
     pub failed: AtomicU64,
     pub canceled: AtomicU64,
+    /// Jobs whose computation started while their upload was still being synced (`jobs::early`).
+    pub started_early: AtomicU64,
 }
 
 /// The parts of a job's trip outside the pipeline's stages, so that the time between an accepted

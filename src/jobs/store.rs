@@ -185,14 +185,28 @@ impl JobStore {
 
     /// Inserts a queued job, unless a live job of the same owner has the same digest (then that one).
     pub async fn insert(&self, new: NewJob) -> Result<Inserted, StoreError> {
+        self.insert_as(new, None).await
+    }
+
+    /// Inserts a job already claimed under `lease`, as [`JobStore::claim`] would leave it (running,
+    /// first attempt): this instance runs it at once (a job started early, see `jobs::early`), and no
+    /// worker of any instance claims it unless the lease lapses.
+    pub async fn insert_claimed(&self, new: NewJob, lease: &Lease) -> Result<Inserted, StoreError> {
+        self.insert_as(new, Some(lease)).await
+    }
+
+    async fn insert_as(&self, new: NewJob, claimed: Option<&Lease>) -> Result<Inserted, StoreError> {
         let input = serde_json::to_string(&new.input).expect("input summary serialises");
+        let now = now_ms();
         let res = sqlx::query(
-            "INSERT INTO jobs (id, owner, status, progress, params, digest, content_digest, upload_sha256, input,
-                               input_kind, input_location, created_at)
-             VALUES ($1, $2, 'queued', 0, $3, $4, $5, $6, $7, $8, $9, $10)",
+            "INSERT INTO jobs (id, owner, status, stage, progress, params, digest, content_digest, upload_sha256, input,
+                               input_kind, input_location, created_at, started_at, attempts, lease_owner, lease_expires_at)
+             VALUES ($1, $2, $3, $4, 0, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
         )
         .bind(&new.id)
         .bind(&new.owner)
+        .bind(if claimed.is_some() { "running" } else { "queued" })
+        .bind(claimed.map(|_| "read"))
         .bind(&new.params)
         .bind(&new.digest)
         .bind(&new.content_digest)
@@ -200,12 +214,18 @@ impl JobStore {
         .bind(&input)
         .bind(new.input_kind.as_str())
         .bind(&new.input_location)
-        .bind(now_ms())
+        .bind(now)
+        .bind(claimed.map(|_| now))
+        .bind(if claimed.is_some() { 1i64 } else { 0 })
+        .bind(claimed.map(|l| l.owner.clone()))
+        .bind(claimed.map(|l| l.expires_at()))
         .execute(&self.pool)
         .await;
         match res {
             Ok(_) => {
-                self.notify(notify::Event::Queued).await;
+                if claimed.is_none() {
+                    self.notify(notify::Event::Queued).await;
+                }
                 Ok(Inserted::Created(self.get(&new.id).await?.ok_or_else(|| StoreError::Corrupt {
                     id: new.id.clone(),
                     what: "inserted row vanished".into(),
@@ -215,7 +235,7 @@ impl JobStore {
                 match self.find_live_by_digest(&new.owner, &new.digest).await? {
                     Some(j) => Ok(Inserted::Existing(j)),
                     // The other job left the live set in between: try once more.
-                    None => Box::pin(self.insert(new)).await,
+                    None => Box::pin(self.insert_as(new, claimed)).await,
                 }
             }
             Err(e) => Err(e.into()),

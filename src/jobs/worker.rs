@@ -17,7 +17,9 @@ use tokio::sync::Notify;
 
 use super::backends::Backends;
 use super::cache::ServiceCache;
+use super::early::EarlyRun;
 use super::job_run::JobServices;
+use super::store::NewJob;
 use super::metrics::JobMetrics;
 use super::store::notify::Event;
 use super::store::{JobStore, Lease};
@@ -39,8 +41,12 @@ pub struct Runner {
     /// Woken whenever a job may have finished (here, or on another instance that notified): the
     /// clients that hold a `GET /v1/jobs/{id}?wait=` look at their job again.
     ended: Arc<Notify>,
-    /// The cancel flags of the jobs running here, by job id.
+    /// The cancel flags of the jobs running here, by job id (started early ones too).
     running: Mutex<HashMap<String, Arc<AtomicBool>>>,
+    /// One permit per worker `start` started: a worker holds one while it claims and runs a job, and
+    /// a job started early holds one instead of a worker, so that no more jobs run at once than there
+    /// are workers.
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// Handle on the worker tasks.
@@ -68,11 +74,13 @@ impl Runner {
             wake: Notify::new(),
             ended: Arc::default(),
             running: Mutex::new(HashMap::new()),
+            slots: Arc::new(tokio::sync::Semaphore::new(0)),
         }
     }
 
     /// Starts `n` workers, and the listener of the other instances' notifications (PostgreSQL).
     pub fn start(self: &Arc<Self>, n: usize) -> Workers {
+        self.slots.add_permits(n);
         let mut tasks: Vec<_> = (0..n)
             .map(|i| {
                 let me = self.clone();
@@ -150,8 +158,43 @@ impl Runner {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Starts the job `new` before its row exists, its `.npy` input still in the scratch file
+    /// `scratch_npy` (see [`super::early`]), when a worker is idle (it takes that worker's place
+    /// until the job ends); None otherwise (the job is queued as usual). The input is linked into the
+    /// job's own scratch first, so that storing the upload (a rename) does not take it from under the
+    /// computation.
+    pub fn start_early(self: &Arc<Self>, new: &NewJob, scratch_npy: &std::path::Path) -> Option<EarlyRun> {
+        if new.input_kind != super::model::InputKind::Npy {
+            return None;
+        }
+        let slot = self.slots.clone().try_acquire_owned().ok()?;
+        let token = format!("job-{}", new.id);
+        let linked = self.storage.scratch_dir(&token).map_err(|e| e.to_string()).and_then(|dir| {
+            std::fs::hard_link(scratch_npy, dir.join("cube.npy")).map_err(|e| e.to_string())
+        });
+        if let Err(e) = linked {
+            tracing::debug!(job = %new.id, "not started early: cannot link its upload ({e})");
+            self.storage.remove_scratch(&token);
+            return None;
+        }
+        Some(EarlyRun::start(self.clone(), new, format!("scratch/{token}"), slot))
+    }
+
+    /// Counts `flag`'s job as running here (`cancel` reaches it).
+    pub(super) fn track(&self, id: &str, flag: Arc<AtomicBool>) {
+        self.running().insert(id.to_string(), flag);
+    }
+
+    /// The job no longer runs here (only this run's flag: after a lapsed lease the job may run again).
+    pub(super) fn untrack(&self, id: &str, flag: &Arc<AtomicBool>) {
+        let mut running = self.running();
+        if running.get(id).is_some_and(|f| Arc::ptr_eq(f, flag)) {
+            running.remove(id);
+        }
+    }
+
     /// What the run of a job calls (the same store, storage, backends, cache and metrics as here).
-    fn services(&self) -> JobServices {
+    pub(super) fn services(&self) -> JobServices {
         JobServices {
             store: self.store.clone(),
             storage: self.storage.clone(),
@@ -166,19 +209,18 @@ impl Runner {
     async fn work_loop(self: Arc<Self>, n: usize) {
         let services = self.services();
         loop {
+            let Ok(slot) = self.slots.clone().acquire_owned().await else { return };
             match services.claim().await {
                 Ok(Some(run)) => {
                     let (id, flag) = (run.job().id.clone(), run.cancel_flag());
                     tracing::info!(worker = n, job = %id, attempt = run.job().attempts, "job started");
-                    self.running().insert(id.clone(), flag.clone());
+                    self.track(&id, flag.clone());
                     run.run().await;
-                    let mut running = self.running();
-                    // Only this run's flag: after a lapsed lease the job may run again here.
-                    if running.get(&id).is_some_and(|f| Arc::ptr_eq(f, &flag)) {
-                        running.remove(&id);
-                    }
+                    self.untrack(&id, &flag);
+                    drop(slot);
                 }
                 Ok(None) => {
+                    drop(slot);
                     let _ = tokio::time::timeout(IDLE_POLL, self.wake.notified()).await;
                 }
                 Err(e) => {

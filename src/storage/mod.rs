@@ -149,7 +149,19 @@ impl Storage {
     }
 
     /// Bytes `range` of the object, fewer if it ends first (an error if it ends before `range.start`).
+    /// A `scratch/<token>/<name>` key reads that scratch file (as [`Storage::local_copy`] gives it).
     pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<bytes::Bytes, StorageError> {
+        if let Some(path) = self.scratch.file_for_key(key) {
+            let path = path?;
+            let k = key.to_string();
+            return tokio::task::spawn_blocking(move || read_range(&path, range))
+                .await
+                .map_err(|e| StorageError::io("read", Path::new(&k), std::io::Error::other(e)))?
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => StorageError::NotFound { store: "scratch".into(), key: k.clone() },
+                    _ => StorageError::io("read", Path::new(&k), e),
+                });
+        }
         let key = Self::key(key)?;
         match &self.backend {
             Backend::Local(s) => s.get_range(&key, range).await,
@@ -209,4 +221,17 @@ impl Storage {
         self.get_bytes("health/probe").await?;
         Ok(())
     }
+}
+
+/// Bytes `range` of a local file, fewer if it ends first.
+fn read_range(path: &Path, range: Range<u64>) -> std::io::Result<bytes::Bytes> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    if range.start > len {
+        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the range starts past the end"));
+    }
+    let mut buf = vec![0u8; (range.end.min(len) - range.start) as usize];
+    f.read_exact_at(&mut buf, range.start)?;
+    Ok(buf.into())
 }
