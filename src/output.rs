@@ -62,18 +62,10 @@ pub fn write_result(out: &Path, result: &MnfOutput, source: &CubeMeta) -> Result
         denoised: None,
         denoised_data: None,
     };
-    let description = "hypermnf MNF components (Z = T^T (x - mean), float32, NaN = no data)".to_string();
     match format {
         Format::Npy => npy::write_f32(out, &[lines, samples, k], &result.components)?,
         Format::Envi => {
-            let header = envi::OutputHeader {
-                description,
-                band_names: (1..=k).map(|i| format!("MNF {i}")).collect(),
-                eigenvalues: Some(md.eigenvalues[..k].to_vec()),
-                source: source.clone(),
-                keep_spectral: false,
-            };
-            envi::write_f32_bsq(out, lines, samples, k, &result.components, &header)?;
+            envi::write_f32_bsq(out, lines, samples, k, &result.components, &components_header(result, source))?;
             files.components_data = Some(out.with_extension("img"));
         }
     }
@@ -86,17 +78,7 @@ pub fn write_result(out: &Path, result: &MnfOutput, source: &CubeMeta) -> Result
             }
             Format::Envi => {
                 let p = sibling(out, "-denoised", "hdr");
-                let header = envi::OutputHeader {
-                    description: format!("hypermnf inverse MNF (denoised) with {k} components, float32"),
-                    band_names: source
-                        .band_names
-                        .clone()
-                        .unwrap_or_else(|| (1..=bands).map(|i| format!("Band {i}")).collect()),
-                    eigenvalues: None,
-                    source: source.clone(),
-                    keep_spectral: true,
-                };
-                envi::write_f32_bsq(&p, lines, samples, bands, den, &header)?;
+                envi::write_f32_bsq(&p, lines, samples, bands, den, &denoised_header(result, source))?;
                 files.denoised_data = Some(p.with_extension("img"));
                 files.denoised = Some(p);
             }
@@ -110,4 +92,46 @@ pub fn write_result(out: &Path, result: &MnfOutput, source: &CubeMeta) -> Result
         .map_err(|e| CubeError::io(&files.metadata, std::io::Error::other(e)))?;
     w.write_all(b"\n").and_then(|_| w.flush()).map_err(|e| CubeError::io(&files.metadata, e))?;
     Ok(files)
+}
+
+/// Writes only the ENVI headers of `result` (the components at `hdr`, the denoised cube beside it),
+/// whose data files the service makes from the `.npy` results on the first request for them
+/// (`envi::write_f32_bsq_data_from_npy`): the headers carry what only the job knows (the source's
+/// metadata), the data are the `.npy` values transposed. Returns the components' header and the
+/// denoised cube's, if any.
+pub fn write_envi_headers(hdr: &Path, result: &MnfOutput, source: &CubeMeta) -> Result<(PathBuf, Option<PathBuf>), CubeError> {
+    let md = &result.metadata;
+    let (lines, samples, bands) = (md.input.lines, md.input.samples, md.input.bands);
+    envi::write_f32_bsq_header(hdr, lines, samples, result.k, &components_header(result, source))?;
+    let denoised = match &result.denoised {
+        Some(_) => {
+            let p = sibling(hdr, "-denoised", "hdr");
+            envi::write_f32_bsq_header(&p, lines, samples, bands, &denoised_header(result, source))?;
+            Some(p)
+        }
+        None => None,
+    };
+    Ok((hdr.to_path_buf(), denoised))
+}
+
+fn components_header(result: &MnfOutput, source: &CubeMeta) -> envi::OutputHeader {
+    let k = result.k;
+    envi::OutputHeader {
+        description: "hypermnf MNF components (Z = T^T (x - mean), float32, NaN = no data)".to_string(),
+        band_names: (1..=k).map(|i| format!("MNF {i}")).collect(),
+        eigenvalues: Some(result.metadata.eigenvalues[..k].to_vec()),
+        source: source.clone(),
+        keep_spectral: false,
+    }
+}
+
+fn denoised_header(result: &MnfOutput, source: &CubeMeta) -> envi::OutputHeader {
+    let bands = result.metadata.input.bands;
+    envi::OutputHeader {
+        description: format!("hypermnf inverse MNF (denoised) with {} components, float32", result.k),
+        band_names: source.band_names.clone().unwrap_or_else(|| (1..=bands).map(|i| format!("Band {i}")).collect()),
+        eigenvalues: None,
+        source: source.clone(),
+        keep_spectral: true,
+    }
 }

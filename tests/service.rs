@@ -112,6 +112,12 @@ async fn every_real_cube_through_every_upload_form_gives_the_cli_bytes() {
                     let d = srv.get_bytes(&format!("/v1/jobs/{id}/result?product=denoised")).await;
                     assert_eq!(d.0, StatusCode::OK);
                     assert!(d.1 == std::fs::read(reference.denoised.as_ref().unwrap()).unwrap(), "{name}: denoised differs");
+                    // its ENVI data file, too, is made from the stored .npy on this first request
+                    let zip = srv.get_bytes(&format!("/v1/jobs/{id}/result?product=denoised&format=envi")).await;
+                    assert_eq!(zip.0, StatusCode::OK);
+                    let entries = unzip(&zip.1);
+                    assert_eq!(entries[&format!("{id}-denoised.hdr")], std::fs::read(files.denoised.as_ref().unwrap()).unwrap());
+                    assert!(entries[&format!("{id}-denoised.img")] == std::fs::read(files.denoised_data.as_ref().unwrap()).unwrap());
                 } else {
                     let d = srv.get_json(&format!("/v1/jobs/{id}/result?product=denoised")).await;
                     assert_eq!((d.0, d.1["code"].as_str()), (StatusCode::CONFLICT, Some("no_denoised")));

@@ -848,31 +848,65 @@ pub async fn result(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): 
     }
     let zip_key = format!("results/{id}/{stem}.zip");
     if ctx.runner.storage.size(&zip_key).await.is_err() {
-        let (Some(hdr_key), Some(img_key)) = (job.results.get(hdr), job.results.get(img)) else {
-            return Err(Error::internal(anyhow::anyhow!("job {id} lacks its ENVI files")));
+        // Jobs keep the ENVI header and the .npy; jobs of before 2026-11-25 stored the data file too.
+        let lacks = || Error::internal(anyhow::anyhow!("job {id} lacks its ENVI files"));
+        let hdr_key = job.results.get(hdr).ok_or_else(lacks)?;
+        let data = match (job.results.get(img), job.results.get(npy)) {
+            (Some(img_key), _) => EnviData::Stored(img_key),
+            (None, Some(npy_key)) => EnviData::FromNpy(npy_key),
+            (None, None) => return Err(lacks()),
         };
-        build_zip(&ctx, hdr_key, img_key, &stem, &zip_key).await?;
+        build_zip(&ctx, hdr_key, data, &stem, &zip_key).await?;
     }
     stream(&ctx, &zip_key, "application/zip", &format!("{stem}.zip")).await
 }
 
+/// Where the ENVI data file of a zip comes from.
+enum EnviData<'a> {
+    /// The stored `.img`.
+    Stored(&'a str),
+    /// Made from the stored `.npy` of the same values (`envi::write_f32_bsq_data_from_npy`).
+    FromNpy(&'a str),
+}
+
 /// Zips the ENVI pair once (stored, not deflated: float samples hardly compress) and keeps the zip
 /// beside the result; later downloads stream it.
-async fn build_zip(ctx: &ApiContext, hdr_key: &str, img_key: &str, stem: &str, zip_key: &str) -> ApiResult<()> {
+async fn build_zip(ctx: &ApiContext, hdr_key: &str, data: EnviData<'_>, stem: &str, zip_key: &str) -> ApiResult<()> {
     let storage = ctx.runner.storage.clone();
     let token = format!("zip-{}", uuid::Uuid::now_v7());
+    let dir = storage.scratch_dir(&token)?;
+    let built = zip_in(&storage, hdr_key, data, stem, &dir).await;
+    let r = match built {
+        Ok(zip_path) => storage.put_file(&zip_path, zip_key).await.map_err(Error::from),
+        Err(e) => Err(e),
+    };
+    storage.remove_scratch(&token);
+    r
+}
+
+/// Writes the zip of the ENVI pair into `dir`; its path.
+async fn zip_in(storage: &crate::storage::Storage, hdr_key: &str, data: EnviData<'_>, stem: &str, dir: &Path) -> ApiResult<PathBuf> {
     // Local files for the zip writer: the stored ones, or copies downloaded from S3 (gone when
     // dropped, after the zip is written).
     let hdr = storage.local_copy(hdr_key).await?;
-    let img = storage.local_copy(img_key).await?;
-    let dir = storage.scratch_dir(&token)?;
+    let (local, from_npy) = match data {
+        EnviData::Stored(k) => (storage.local_copy(k).await?, false),
+        EnviData::FromNpy(k) => (storage.local_copy(k).await?, true),
+    };
     let stem = stem.to_string();
     let zip_path = dir.join("result.zip");
+    let made_img = dir.join("result.img");
     let zp = zip_path.clone();
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let img = if from_npy {
+            crate::cube::envi::write_f32_bsq_data_from_npy(local.path(), &made_img)?;
+            made_img
+        } else {
+            local.path().to_path_buf()
+        };
         let f = std::fs::File::create(&zp)?;
         let mut z = zip::ZipWriter::new(std::io::BufWriter::new(f));
-        for (src, name) in [(hdr.path(), format!("{stem}.hdr")), (img.path(), format!("{stem}.img"))] {
+        for (src, name) in [(hdr.path(), format!("{stem}.hdr")), (img.as_path(), format!("{stem}.img"))] {
             let len = std::fs::metadata(src)?.len();
             let opts = zip::write::SimpleFileOptions::default()
                 .compression_method(zip::CompressionMethod::Stored)
@@ -886,10 +920,7 @@ async fn build_zip(ctx: &ApiContext, hdr_key: &str, img_key: &str, stem: &str, z
     .await
     .map_err(Error::internal)?
     .map_err(Error::internal)?;
-    let r = storage.put_file(&zip_path, zip_key).await;
-    storage.remove_scratch(&token);
-    r?;
-    Ok(())
+    Ok(zip_path)
 }
 
 async fn stream(ctx: &ApiContext, key: &str, content_type: &'static str, filename: &str) -> ApiResult<Response> {

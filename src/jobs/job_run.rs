@@ -387,37 +387,28 @@ async fn keep_lease(s: JobServices, id: String, progress: Arc<Mutex<(Stage, f64)
 }
 
 /// Writes the result files of job `id` into its scratch directory: the same writer as
-/// `hypermnf run --out`, once as .npy and once as ENVI, so that every download holds exactly the
-/// bytes the command line would have written. The two are written side by side: the ENVI files are
-/// band-sequential, a transposition that took as long as the rest of the write.
+/// `hypermnf run --out` for the .npy (and the metadata), and the ENVI headers it would write, so that
+/// every download holds exactly the bytes the command line would have written. The ENVI data
+/// (band-sequential: a transposition that took as long as the rest of the write) is made from the
+/// .npy when it is first asked for.
 fn write_results(storage: &Storage, id: &str, cube: &Cube, output: &MnfOutput) -> Result<Vec<(String, PathBuf)>, JobFailure> {
     let dir = storage.scratch_dir(&format!("job-{id}")).map_err(|e| JobFailure::storage(&e))?;
-    let mut files = Vec::new();
+    let npy = crate::output::write_result(&dir.join("result.npy"), output, &cube.meta).map_err(JobFailure::cube)?;
+    // Only the ENVI headers: the data files are made from the .npy on the first request for them
+    // (api::jobs::result), instead of a second copy of the result written by every job.
     let envi_dir = dir.join("envi");
-    let (npy, envi) = std::thread::scope(|s| {
-        let envi = s.spawn(|| {
-            std::fs::create_dir_all(&envi_dir).map_err(|e| JobFailure::storage(&e))?;
-            crate::output::write_result(&envi_dir.join("result.hdr"), output, &cube.meta).map_err(JobFailure::cube)
-        });
-        let npy = crate::output::write_result(&dir.join("result.npy"), output, &cube.meta).map_err(JobFailure::cube);
-        let envi = envi.join().unwrap_or_else(|_| Err(JobFailure { code: "internal".into(), message: "the ENVI writer panicked".into() }));
-        (npy, envi)
-    });
-    let (npy, envi) = (npy?, envi?);
-    files.push((product::COMPONENTS_NPY.to_string(), npy.components));
-    files.push((product::METADATA.to_string(), npy.metadata));
+    std::fs::create_dir_all(&envi_dir).map_err(|e| JobFailure::storage(&e))?;
+    let (hdr, denoised_hdr) = crate::output::write_envi_headers(&envi_dir.join("result.hdr"), output, &cube.meta).map_err(JobFailure::cube)?;
+    let mut files = vec![
+        (product::COMPONENTS_NPY.to_string(), npy.components),
+        (product::METADATA.to_string(), npy.metadata),
+        (product::COMPONENTS_HDR.to_string(), hdr),
+    ];
     if let Some(d) = npy.denoised {
         files.push((product::DENOISED_NPY.to_string(), d));
     }
-    files.push((product::COMPONENTS_HDR.to_string(), envi.components));
-    if let Some(img) = envi.components_data {
-        files.push((product::COMPONENTS_IMG.to_string(), img));
-    }
-    if let Some(d) = envi.denoised {
+    if let Some(d) = denoised_hdr {
         files.push((product::DENOISED_HDR.to_string(), d));
-    }
-    if let Some(d) = envi.denoised_data {
-        files.push((product::DENOISED_IMG.to_string(), d));
     }
     Ok(files)
 }

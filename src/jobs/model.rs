@@ -109,6 +109,8 @@ pub struct Job {
 pub mod product {
     pub const COMPONENTS_NPY: &str = "components.npy";
     pub const COMPONENTS_HDR: &str = "components.hdr";
+    /// The ENVI data files, stored by jobs of before 2026-11-25 only: later jobs keep the `.npy` and
+    /// the header, and the data file is made from the `.npy` on the first ENVI download.
     pub const COMPONENTS_IMG: &str = "components.img";
     pub const METADATA: &str = "metadata.json";
     pub const DENOISED_NPY: &str = "denoised.npy";

@@ -80,6 +80,20 @@ pub fn write_f32_bsq(
     writer::write_f32_bsq(hdr, lines, samples, bands, values_bip, header)
 }
 
+/// Writes only the header of a float32 little-endian BSQ output (as [`write_f32_bsq`] writes it); its
+/// data file can be made later from the same values stored as a `.npy`
+/// ([`write_f32_bsq_data_from_npy`]): the service keeps one copy of a result and makes the ENVI data
+/// on the first request for it.
+pub fn write_f32_bsq_header(hdr: &Path, lines: usize, samples: usize, bands: usize, header: &OutputHeader) -> Result<(), CubeError> {
+    writer::write_f32_bsq_header(hdr, lines, samples, bands, header)
+}
+
+/// Writes the BSQ data file `img` of the float32 little-endian `.npy` `npy` (lines, samples, bands):
+/// the bytes [`write_f32_bsq`] writes for the same values.
+pub fn write_f32_bsq_data_from_npy(npy: &Path, img: &Path) -> Result<(), CubeError> {
+    writer::write_f32_bsq_data_from_npy(npy, img)
+}
+
 /// Writes any cube in its own data type, in the given layout and byte order: `hdr` and `hdr` with
 /// extension `.img`, with all of the cube's metadata.
 pub fn write_cube(hdr: &Path, cube: &Cube, interleave: Interleave, byte_order: ByteOrder) -> Result<(), CubeError> {

@@ -149,7 +149,6 @@ pub(super) fn write_f32_bsq(
     values_bip: &[f32],
     header: &OutputHeader,
 ) -> Result<(), CubeError> {
-    let dims = Dims::new(lines, samples, bands);
     let bytes = checked_cube_bytes(lines as u64, samples as u64, bands as u64, DataType::F32)?;
     if values_bip.len() as u64 * 4 != bytes {
         return Err(CubeError::SizeMismatch(format!(
@@ -157,6 +156,33 @@ pub(super) fn write_f32_bsq(
             values_bip.len()
         )));
     }
+    let text = f32_bsq_header_text(lines, samples, bands, header)?;
+    let data = data_path(hdr)?;
+    let w = create(&data)?;
+    write_planes(&w, lines * samples, bands, &le_bytes(values_bip)).map_err(|e| CubeError::io(&data, e))?;
+    write_text(hdr, &text)
+}
+
+/// See [`super::write_f32_bsq_header`].
+pub(super) fn write_f32_bsq_header(hdr: &Path, lines: usize, samples: usize, bands: usize, header: &OutputHeader) -> Result<(), CubeError> {
+    checked_cube_bytes(lines as u64, samples as u64, bands as u64, DataType::F32)?;
+    let text = f32_bsq_header_text(lines, samples, bands, header)?;
+    data_path(hdr)?;
+    write_text(hdr, &text)
+}
+
+/// See [`super::write_f32_bsq_data_from_npy`].
+pub(super) fn write_f32_bsq_data_from_npy(npy: &Path, img: &Path) -> Result<(), CubeError> {
+    let cube = crate::cube::npy::map(npy)?;
+    if cube.dtype() != DataType::F32 || cube.byte_order() != ByteOrder::Little {
+        return Err(CubeError::Unsupported(format!("{} is not a little-endian float32 .npy", npy.display())));
+    }
+    let w = create(img)?;
+    write_planes(&w, cube.lines() * cube.samples(), cube.bands(), cube.raw()).map_err(|e| CubeError::io(img, e))
+}
+
+/// The header text of a float32 little-endian BSQ output.
+fn f32_bsq_header_text(lines: usize, samples: usize, bands: usize, header: &OutputHeader) -> Result<String, CubeError> {
     let band_names: &[String] = match (&header.source.band_names, header.band_names.is_empty()) {
         (Some(names), true) if header.keep_spectral => names,
         _ => &header.band_names,
@@ -164,10 +190,9 @@ pub(super) fn write_f32_bsq(
     if !band_names.is_empty() && band_names.len() != bands {
         return Err(CubeError::SizeMismatch(format!("{} band names for {bands} bands", band_names.len())));
     }
-
     let mut text = HeaderText::new();
     text.braced("description", &header.description);
-    text.geometry(dims, DataType::F32, Interleave::Bsq, ByteOrder::Little);
+    text.geometry(Dims::new(lines, samples, bands), DataType::F32, Interleave::Bsq, ByteOrder::Little);
     text.carried(&header.source, header.keep_spectral);
     if !band_names.is_empty() {
         text.list("band names", band_names);
@@ -178,43 +203,49 @@ pub(super) fn write_f32_bsq(
     if header.keep_spectral {
         text.spectral(&header.source, bands)?;
     }
-
-    let data = data_path(hdr)?;
-    let w = create(&data)?;
-    write_f32_planes(&w, lines * samples, bands, values_bip).map_err(|e| CubeError::io(&data, e))?;
-    write_text(hdr, &text.0)
+    Ok(text.0)
 }
 
-/// Pixels one task of `write_f32_planes` transposes at a time (32 K pixels × k bands × 4 bytes: a
+/// Float32 values as their little-endian bytes: a view on a little-endian host, a copy elsewhere.
+fn le_bytes(values: &[f32]) -> std::borrow::Cow<'_, [u8]> {
+    if cfg!(target_endian = "little") {
+        // SAFETY: f32 has no padding and any initialised memory may be read as bytes; on a
+        // little-endian host these are exactly the little-endian bytes.
+        std::borrow::Cow::Borrowed(unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values)) })
+    } else {
+        std::borrow::Cow::Owned(values.iter().flat_map(|v| v.to_le_bytes()).collect())
+    }
+}
+
+/// Pixels one task of `write_planes` transposes at a time (32 K pixels × k bands × 4 bytes: a
 /// block of the BIP input that stays in the core's cache while it is read k times).
 const PLANE_BLOCK: usize = 1 << 15;
 
-/// Writes BIP float32 values (`pixels` × `bands`) to `w` as band planes (BSQ, little-endian), blocks
-/// of pixels transposed in parallel and written at their places. One thread walking the whole
-/// result element by element took 20–30 ms of a job's 27 MB result on the H100 host (2026-11-25),
-/// more than the projection that made it.
-fn write_f32_planes(w: &File, pixels: usize, bands: usize, values_bip: &[f32]) -> std::io::Result<()> {
+/// Writes BIP 4-byte elements (`pixels` × `bands`, as bytes) to `w` as band planes (BSQ), blocks of
+/// pixels transposed in parallel and written at their places. One thread walking the whole result
+/// element by element took 20–30 ms of a job's 27 MB result on the H100 host (2026-11-25), more than
+/// the projection that made it.
+fn write_planes(w: &File, pixels: usize, bands: usize, bip: &[u8]) -> std::io::Result<()> {
     use rayon::prelude::*;
     use std::os::unix::fs::FileExt;
-    debug_assert_eq!(values_bip.len(), pixels * bands);
+    debug_assert_eq!(bip.len(), pixels * bands * 4);
     if pixels == 0 || bands == 0 {
         return Ok(());
     }
-    values_bip
-        .par_chunks(PLANE_BLOCK * bands)
-        .enumerate()
-        .try_for_each_init(Vec::new, |buf: &mut Vec<u8>, (block, values)| {
-            let (p0, n) = (block * PLANE_BLOCK, values.len() / bands);
-            buf.clear();
-            buf.reserve(values.len() * 4);
-            for b in 0..bands {
-                buf.extend(values[b..].iter().step_by(bands).flat_map(|v| v.to_le_bytes()));
+    bip.par_chunks(PLANE_BLOCK * bands * 4).enumerate().try_for_each_init(Vec::new, |buf: &mut Vec<u8>, (block, bytes)| {
+        let (p0, n) = (block * PLANE_BLOCK, bytes.len() / (bands * 4));
+        buf.clear();
+        buf.reserve(bytes.len());
+        for b in 0..bands {
+            for e in bytes.chunks_exact(4).skip(b).step_by(bands) {
+                buf.extend_from_slice(e);
             }
-            for (b, plane) in buf.chunks_exact(n * 4).enumerate() {
-                w.write_all_at(plane, ((b * pixels + p0) * 4) as u64)?;
-            }
-            Ok(())
-        })
+        }
+        for (b, plane) in buf.chunks_exact(n * 4).enumerate() {
+            w.write_all_at(plane, ((b * pixels + p0) * 4) as u64)?;
+        }
+        Ok(())
+    })
 }
 
 /// See [`super::write_cube`].
@@ -259,7 +290,7 @@ mod tests {
         let pixels = lines * samples;
         let values: Vec<f32> = (0..pixels * bands).map(|i| ((i as u64 * 2654435761) % 100_003) as f32 * 0.37 - 1e4).collect();
         let fast = dir.path().join("fast.img");
-        write_f32_planes(&File::create(&fast).unwrap(), pixels, bands, &values).unwrap();
+        write_planes(&File::create(&fast).unwrap(), pixels, bands, &le_bytes(&values)).unwrap();
         let mut reference = std::io::Cursor::new(Vec::new());
         crate::cube::layout::write_elements::<_, 4>(&mut reference, 0, FileOrder::BSQ, Dims::new(lines, samples, bands), |i| {
             values[i].to_le_bytes()
