@@ -3,6 +3,8 @@
 //! GPU host with `--include-ignored` (see .gpu/run). Random seeds are printed, so a failure can be
 //! replayed with HYPERMNF_TEST_SEED.
 
+/// The in-process server of the service tests, here on the CUDA backend.
+mod common;
 /// The GPU hash table of the job cache against its CPU twin (issue 5).
 mod gpu_cache;
 mod gpu_hashtable;
@@ -1132,4 +1134,51 @@ fn resident_cube_returns_its_staging_once_uploaded() {
         drop(p);
         assert!(be.idle_pinned_bytes() >= idle, "{what}: everything back once the cube is dropped");
     }
+}
+
+/// A `.npy` upload sent to the device while it arrives (`jobs::feed`), then computed by its job
+/// started before the upload was synced (`jobs::early`): the result is bit-identical to the same cube
+/// computed in memory on the same backend, which matches the CPU backend; the metrics say the job
+/// ran on the fed cube. A second upload of the same cube with other parameters finds the cube
+/// resident and its eigen system kept beside it (nothing fed: the level held it already).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA device"]
+async fn an_upload_fed_to_the_device_while_it_arrives_gives_the_in_memory_result() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    // 700 × 300 × 128 int16 = 53.8 MB: several statistics chunks, fed as the writer reports them.
+    let mut sp = SyntheticSpec::small(700, 300, 128);
+    sp.seed = rng.random();
+    let cube = synthetic::generate(&sp);
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(dir.path());
+    args.backend = hypermnf::mnf::BackendChoice::Cuda;
+    let srv = common::TestServer::start_on_given_backend(args).await;
+    let body = common::npy_bytes(&cube);
+    let in_memory = |k: usize| {
+        let params = MnfParams { components: Some(k), backend: hypermnf::mnf::BackendChoice::Cuda, ..Default::default() };
+        assert_pipeline_matches(&format!("in memory, k = {k}"), &cube, &params, &gpu(Route::Kernels));
+        mnf::run(&cube, &params, &gpu(Route::Kernels), &Monitor::silent()).unwrap()
+    };
+    for (k, fed) in [(6, 1), (9, 1)] {
+        let (s, job) = srv.post_npy(&body, &format!("components={k}&backend=cuda")).await;
+        assert_eq!(s, reqwest::StatusCode::ACCEPTED, "{job}");
+        let id = job["id"].as_str().unwrap();
+        assert_eq!(srv.wait(id).await["status"], "succeeded");
+        let (s, got) = srv.get_bytes(&format!("/v1/jobs/{id}/result")).await;
+        assert_eq!(s, reqwest::StatusCode::OK);
+        let want = in_memory(k);
+        let values: Vec<u32> = got[got.len() - want.components.len() * 4..]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert!(values == want.components.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "k = {k}: the service's result differs");
+        let metrics = srv.client.get(srv.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        assert!(metrics.contains(&format!("hypermnf_jobs_fed_to_device_total {fed}\n")), "k = {k}: {metrics}");
+        let md = srv.get_json(&format!("/v1/jobs/{id}/metadata")).await.1;
+        eprintln!("k = {k}: statistics {} timings {}", md["statistics"], md["timings_ms"]);
+        if k == 9 {
+            assert_eq!(md["statistics"]["source"], "device", "{md}");
+        }
+    }
+    srv.stop().await;
 }

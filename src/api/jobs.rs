@@ -18,6 +18,7 @@ use super::{params, ApiContext};
 use crate::cube::Cube;
 use crate::jobs::model::{product, rfc3339};
 use crate::jobs::early::EarlyRun;
+use crate::jobs::feed::{self, Feed};
 use crate::jobs::store::Inserted;
 use crate::jobs::{InputKind, InputSummary, Job, JobStatus, NewJob};
 use crate::mnf::MnfParams;
@@ -268,6 +269,9 @@ where
     let dir = ctx.runner.storage.scratch_dir(token)?;
     let limit = ctx.config.max_upload_bytes;
     let claim_seen = std::sync::Mutex::new(None::<Claim>);
+    let progress = Arc::new(upload::Progress::default());
+    let mut feed = None;
+    let path = dir.join("cube.npy");
     let mut check = |prefix: &[u8]| -> ApiResult<Option<Claim>> {
         let claim = upload::npy_claim(prefix, limit)?;
         if let Ok(mut seen) = claim_seen.lock() {
@@ -281,12 +285,21 @@ where
                 ));
             }
         }
+        // A cube the job can take as it is: sent to the device while it arrives, if that pays.
+        if let Some((c, (l, s, b, dtype))) = claim.and_then(|c| c.bip_le.map(|d| (c, d))) {
+            let (lines, samples, bands) = (l as usize, s as usize, b as usize);
+            if params.validate(lines, samples, bands).is_ok() {
+                let claimed = feed::Claimed { lines, samples, bands, dtype, data_offset: c.offset };
+                feed = Feed::start(&ctx.runner, params.backend, claimed, path.clone(), progress.clone());
+            }
+        }
         Ok(claim)
     };
     let mut budget = Budget::new(limit);
     let t = std::time::Instant::now();
     let body_sha256 = claimed.sha256.is_some();
-    let (got, sync) = upload::receive_unsynced(stream, dir.join("cube.npy"), &mut budget, Some(&mut check), None, body_sha256).await?;
+    let received = upload::receive_unsynced(stream, path.clone(), &mut budget, Some(&mut check), None, body_sha256, Some(progress.clone())).await;
+    let (got, sync) = received?;
     tracing::debug!(bytes = got.bytes, secs = t.elapsed().as_secs_f64(), "npy upload received and hashed");
     ApiMetrics::add(&ctx.metrics.bytes_in, got.bytes);
     // A little-endian C-order .npy: its header was checked, its size is exact, and its content
@@ -308,7 +321,11 @@ where
     let sha = claimed.sha256.clone();
     match (checked, digested) {
         (Ok(Some(input)), Some((content, _))) => {
-            let upload = Unsynced { token, npy: &got.path, sync };
+            let fed = match feed.take() {
+                Some(f) => f.finish().await,
+                None => None,
+            };
+            let upload = Unsynced { token, npy: &got.path, sync, fed };
             enqueue_unsynced(ctx, caller, content, input, params, sha, upload).await
         }
         (Ok(_), _) => {
@@ -579,6 +596,8 @@ struct Unsynced<'a> {
     token: &'a str,
     npy: &'a Path,
     sync: upload::Unsynced,
+    /// The cube, sent to a device while it arrived (`jobs::feed`).
+    fed: Option<Arc<crate::cache::ResidentCube>>,
 }
 
 /// [`enqueue`] for an upload still being synced: when a worker is idle, the job starts computing on
@@ -604,7 +623,7 @@ async fn enqueue_unsynced(
     let location = format!("uploads/{id}");
     let new = new_job(id, caller, canonical, digest, cube_digest, upload_sha256, input, InputKind::Npy, location);
     // Dropped (canceled, its scratch removed) if the upload is not accepted after all.
-    let early = ctx.runner.start_early(&new, upload.npy);
+    let early = ctx.runner.start_early(&new, upload.npy, upload.fed);
     upload.sync.wait().await?;
     insert_stored(ctx, new, Some(upload.token), early).await
 }

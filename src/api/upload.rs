@@ -123,6 +123,60 @@ fn sha256_of_batches(mut rx: tokio::sync::mpsc::Receiver<Batch>) -> std::io::Res
     Ok(h.finalize().into())
 }
 
+/// How much of an upload is in its file, for a reader that follows the file while it is written (the
+/// device feed, `jobs::feed`). The file has its full length from the first batch on (see
+/// `write_durably`), so that it can be mapped; only the first `written` bytes hold the upload.
+#[derive(Default)]
+pub struct Progress {
+    /// (bytes written, the writer has ended)
+    state: std::sync::Mutex<(u64, bool)>,
+    changed: std::sync::Condvar,
+    /// Set before the first batch: the writer gives the file its full length at once.
+    mapped: AtomicBool,
+}
+
+impl Progress {
+    /// Asks for the file at its full length from the first batch on, for a reader that maps it
+    /// while it fills (before any byte is written: the claim's check does it).
+    pub fn map_while_written(&self) {
+        self.mapped.store(true, Ordering::Release);
+    }
+
+    /// Blocks until at least `bytes` are written (then the count written), or the writer ended
+    /// before that (None: the upload stopped short, or failed).
+    pub fn wait_for(&self, bytes: u64) -> Option<u64> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            match *st {
+                (written, _) if written >= bytes => return Some(written),
+                (_, true) => return None,
+                _ => st = self.changed.wait(st).unwrap_or_else(|p| p.into_inner()),
+            }
+        }
+    }
+
+    fn advance(&self, written: u64) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).0 = written;
+        self.changed.notify_all();
+    }
+
+    fn end(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.changed.notify_all();
+    }
+}
+
+/// Marks the writer ended whichever way it returns.
+struct EndOnDrop(Option<Arc<Progress>>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            p.end();
+        }
+    }
+}
+
 /// Writes every batch to `f`, then `sync_data`: the job must survive a crash once it is accepted, so
 /// the data reaches the disk before the 202. Writeback is started every WRITEBACK_EVERY bytes while the
 /// body streams in (and the range before waited for), so that the final sync only has the last few
@@ -132,23 +186,34 @@ fn sha256_of_batches(mut rx: tokio::sync::mpsc::Receiver<Batch>) -> std::io::Res
 /// the disk at once. Once `ended` is set (the body is complete), the batches still queued are written
 /// without waiting for the disk, and `written` is told before the final sync: the bytes are then in
 /// the file for readers (a job started early, see `jobs::early`) while the disk catches up.
+///
+/// With `progress`, every batch written is reported, and the file is given the claimed length before
+/// the first byte is written when a reader asked to map it while it fills.
 fn write_durably(
     mut f: std::fs::File,
     expected: Arc<OnceLock<u64>>,
     ended: Arc<AtomicBool>,
     written_tx: tokio::sync::oneshot::Sender<()>,
+    progress: Option<Arc<Progress>>,
     mut rx: tokio::sync::mpsc::Receiver<Batch>,
 ) -> std::io::Result<()> {
+    let _end = EndOnDrop(progress.clone());
     let (mut written, mut started, mut previous) = (0u64, 0u64, None);
     while let Some(batch) = rx.blocking_recv() {
         if written == 0 {
             if let Some(&len) = expected.get() {
                 preallocate(&f, len)?;
+                if progress.as_ref().is_some_and(|p| p.mapped.load(Ordering::Acquire)) {
+                    f.set_len(len)?;
+                }
             }
         }
         for b in &batch {
             f.write_all(b)?;
             written += b.len() as u64;
+        }
+        if let Some(p) = &progress {
+            p.advance(written);
         }
         if written - started >= WRITEBACK_EVERY {
             let wait = if ended.load(Ordering::Acquire) { None } else { previous };
@@ -229,7 +294,7 @@ where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    let (received, sync) = receive_unsynced(stream, dest, budget, prefix_check, claim, body_sha256).await?;
+    let (received, sync) = receive_unsynced(stream, dest, budget, prefix_check, claim, body_sha256, None).await?;
     sync.wait().await?;
     Ok(received)
 }
@@ -258,6 +323,7 @@ pub async fn receive_unsynced<S, E>(
     mut prefix_check: Option<&mut PrefixCheck<'_>>,
     mut claim: Option<Claim>,
     body_sha256: bool,
+    progress: Option<Arc<Progress>>,
 ) -> Result<(Received, Unsynced), Error>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -273,7 +339,7 @@ where
     let (written_tx, written_rx) = tokio::sync::oneshot::channel();
     let writer = sink(WRITER_QUEUE, {
         let (expected, ended) = (expected.clone(), ended.clone());
-        move |rx| write_durably(file, expected, ended, written_tx, rx)
+        move |rx| write_durably(file, expected, ended, written_tx, progress, rx)
     });
     let hasher = body_sha256.then(|| sink(HASHER_QUEUE, sha256_of_batches));
     let mut content: Option<Sink<[u8; 32]>> = None;

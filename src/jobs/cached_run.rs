@@ -29,6 +29,9 @@ pub struct DeviceLookup {
     device_key: Option<Digest>,
     /// The resident cube found under `device_key`.
     resident: Option<Arc<ResidentCube>>,
+    /// The job's cube sent to the device while its upload arrived (`jobs::feed`), when the level did
+    /// not hold it already: used like a cube this job prepared, and kept under `device_key`.
+    fed: Option<Arc<ResidentCube>>,
 }
 
 impl DeviceLookup {
@@ -55,12 +58,23 @@ impl DeviceLookup {
             (Some(dev), Some(key)) => dev.get(key),
             _ => None,
         };
-        DeviceLookup { stored, device_key, resident }
+        DeviceLookup { stored, device_key, resident, fed: None }
     }
 
-    /// The job's cube when it is still resident on the device: it need not be read.
+    /// Takes `fed` (the job's cube, fed to the device while its upload arrived) as the cube to run
+    /// on, unless the level already holds the cube, or cannot keep it (an href, or no level): whether
+    /// it was taken.
+    pub fn adopt_fed(&mut self, fed: Arc<ResidentCube>) -> bool {
+        let take = self.resident.is_none() && self.device_key.is_some();
+        if take {
+            self.fed = Some(fed);
+        }
+        take
+    }
+
+    /// The job's cube when it is on the device (resident, or fed): it need not be read.
     pub fn cube(&self) -> Option<Arc<Cube>> {
-        self.resident.as_ref().map(|r| r.cube().clone())
+        self.resident.as_ref().or(self.fed.as_ref()).map(|r| r.cube().clone())
     }
 }
 
@@ -71,6 +85,8 @@ pub struct Plan {
     device_key: Option<Digest>,
     /// The resident cube found under `device_key`.
     resident: Option<Arc<ResidentCube>>,
+    /// The job's cube, fed to the device (see [`DeviceLookup::adopt_fed`]).
+    fed: Option<Arc<ResidentCube>>,
     statistics_key: Digest,
     known: Option<(Arc<SystemRecord>, ReuseSource)>,
 }
@@ -95,7 +111,7 @@ impl Plan {
         cube: Arc<Cube>,
         rt: &tokio::runtime::Handle,
     ) -> Plan {
-        let DeviceLookup { stored, device_key, resident } = found;
+        let DeviceLookup { stored, device_key, resident, fed } = found;
         let content = match stored {
             Some(c) => c,
             None => cube.content_digest(),
@@ -105,7 +121,7 @@ impl Plan {
             Some(s) => Some((s, ReuseSource::Device)),
             None => rt.block_on(cache.find_system(&statistics_key)).map(|s| (s, ReuseSource::Storage)),
         };
-        Plan { cube, device_key, resident, statistics_key, known }
+        Plan { cube, device_key, resident, fed, statistics_key, known }
     }
 
     /// Whether the statistics passes will be skipped.
@@ -129,6 +145,7 @@ impl Plan {
                 tracing::warn!(job = %job.id, "CUDA error while the device cache held memory ({msg}); retrying with it emptied");
                 // This job's own hold on a resident cube goes too, or clearing could not free it.
                 drop(self.resident.take());
+                drop(self.fed.take());
                 if let Some(d) = device {
                     d.clear();
                 }
@@ -171,9 +188,10 @@ impl Plan {
             device.make_room(backend.as_ref(), resident_need(&self.cube));
             return plain();
         };
-        let (item, new) = match &self.resident {
-            Some(item) => (item.clone(), false),
-            None => {
+        let (item, new) = match (&self.resident, &self.fed) {
+            (Some(item), _) => (item.clone(), false),
+            (None, Some(fed)) => (fed.clone(), true),
+            (None, None) => {
                 // Jobs come first: evict until this cube fits on the device.
                 let t = std::time::Instant::now();
                 device.make_room(backend.as_ref(), resident_need(&self.cube));

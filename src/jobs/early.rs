@@ -1,4 +1,5 @@
 //! Jobs started early: an upload's job computed while the upload is still being synced to the disk.
+//! (Its cube may already be on the device: see `jobs::feed`.)
 //!
 //! Once the last byte of a `.npy` upload is in its scratch file and digested, what is left before
 //! the 202 is the disk catching up (the final `sync_data`: 15–20 ms for 299 MB on the H100 host,
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::job_run::{JobRun, Started};
+use crate::cache::ResidentCube;
 use super::model::{Job, JobStatus};
 use super::store::NewJob;
 use super::worker::Runner;
@@ -37,9 +39,15 @@ pub struct EarlyRun {
 impl EarlyRun {
     /// Starts steps 2 to 4 of `new` (its input still at `scratch_location`, a `scratch/<token>` key)
     /// as `runner`'s run of it. The caller checked that a worker was idle.
-    pub(super) fn start(runner: Arc<Runner>, new: &NewJob, scratch_location: String, slot: OwnedSemaphorePermit) -> EarlyRun {
+    pub(super) fn start(
+        runner: Arc<Runner>,
+        new: &NewJob,
+        scratch_location: String,
+        slot: OwnedSemaphorePermit,
+        fed: Option<Arc<ResidentCube>>,
+    ) -> EarlyRun {
         let job = job_before_insert(new, scratch_location);
-        let run = JobRun::unclaimed(job, runner.services());
+        let run = JobRun::unclaimed(job, runner.services(), fed);
         runner.track(&new.id, run.cancel_flag());
         let started = run.start_compute();
         tracing::debug!(job = %new.id, "job started before its upload was synced");

@@ -35,7 +35,7 @@ use super::input;
 use super::metrics::JobMetrics;
 use super::model::{now_ms, product, InputKind, Job, JobStatus};
 use super::store::{JobStore, Lease, StoreError};
-use crate::cache::{Digest, SystemRecord};
+use crate::cache::{Digest, ResidentCube, SystemRecord};
 use crate::cube::{Cube, CubeError};
 use crate::mnf::{MnfOutput, MnfParams, Monitor, Stage};
 use crate::storage::{Storage, StorageError};
@@ -62,7 +62,7 @@ impl JobServices {
     /// Step 1: claims the next queued job under this instance's lease; None when the queue is empty.
     pub async fn claim(&self) -> Result<Option<JobRun>, StoreError> {
         let job = self.store.claim(&self.lease).await?;
-        Ok(job.map(|job| JobRun { job, services: self.clone(), cancel: Arc::new(AtomicBool::new(false)) }))
+        Ok(job.map(|job| JobRun { job, services: self.clone(), cancel: Arc::new(AtomicBool::new(false)), fed: None }))
     }
 }
 
@@ -73,6 +73,9 @@ pub struct JobRun {
     services: JobServices,
     /// Stops the job at the backend's next chunk: a cancellation, or a lease that cannot be extended.
     cancel: Arc<AtomicBool>,
+    /// The job's cube, prepared on a device while its upload arrived (`jobs::feed`): the job runs
+    /// on it (and that device's backend) unless the device level already holds the cube.
+    fed: Option<Arc<ResidentCube>>,
 }
 
 /// Steps 2 to 4, running on the blocking pool.
@@ -122,8 +125,8 @@ impl JobRun {
     /// A run of `job` that no worker claimed: a job started early (`jobs::early`), whose row does not
     /// exist yet. Its computation may start ([`JobRun::start_compute`]) before the row is inserted,
     /// and the run of the inserted row finishes it ([`JobRun::with_job`], [`JobRun::finish`]).
-    pub(super) fn unclaimed(job: Job, services: JobServices) -> JobRun {
-        JobRun { job, services, cancel: Arc::new(AtomicBool::new(false)) }
+    pub(super) fn unclaimed(job: Job, services: JobServices, fed: Option<Arc<ResidentCube>>) -> JobRun {
+        JobRun { job, services, cancel: Arc::new(AtomicBool::new(false)), fed }
     }
 
     /// The same run (the same cancel flag) for `job`: the row as inserted, after the computation
@@ -185,11 +188,20 @@ impl JobRun {
         let (s, job) = (&self.services, &self.job);
         let params: MnfParams = serde_json::from_str(&job.params)
             .map_err(|e| JobFailure { code: "invalid_params".into(), message: e.to_string() })?;
-        let backend = s.backends.get(params.backend).map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?;
+        // A cube fed to a device is on one of the backends of its choice: that one.
+        let backend = match &self.fed {
+            Some(fed) => fed.backend().clone(),
+            None => s.backends.get(params.backend).map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?,
+        };
         let started = Instant::now();
 
-        // Step 2: the cube may still be resident on the device.
-        let found = DeviceLookup::find(&s.cache, job, &backend, &s.storage, rt);
+        // Step 2: the cube may still be resident on the device, or have been fed to it.
+        let mut found = DeviceLookup::find(&s.cache, job, &backend, &s.storage, rt);
+        if let Some(fed) = &self.fed {
+            if found.adopt_fed(fed.clone()) {
+                s.metrics.fed_to_device.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let looked_up = Instant::now();
         // Step 3: if not, it is read; then an eigen system may be known for it.
         let cube = match found.cube() {

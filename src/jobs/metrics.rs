@@ -20,6 +20,8 @@ pub struct JobMetrics {
     pub canceled: AtomicU64,
     /// Jobs whose computation started while their upload was still being synced (`jobs::early`).
     pub started_early: AtomicU64,
+    /// Jobs that ran on a cube sent to the device while its upload arrived (`jobs::feed`).
+    pub fed_to_device: AtomicU64,
 }
 
 /// The parts of a job's trip outside the pipeline's stages, so that the time between an accepted

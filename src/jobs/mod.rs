@@ -8,7 +8,8 @@
 //!   share; `cached_run`: one job's MNF through it;
 //! * `metrics`: times and outcomes for `/metrics`;
 //! * `worker`: the workers that claim jobs and run them, and the [`Runner`] the API shares;
-//!   `early`: an upload's job started while the upload is synced, when a worker is idle.
+//!   `early`: an upload's job started while the upload is synced, when a worker is idle; `feed`:
+//!   its cube sent to the device while the upload arrives.
 //!
 //! The database is the only durable state: a job accepted with 202 is a row whose input is already on
 //! disk, so a process that dies loses nothing; the next start puts its running jobs back in the queue.
@@ -17,6 +18,7 @@ pub mod backends;
 pub mod cache;
 pub mod cached_run;
 pub mod early;
+pub mod feed;
 pub mod input;
 pub mod job_run;
 pub mod metrics;

@@ -163,7 +163,12 @@ impl Runner {
     /// until the job ends); None otherwise (the job is queued as usual). The input is linked into the
     /// job's own scratch first, so that storing the upload (a rename) does not take it from under the
     /// computation.
-    pub fn start_early(self: &Arc<Self>, new: &NewJob, scratch_npy: &std::path::Path) -> Option<EarlyRun> {
+    pub fn start_early(
+        self: &Arc<Self>,
+        new: &NewJob,
+        scratch_npy: &std::path::Path,
+        fed: Option<Arc<crate::cache::ResidentCube>>,
+    ) -> Option<EarlyRun> {
         if new.input_kind != super::model::InputKind::Npy {
             return None;
         }
@@ -177,7 +182,12 @@ impl Runner {
             self.storage.remove_scratch(&token);
             return None;
         }
-        Some(EarlyRun::start(self.clone(), new, format!("scratch/{token}"), slot))
+        Some(EarlyRun::start(self.clone(), new, format!("scratch/{token}"), slot, fed))
+    }
+
+    /// Whether a worker is idle now (a job started early would take its place).
+    pub fn has_idle_worker(&self) -> bool {
+        self.slots.available_permits() > 0
     }
 
     /// Counts `flag`'s job as running here (`cancel` reaches it).

@@ -116,4 +116,11 @@ pub trait PreparedCube {
     /// shares of a split cube all take the whole cube's, so that they form exactly the float32 values
     /// one device would. Nothing to do elsewhere.
     fn use_shifts(&mut self, _data: &[f64], _noise: &[f64]) {}
+    /// For a cube whose bytes are still arriving (an upload being written to the file the cube maps):
+    /// starts copying to the device what the passes will need of its first `lines` lines, so that
+    /// little is left to copy once the last byte is there (`jobs::feed`). Nothing to do where nothing
+    /// stays on a device between passes.
+    fn upload_arrived(&mut self, _lines: usize) -> Result<(), BackendError> {
+        Ok(())
+    }
 }

@@ -19,6 +19,11 @@ impl TestServer {
     /// references are computed on the CPU).
     pub async fn start(mut args: hypermnf::config::ServeArgs) -> TestServer {
         args.backend = hypermnf::mnf::BackendChoice::Cpu;
+        Self::start_on_given_backend(args).await
+    }
+
+    /// The same, on the backend `args` names (the GPU tests).
+    pub async fn start_on_given_backend(args: hypermnf::config::ServeArgs) -> TestServer {
         let server = hypermnf::api::start(args).await.expect("server starts");
         let base = format!("http://{}", server.addr);
         // No connection reuse: a refused upload's connection is closed by the server, and a pooled

@@ -1218,6 +1218,27 @@ impl PreparedCube for CudaCube<'_> {
             None => 0,
         }
     }
+
+    /// A resident cube: issues the upload of every chunk that lies wholly within the first `lines`
+    /// lines (the statistics pass then finds them uploaded, and only waits for their copies). A
+    /// streamed cube keeps nothing between passes: nothing to do. Only a cube read from its file as
+    /// it goes can follow a file being written: one whose samples were converted on the host when it
+    /// was prepared (64-bit integers) holds what the file held then, and is refused.
+    fn upload_arrived(&mut self, lines: usize) -> Result<(), BackendError> {
+        if self.resident.is_none() {
+            return Ok(());
+        }
+        if self.file.is_none() {
+            return Err(BackendError::Invalid("this cube is not read from its file as it goes".into()));
+        }
+        self.bind()?;
+        for c in 0..self.lay.chunks() {
+            if self.lay.chunk(c).1 <= lines {
+                self.issue_chunk(c)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// One output pass: the projection (k components per pixel) or the inverse (all bands per pixel).
