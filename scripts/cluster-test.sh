@@ -77,8 +77,10 @@ hypermnf_garage_start hypermnf-cluster cluster || fail "Garage did not start"
 hypermnf_garage_selfcheck || fail "Garage does not serve S3"
 echo "$HYPERMNF_TEST_S3_URL at $AWS_ENDPOINT_URL"
 
-step "$INSTANCES hypermnf serve instances (--workers $WORKERS --lease $LEASE --backend cpu)"
-hypermnf_instances_start "$INSTANCES" "$WORK" --workers "$WORKERS" --lease "$LEASE" --backend cpu \
+# --early-start always: the CPU jobs of .npy uploads start before the upload is synced too (by default
+# only GPU jobs do), so that jobs inserted already claimed meet the kills and the leases here.
+step "$INSTANCES hypermnf serve instances (--workers $WORKERS --lease $LEASE --backend cpu --early-start always)"
+hypermnf_instances_start "$INSTANCES" "$WORK" --workers "$WORKERS" --lease "$LEASE" --backend cpu --early-start always \
     || fail "the instances did not start"
 PIDS=("${HYPERMNF_INSTANCE_PIDS[@]}")
 urls=("${HYPERMNF_INSTANCE_URLS[@]}")

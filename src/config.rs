@@ -72,6 +72,32 @@ pub struct ServeArgs {
     /// host keeps each such cube too (the same bytes again, in RAM).
     #[arg(long, env = "HYPERMNF_GPU_CACHE_BYTES", default_value_t = DEFAULT_GPU_CACHE_BYTES)]
     pub gpu_cache_bytes: u64,
+    /// Which `.npy` uploads' jobs start computing before the upload is synced, on an idle worker of
+    /// the instance that received it: `device` (jobs on a GPU: the job, and on the way the copy of the
+    /// cube to the device, hide behind the upload and its sync), `always` (CPU jobs too, which then
+    /// share the cores with the end of the request: the 202 came ~20 ms later on two cores), `never`.
+    #[arg(long, env = "HYPERMNF_EARLY_START", default_value = "device")]
+    pub early_start: EarlyStart,
+}
+
+/// See `ServeArgs::early_start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EarlyStart {
+    Device,
+    Always,
+    Never,
+}
+
+impl std::str::FromStr for EarlyStart {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "device" => Ok(EarlyStart::Device),
+            "always" => Ok(EarlyStart::Always),
+            "never" => Ok(EarlyStart::Never),
+            other => Err(format!("early start must be device, always or never, not {other:?}")),
+        }
+    }
 }
 
 /// 4 GiB: a dozen cubes of the published design's size (299 MB each as int16) on an 80 GB device.
@@ -99,6 +125,7 @@ impl ServeArgs {
             retention: Duration::from_secs(7 * 86400),
             request_timeout: Duration::from_secs(1800),
             gpu_cache_bytes: DEFAULT_GPU_CACHE_BYTES,
+            early_start: EarlyStart::Device,
         }
     }
 

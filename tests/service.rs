@@ -285,14 +285,17 @@ async fn cancel_queued_and_running_jobs() {
     srv.stop().await;
 }
 
-/// A `.npy` upload that finds the worker idle is computed while it is still being synced
-/// (`jobs::early`): its 202 already shows it running (inserted claimed), its result is the
+/// With `--early-start always`, a `.npy` upload that finds the worker idle is computed while it is
+/// still being synced (`jobs::early`): its 202 already shows it running (inserted claimed), its result is the
 /// in-process pipeline's, and nothing of it is left in scratch. An upload that comes while the only
 /// worker is busy is queued as before, and runs after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_that_finds_the_worker_idle_starts_before_its_202() {
     let tmp = tempfile::tempdir().unwrap();
-    let srv = TestServer::start(hypermnf::config::ServeArgs::with_data_dir(tmp.path())).await;
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(tmp.path());
+    // By default only jobs on a GPU start early; `always` takes the CPU ones too.
+    args.early_start = hypermnf::config::EarlyStart::Always;
+    let srv = TestServer::start(args).await;
     let (a, b) = (synthetic_cube(BIG.0, BIG.1, BIG.2, 31), synthetic_cube(60, 40, 16, 32));
     let (s, early) = srv.post_npy(&npy_bytes(&a), "components=4").await;
     assert_eq!((s, early["status"].as_str()), (StatusCode::ACCEPTED, Some("running")), "{early}");
@@ -317,6 +320,14 @@ async fn an_upload_that_finds_the_worker_idle_starts_before_its_202() {
         .map(|d| d.map(|e| e.unwrap().file_name()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "left in scratch: {left:?}");
+    srv.stop().await;
+
+    // The default (`device`) leaves a CPU job queued, as before.
+    let tmp = tempfile::tempdir().unwrap();
+    let srv = TestServer::start(hypermnf::config::ServeArgs::with_data_dir(tmp.path())).await;
+    let (s, queued) = srv.post_npy(&npy_bytes(&b), "components=3").await;
+    assert_eq!((s, queued["status"].as_str()), (StatusCode::ACCEPTED, Some("queued")), "{queued}");
+    assert_eq!(srv.wait(queued["id"].as_str().unwrap()).await["status"], "succeeded");
     srv.stop().await;
 }
 

@@ -612,7 +612,7 @@ async fn enqueue_unsynced(
     upload_sha256: Option<String>,
     upload: Unsynced<'_>,
 ) -> ApiResult<Created> {
-    let canonical = params::canonical(&params);
+    let (canonical, choice) = (params::canonical(&params), params.backend);
     let digest = job_digest(&cube_digest, &canonical);
     if let Some(job) = existing_job(ctx, &caller.owner, &digest).await? {
         let _ = upload.sync.wait().await; // the scratch file is not removed under its sync
@@ -623,7 +623,7 @@ async fn enqueue_unsynced(
     let location = format!("uploads/{id}");
     let new = new_job(id, caller, canonical, digest, cube_digest, upload_sha256, input, InputKind::Npy, location);
     // Dropped (canceled, its scratch removed) if the upload is not accepted after all.
-    let early = ctx.runner.start_early(&new, upload.npy, upload.fed);
+    let early = ctx.runner.start_early(&new, choice, upload.npy, upload.fed);
     upload.sync.wait().await?;
     insert_stored(ctx, new, Some(upload.token), early).await
 }

@@ -136,9 +136,10 @@ pub async fn context(args: ServeArgs) -> anyhow::Result<ApiContext> {
         tracing::info!(requeued, "jobs left running by an earlier process are queued again");
     }
     let cache = crate::jobs::cache::open(&args, backends.default_backend().as_ref(), &store, &storage).await?;
+    let runner = Runner::new(store, storage, backends, cache, lease).with_early_start(args.early_start);
     Ok(ApiContext {
         config: Arc::new(args),
-        runner: Arc::new(Runner::new(store, storage, backends, cache, lease)),
+        runner: Arc::new(runner),
         keys,
         metrics: Arc::new(metrics::ApiMetrics::default()),
         input_roots: Arc::new(roots),

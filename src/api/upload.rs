@@ -632,6 +632,37 @@ mod tests {
         v
     }
 
+    /// A reader of an upload being written waits for the bytes it needs, and is let go (None) when the
+    /// writer ends short of them; the file has its full length from the first batch when asked.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn progress_follows_the_writer_and_lets_readers_go_when_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let progress = Arc::new(Progress::default());
+        progress.map_while_written();
+        let mut check = |_: &[u8]| -> Result<Option<Claim>, Error> { Ok(Some(Claim { offset: 0, data: 3 * WRITE_CHUNK as u64, bip_le: None })) };
+        let chunk = Bytes::from(vec![7u8; WRITE_CHUNK]);
+        // The body ends a chunk short of its claim.
+        let stream = futures::stream::iter(vec![Ok::<Bytes, std::io::Error>(chunk.clone()), Ok(chunk)]);
+        let path = dir.path().join("x");
+        let reader = {
+            let (progress, path) = (progress.clone(), path.clone());
+            tokio::task::spawn_blocking(move || {
+                let first = progress.wait_for(1).unwrap();
+                // the whole claimed length is there before the rest is written
+                let len = std::fs::metadata(&path).unwrap().len();
+                (first, len, progress.wait_for(2 * WRITE_CHUNK as u64), progress.wait_for(3 * WRITE_CHUNK as u64))
+            })
+        };
+        let mut budget = Budget::new(u64::MAX);
+        let got = receive_unsynced(stream, path, &mut budget, Some(&mut check), None, false, Some(progress.clone())).await;
+        assert_eq!(got.err().map(|e| e.code().to_string()).as_deref(), Some("size_mismatch"));
+        let (first, len, two, three) = reader.await.unwrap();
+        assert!(first >= 1);
+        assert_eq!(len, 3 * WRITE_CHUNK as u64);
+        assert_eq!(two, Some(2 * WRITE_CHUNK as u64));
+        assert_eq!(three, None, "the writer ended short: the reader is let go");
+    }
+
     #[test]
     fn npy_claims() {
         let p = npy_prefix("<i2", "(3, 4, 5)");

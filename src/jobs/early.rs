@@ -31,6 +31,9 @@ use super::worker::Runner;
 /// canceled and its scratch removed.
 pub struct EarlyRun {
     run: Option<(JobRun, Started)>,
+    /// Told once the row is inserted (the run's register step waits for it); dropped unsent, the
+    /// register step gives up.
+    inserted: tokio::sync::watch::Sender<bool>,
     runner: Arc<Runner>,
     /// The idle worker's place this run takes, until it ends.
     slot: Option<OwnedSemaphorePermit>,
@@ -47,17 +50,21 @@ impl EarlyRun {
         fed: Option<Arc<ResidentCube>>,
     ) -> EarlyRun {
         let job = job_before_insert(new, scratch_location);
-        let run = JobRun::unclaimed(job, runner.services(), fed);
+        let (inserted, row) = tokio::sync::watch::channel(false);
+        let run = JobRun::unclaimed(job, runner.services(), fed, row);
         runner.track(&new.id, run.cancel_flag());
         let started = run.start_compute();
         tracing::debug!(job = %new.id, "job started before its upload was synced");
-        EarlyRun { run: Some((run, started)), runner, slot: Some(slot) }
+        EarlyRun { run: Some((run, started)), inserted, runner, slot: Some(slot) }
     }
 
     /// The row was inserted (claimed by this instance) as `job`: the run goes on to its end in a task
     /// of its own, as a worker's would.
     pub fn finish(mut self, job: Job) {
         let Some((run, started)) = self.run.take() else { return };
+        let _ = self.inserted.send(true);
+        // The line a worker logs when it claims a job (operators and tests/cluster follow jobs by it).
+        tracing::info!(job = %job.id, attempt = job.attempts, early = true, "job started");
         let (runner, slot) = (self.runner.clone(), self.slot.take());
         runner.metrics.started_early.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tokio::spawn(async move {

@@ -54,7 +54,7 @@ impl Feed {
     /// `choice`'s backend, when that backend keeps cubes on a device and a worker of `runner` is idle;
     /// None otherwise.
     pub fn start(runner: &Runner, choice: BackendChoice, claimed: Claimed, path: PathBuf, progress: Arc<Progress>) -> Option<Feed> {
-        if !runner.has_idle_worker() {
+        if !runner.has_idle_worker() || !runner.may_start_early(choice) {
             return None;
         }
         let backend = runner.backends.get(choice).ok()?;

@@ -62,7 +62,7 @@ impl JobServices {
     /// Step 1: claims the next queued job under this instance's lease; None when the queue is empty.
     pub async fn claim(&self) -> Result<Option<JobRun>, StoreError> {
         let job = self.store.claim(&self.lease).await?;
-        Ok(job.map(|job| JobRun { job, services: self.clone(), cancel: Arc::new(AtomicBool::new(false)), fed: None }))
+        Ok(job.map(|job| JobRun { job, services: self.clone(), cancel: Arc::new(AtomicBool::new(false)), fed: None, inserted: None }))
     }
 }
 
@@ -76,6 +76,9 @@ pub struct JobRun {
     /// The job's cube, prepared on a device while its upload arrived (`jobs::feed`): the job runs
     /// on it (and that device's backend) unless the device level already holds the cube.
     fed: Option<Arc<ResidentCube>>,
+    /// For a job started early: becomes true once its row is inserted (the register step needs the
+    /// row); the sender dropped means it never will be.
+    inserted: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// Steps 2 to 4, running on the blocking pool.
@@ -94,13 +97,12 @@ impl Started {
     }
 }
 
-/// What steps 2 to 4 leave for the store and register steps.
+/// What steps 2 to 4 (and 6, run beside the writing of the results) leave for the store step.
 struct JobDone {
     /// (product name, scratch path)
     files: Vec<(String, PathBuf)>,
-    /// The eigen system the job computed (None when it reused one), with its statistics key.
-    fresh: Option<(Digest, Arc<SystemRecord>)>,
-    backend: &'static str,
+    /// What the register step entered in the job cache: withdrawn if the job does not succeed.
+    registered: Registered,
 }
 
 impl JobRun {
@@ -125,8 +127,13 @@ impl JobRun {
     /// A run of `job` that no worker claimed: a job started early (`jobs::early`), whose row does not
     /// exist yet. Its computation may start ([`JobRun::start_compute`]) before the row is inserted,
     /// and the run of the inserted row finishes it ([`JobRun::with_job`], [`JobRun::finish`]).
-    pub(super) fn unclaimed(job: Job, services: JobServices, fed: Option<Arc<ResidentCube>>) -> JobRun {
-        JobRun { job, services, cancel: Arc::new(AtomicBool::new(false)), fed }
+    pub(super) fn unclaimed(
+        job: Job,
+        services: JobServices,
+        fed: Option<Arc<ResidentCube>>,
+        inserted: tokio::sync::watch::Receiver<bool>,
+    ) -> JobRun {
+        JobRun { job, services, cancel: Arc::new(AtomicBool::new(false)), fed, inserted: Some(inserted) }
     }
 
     /// The same run (the same cancel flag) for `job`: the row as inserted, after the computation
@@ -156,12 +163,9 @@ impl JobRun {
             Err(f) => Err(f),
         };
         self.services.storage.remove_scratch(&format!("job-{id}"));
-        // Steps 6 and 7.
+        // Step 7 (step 6 ran beside the writing of the results).
         match stored {
-            Ok((done, results)) => {
-                let registered = self.register(&done).await;
-                self.mark_succeeded(&results, registered).await;
-            }
+            Ok((registered, results)) => self.mark_succeeded(&results, registered).await,
             Err(failure) => self.mark_failed(failure).await,
         }
         self.services.ended.notify_waiters();
@@ -251,21 +255,40 @@ impl JobRun {
             return Err(JobFailure { code: "canceled".into(), message: "canceled".into() });
         }
 
+        // Step 6 runs on the runtime while this thread writes the result files: it needs only the
+        // eigen system, and a result it registers reads as a miss until the row says succeeded.
+        let registering = {
+            let (me, name) = (self.clone(), backend.name());
+            rt.spawn(async move { me.register(fresh, name).await })
+        };
         *progress.lock().unwrap_or_else(|p| p.into_inner()) = (Stage::Write, 0.0);
         let write_started = Instant::now();
-        let files = write_results(&s.storage, &job.id, &cube, &output)?;
+        let written = write_results(&s.storage, &job.id, &cube, &output);
         s.metrics.record_stage(Stage::Write, write_started.elapsed());
-        Ok(JobDone { files, fresh, backend: backend.name() })
+        let registered = rt
+            .block_on(registering)
+            .map_err(|e| JobFailure { code: "internal".into(), message: format!("the register step ended abnormally: {e}") })?;
+        match written {
+            Ok(files) => Ok(JobDone { files, registered }),
+            Err(f) => {
+                rt.block_on(s.cache.withdraw(&job.id, registered));
+                Err(f)
+            }
+        }
     }
 
-    /// Step 5: moves the written files into `results/<id>/`; the map of product name to storage key.
-    async fn store_results(&self, done: JobDone) -> Result<(JobDone, BTreeMap<String, String>), JobFailure> {
+    /// Step 5: moves the written files into `results/<id>/`: what was registered, and the map of
+    /// product name to storage key. A failure withdraws the registration.
+    async fn store_results(&self, done: JobDone) -> Result<(Registered, BTreeMap<String, String>), JobFailure> {
         let started = Instant::now();
         let stored = self.put_results(&done.files).await;
         self.services.metrics.record_phase("store", started.elapsed());
         match stored {
-            Ok(results) => Ok((done, results)),
-            Err(e) => Err(JobFailure::storage(&e)),
+            Ok(results) => Ok((done.registered, results)),
+            Err(e) => {
+                self.services.cache.withdraw(&self.job.id, done.registered).await;
+                Err(JobFailure::storage(&e))
+            }
         }
     }
 
@@ -279,14 +302,20 @@ impl JobRun {
         Ok(out)
     }
 
-    /// Step 6: the eigen system this job computed goes beside its results before the job is marked
-    /// succeeded (if the job is canceled or deleted meanwhile, both go together), and the cache
-    /// knows the job before anyone can see it succeeded.
-    async fn register(&self, done: &JobDone) -> Registered {
+    /// Step 6: the eigen system this job computed (`fresh`, None when it reused one) goes beside its
+    /// results before the job is marked succeeded (if the job is canceled or deleted meanwhile, both
+    /// go together), and the cache knows the job before anyone can see it succeeded. A job started
+    /// early waits for its row first; one whose row never comes registers nothing.
+    async fn register(&self, fresh: Option<(Digest, Arc<SystemRecord>)>, backend: &str) -> Registered {
         let s = &self.services;
+        if let Some(inserted) = &self.inserted {
+            if inserted.clone().wait_for(|&v| v).await.is_err() {
+                return Registered::default();
+            }
+        }
         let started = Instant::now();
-        let system = match &done.fresh {
-            Some((key, record)) => s.cache.write_system(&self.job.id, *key, record, done.backend).await,
+        let system = match &fresh {
+            Some((key, record)) => s.cache.write_system(&self.job.id, *key, record, backend).await,
             None => None,
         };
         let registered = s.cache.register_before_success(&self.job, system).await;

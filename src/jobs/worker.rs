@@ -23,6 +23,7 @@ use super::store::NewJob;
 use super::metrics::JobMetrics;
 use super::store::notify::Event;
 use super::store::{JobStore, Lease};
+use crate::config::EarlyStart;
 use crate::storage::Storage;
 
 /// How often an idle worker looks at the queue without being woken (jobs queued by another process).
@@ -47,6 +48,8 @@ pub struct Runner {
     /// a job started early holds one instead of a worker, so that no more jobs run at once than there
     /// are workers.
     slots: Arc<tokio::sync::Semaphore>,
+    /// Which jobs `start_early` may start.
+    early_start: EarlyStart,
 }
 
 /// Handle on the worker tasks.
@@ -75,6 +78,22 @@ impl Runner {
             ended: Arc::default(),
             running: Mutex::new(HashMap::new()),
             slots: Arc::new(tokio::sync::Semaphore::new(0)),
+            early_start: EarlyStart::Device,
+        }
+    }
+
+    /// Which uploads' jobs start before the upload is synced (`--early-start`).
+    pub fn with_early_start(mut self, policy: EarlyStart) -> Runner {
+        self.early_start = policy;
+        self
+    }
+
+    /// Whether a job of `choice` may start early under `--early-start`.
+    pub fn may_start_early(&self, choice: crate::mnf::BackendChoice) -> bool {
+        match self.early_start {
+            EarlyStart::Never => false,
+            EarlyStart::Always => true,
+            EarlyStart::Device => self.backends.on_device(choice),
         }
     }
 
@@ -166,10 +185,11 @@ impl Runner {
     pub fn start_early(
         self: &Arc<Self>,
         new: &NewJob,
+        choice: crate::mnf::BackendChoice,
         scratch_npy: &std::path::Path,
         fed: Option<Arc<crate::cache::ResidentCube>>,
     ) -> Option<EarlyRun> {
-        if new.input_kind != super::model::InputKind::Npy {
+        if new.input_kind != super::model::InputKind::Npy || !self.may_start_early(choice) {
             return None;
         }
         let slot = self.slots.clone().try_acquire_owned().ok()?;
