@@ -29,6 +29,7 @@ pub mod bench;
 pub mod cache;
 pub mod config;
 pub mod cube;
+pub mod disk;
 pub mod hashtable;
 pub mod jobs;
 pub mod library;

@@ -202,7 +202,9 @@ fn write_durably(
     while let Some(batch) = rx.blocking_recv() {
         if written == 0 {
             if let Some(&len) = expected.get() {
-                preallocate(&f, len)?;
+                // The length the header claims, already checked against the limit; a full disk shows
+                // before the body is read, not after.
+                crate::disk::reserve(&f, len)?;
                 if progress.as_ref().is_some_and(|p| p.mapped.load(Ordering::Acquire)) {
                     f.set_len(len)?;
                 }
@@ -226,29 +228,6 @@ fn write_durably(
     let t = std::time::Instant::now();
     f.sync_data()?;
     tracing::debug!(bytes = written, final_sync_secs = t.elapsed().as_secs_f64(), "upload written and synced");
-    Ok(())
-}
-
-/// Reserves `len` bytes of disk for the file in one call (the length the header claims, already checked
-/// against the limit), instead of the filesystem allocating block by block as pages are written (a
-/// quarter of the writer's CPU time on ext4); and a full disk shows before the body is read, not after.
-#[cfg(target_os = "linux")]
-fn preallocate(f: &std::fs::File, len: u64) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: fallocate takes an open descriptor and integers; no memory is shared. KEEP_SIZE: the file
-    // stays as long as what was written, whatever the claim said.
-    if unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len as libc::off_t) } == 0 {
-        return Ok(());
-    }
-    match std::io::Error::last_os_error() {
-        e if e.raw_os_error() == Some(libc::ENOSPC) => Err(e),
-        // A filesystem without fallocate allocates as the data comes.
-        _ => Ok(()),
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn preallocate(_f: &std::fs::File, _len: u64) -> std::io::Result<()> {
     Ok(())
 }
 

@@ -446,6 +446,8 @@ fn descr_of(dtype: DataType, order: ByteOrder) -> String {
 /// `docs/bench-logs/2026-11-25-write-strategies.txt`).
 pub fn write_f32(path: &Path, shape: &[usize], values: &[f32]) -> Result<(), CubeError> {
     let file = File::create(path).map_err(|e| CubeError::io(path, e))?;
+    let len = header_bytes("<f4", shape).len() as u64 + std::mem::size_of_val(values) as u64;
+    crate::disk::reserve(&file, len).map_err(|e| CubeError::io(path, e))?;
     // Large writes pass the buffer by (the values go to the file in one call); the header is buffered.
     let mut w = io::BufWriter::with_capacity(1 << 16, file);
     write_f32_to(&mut w, shape, values).and_then(|()| w.flush()).map_err(|e| CubeError::io(path, e))
