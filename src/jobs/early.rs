@@ -119,3 +119,53 @@ fn job_before_insert(new: &NewJob, scratch_location: String) -> Job {
         finished_at: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::EarlyStart;
+    use crate::jobs::backends::Backends;
+    use crate::jobs::cache::{CacheSettings, ServiceCache};
+    use crate::jobs::store::{JobStore, Lease};
+    use crate::mnf::BackendChoice;
+    use crate::storage::Storage;
+    use std::time::{Duration, Instant};
+
+    /// An upload that is not accepted after all drops its early run: the computation is canceled,
+    /// the job's scratch (the linked input, any result written) is removed, and the worker's place is
+    /// given back; no row was ever written.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_early_run_leaves_nothing_and_frees_its_worker() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = JobStore::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
+        let storage = Storage::local(dir.path().join("objects")).unwrap();
+        let settings = CacheSettings { gpu_cache_bytes: 0, index_cells: 1 << 10, index_on_gpu: false };
+        let cache = ServiceCache::new(&settings, store.clone(), storage.clone()).unwrap();
+        let lease = Lease { owner: "test".into(), duration: Duration::from_secs(30) };
+        let runner = Arc::new(
+            Runner::new(store.clone(), storage.clone(), Backends::new(BackendChoice::Cpu).unwrap(), cache, lease)
+                .with_early_start(EarlyStart::Always),
+        );
+        let workers = runner.start(1);
+
+        let cube = crate::cube::synthetic::generate(&crate::cube::synthetic::SyntheticSpec::small(200, 120, 32));
+        let upload = storage.scratch_dir("upload-1").unwrap().join("cube.npy");
+        crate::cube::npy::write_cube(&upload, &cube).unwrap();
+        let mut new = NewJob::for_test("early-1");
+        new.params = r#"{"components":3}"#.into();
+        let early = runner.start_early(&new, BackendChoice::Cpu, &upload, None).expect("the worker is idle");
+        assert!(!runner.has_idle_worker(), "the early run holds the worker's place");
+        assert!(storage.scratch_dir("job-early-1").unwrap().join("cube.npy").exists(), "the input is linked");
+        drop(early);
+
+        let t = Instant::now();
+        while !runner.has_idle_worker() && t.elapsed() < Duration::from_secs(20) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(runner.has_idle_worker(), "the worker's place was not given back");
+        assert!(!dir.path().join("objects/scratch/job-early-1").exists(), "the job's scratch was left behind");
+        assert!(upload.exists(), "the upload itself is its request's to remove");
+        assert!(store.get("early-1").await.unwrap().is_none());
+        workers.abort();
+    }
+}
