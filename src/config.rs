@@ -76,28 +76,16 @@ pub struct ServeArgs {
     /// the instance that received it: `device` (jobs on a GPU: the job, and on the way the copy of the
     /// cube to the device, hide behind the upload and its sync), `always` (CPU jobs too, which then
     /// share the cores with the end of the request: the 202 came ~20 ms later on two cores), `never`.
-    #[arg(long, env = "HYPERMNF_EARLY_START", default_value = "device")]
+    #[arg(long, env = "HYPERMNF_EARLY_START", value_enum, default_value_t = EarlyStart::Device)]
     pub early_start: EarlyStart,
 }
 
 /// See `ServeArgs::early_start`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum EarlyStart {
     Device,
     Always,
     Never,
-}
-
-impl std::str::FromStr for EarlyStart {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "device" => Ok(EarlyStart::Device),
-            "always" => Ok(EarlyStart::Always),
-            "never" => Ok(EarlyStart::Never),
-            other => Err(format!("early start must be device, always or never, not {other:?}")),
-        }
-    }
 }
 
 /// 4 GiB: a dozen cubes of the published design's size (299 MB each as int16) on an 80 GB device.

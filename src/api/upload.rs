@@ -286,7 +286,7 @@ impl Unsynced {
     /// Waits until the file is on the disk.
     pub async fn wait(self) -> Result<(), Error> {
         let t = std::time::Instant::now();
-        let r = self.0.await.map_err(Error::internal)?.map_err(Error::disk);
+        let r = finished(self.0).await;
         tracing::debug!(waited_secs = t.elapsed().as_secs_f64(), "upload synced");
         r
     }
@@ -410,15 +410,9 @@ where
     ended.store(true, Ordering::Release);
     let (tx, task) = writer;
     drop(tx);
-    let (written, sync) = if outcome.is_ok() {
-        match written_rx.await {
-            Ok(()) => (Ok(()), Some(task)),
-            // The writer stopped before the end: its error.
-            Err(_) => (task.await.map_err(Error::internal).and_then(|r| r.map_err(Error::disk)), None),
-        }
-    } else {
-        (task.await.map_err(Error::internal).and_then(|r| r.map_err(Error::disk)), None)
-    };
+    // Not told: the body was refused, or the writer stopped on an error (which joining it gives).
+    let complete = outcome.is_ok() && written_rx.await.is_ok();
+    let (written, sync) = if complete { (Ok(()), Some(task)) } else { (finished(task).await, None) };
     let sha256 = match hasher {
         Some(h) => Some(join(h).await),
         None => None,
@@ -459,6 +453,11 @@ where
 /// Closes a thread's channel and waits for its result.
 async fn join<T>((tx, task): Sink<T>) -> Result<T, Error> {
     drop(tx);
+    finished(task).await
+}
+
+/// A thread's result, once it has ended.
+async fn finished<T>(task: tokio::task::JoinHandle<std::io::Result<T>>) -> Result<T, Error> {
     task.await.map_err(Error::internal)?.map_err(Error::disk)
 }
 

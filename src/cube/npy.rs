@@ -464,10 +464,7 @@ pub fn write_f32_to(w: &mut dyn Write, shape: &[usize], values: &[f32]) -> io::R
         ));
     }
     w.write_all(&header_bytes("<f4", shape))?;
-    if cfg!(target_endian = "little") {
-        // SAFETY: f32 has no padding and any initialised memory may be read as bytes; on a
-        // little-endian host these are exactly the `<f4` bytes, written without a converted copy.
-        let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values)) };
+    if let Some(bytes) = f32_le_view(values) {
         return w.write_all(bytes);
     }
     let mut buf = Vec::with_capacity(4 * values.len().min(1 << 16));
@@ -477,6 +474,15 @@ pub fn write_f32_to(w: &mut dyn Write, shape: &[usize], values: &[f32]) -> io::R
         w.write_all(&buf)?;
     }
     Ok(())
+}
+
+/// Float32 values as their `<f4` bytes without a converted copy: on a little-endian host only (None
+/// elsewhere).
+pub(crate) fn f32_le_view(values: &[f32]) -> Option<&[u8]> {
+    // SAFETY: f32 has no padding and any initialised memory may be read as bytes; on a little-endian
+    // host these are exactly the little-endian bytes.
+    cfg!(target_endian = "little")
+        .then(|| unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values)) })
 }
 
 /// Writes a cube as a C-order `.npy` shaped (lines, samples, bands) in its own data type and byte order.

@@ -81,12 +81,12 @@ impl Backends {
         Ok(set.devices[i].clone())
     }
 
-    /// The first backend used for `auto` jobs (health and metrics report it; takes no turn).
     /// Whether jobs of `choice` run on a device (a GPU) rather than the host's cores.
     pub fn on_device(&self, choice: BackendChoice) -> bool {
         self.set(choice).is_ok_and(|s| s.devices.iter().all(|d| d.memory_in_use().is_some()))
     }
 
+    /// The first backend used for `auto` jobs (health and metrics report it; takes no turn).
     pub fn default_backend(&self) -> Arc<dyn Backend> {
         self.set(BackendChoice::Auto).expect("the default backend was created at start").devices[0].clone()
     }

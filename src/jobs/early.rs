@@ -22,10 +22,10 @@ use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::job_run::{JobRun, Started};
-use crate::cache::ResidentCube;
 use super::model::{Job, JobStatus};
 use super::store::NewJob;
 use super::worker::Runner;
+use crate::cache::ResidentCube;
 
 /// The computation of a job whose row does not exist yet. Dropped without [`EarlyRun::finish`], it is
 /// canceled and its scratch removed.

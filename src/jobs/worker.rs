@@ -19,10 +19,9 @@ use super::backends::Backends;
 use super::cache::ServiceCache;
 use super::early::EarlyRun;
 use super::job_run::JobServices;
-use super::store::NewJob;
 use super::metrics::JobMetrics;
 use super::store::notify::Event;
-use super::store::{JobStore, Lease};
+use super::store::{JobStore, Lease, NewJob};
 use crate::config::EarlyStart;
 use crate::storage::Storage;
 

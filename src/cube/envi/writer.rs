@@ -208,12 +208,9 @@ fn f32_bsq_header_text(lines: usize, samples: usize, bands: usize, header: &Outp
 
 /// Float32 values as their little-endian bytes: a view on a little-endian host, a copy elsewhere.
 fn le_bytes(values: &[f32]) -> std::borrow::Cow<'_, [u8]> {
-    if cfg!(target_endian = "little") {
-        // SAFETY: f32 has no padding and any initialised memory may be read as bytes; on a
-        // little-endian host these are exactly the little-endian bytes.
-        std::borrow::Cow::Borrowed(unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values)) })
-    } else {
-        std::borrow::Cow::Owned(values.iter().flat_map(|v| v.to_le_bytes()).collect())
+    match crate::cube::npy::f32_le_view(values) {
+        Some(bytes) => std::borrow::Cow::Borrowed(bytes),
+        None => std::borrow::Cow::Owned(values.iter().flat_map(|v| v.to_le_bytes()).collect()),
     }
 }
 
