@@ -1143,6 +1143,55 @@ fn resident_cube_returns_its_staging_once_uploaded() {
 /// resident and its eigen system kept beside it (nothing fed: the level held it already).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a CUDA device"]
+async fn a_new_job_of_a_cube_on_the_device_runs_without_its_body() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let mut sp = SyntheticSpec::small(500, 300, 128);
+    sp.seed = rng.random();
+    let cube = synthetic::generate(&sp);
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(dir.path());
+    args.backend = hypermnf::mnf::BackendChoice::Cuda;
+    let srv = common::TestServer::start_on_given_backend(args).await;
+    let body = common::npy_bytes(&cube);
+    let digest = hex::encode(hypermnf::cube::digest::of_parts(&[&body]));
+    let post = |k: usize, body: Vec<u8>| {
+        srv.client
+            .post(srv.url(&format!("/v1/jobs?components={k}&backend=cuda")))
+            .header("content-type", "application/x-npy")
+            .header("x-cube-digest", digest.clone())
+            .body(body)
+            .send()
+    };
+    // The cube, sent once; then other components with no body at all.
+    let r = post(6, body.clone()).await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::ACCEPTED);
+    let first: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(srv.wait(first["id"].as_str().unwrap()).await["status"], "succeeded");
+    let r = post(9, Vec::new()).await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::CREATED, "the job did not run on the resident cube");
+    let job: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let id = job["id"].as_str().unwrap();
+    let (s, got) = srv.get_bytes(&format!("/v1/jobs/{id}/result")).await;
+    assert_eq!(s, reqwest::StatusCode::OK);
+    let params = MnfParams { components: Some(9), backend: hypermnf::mnf::BackendChoice::Cuda, ..Default::default() };
+    assert_pipeline_matches("in memory, k = 9", &cube, &params, &gpu(Route::Kernels));
+    let want = mnf::run(&cube, &params, &gpu(Route::Kernels), &Monitor::silent()).unwrap();
+    let values: Vec<u32> = got[got.len() - want.components.len() * 4..].chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert!(values == want.components.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "the result differs from the in-memory pipeline");
+    let md = srv.get_json(&format!("/v1/jobs/{id}/metadata")).await.1;
+    assert_eq!(md["statistics"]["source"], "device", "{md}");
+    eprintln!("without its body: timings {}", md["timings_ms"]);
+    // The same request again is the job just made; the metrics count one such run.
+    let r = post(9, Vec::new()).await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::OK);
+    let metrics = srv.client.get(srv.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("hypermnf_jobs_run_on_resident_cube_total 1\n"), "{metrics}");
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA device"]
 async fn an_upload_fed_to_the_device_while_it_arrives_gives_the_in_memory_result() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
     // 700 × 300 × 128 int16 = 53.8 MB: several statistics chunks, fed as the writer reports them.

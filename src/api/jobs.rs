@@ -19,6 +19,7 @@ use crate::cube::Cube;
 use crate::jobs::model::{product, rfc3339};
 use crate::jobs::early::EarlyRun;
 use crate::jobs::feed::{self, Feed};
+use crate::jobs::resident;
 use crate::jobs::store::Inserted;
 use crate::jobs::{InputKind, InputSummary, Job, JobStatus, NewJob};
 use crate::mnf::MnfParams;
@@ -84,9 +85,14 @@ impl Created {
     fn existing(job: Job) -> ApiResult<Created> {
         Ok(Created { job, cached: true })
     }
-    /// The `/v1` answer: 202 for a new job, 200 with `cached: true` for an existing one.
+    /// The `/v1` answer: 202 for a new job, 201 for a new job that already succeeded (run on a cube
+    /// resident on a device, `jobs::resident`), 200 with `cached: true` for an existing one.
     fn response(self) -> Response {
-        let status = if self.cached { StatusCode::OK } else { StatusCode::ACCEPTED };
+        let status = match (self.cached, self.job.status) {
+            (true, _) => StatusCode::OK,
+            (false, JobStatus::Succeeded) => StatusCode::CREATED,
+            (false, _) => StatusCode::ACCEPTED,
+        };
         job_response(status, &self.job, self.cached)
     }
 }
@@ -196,9 +202,16 @@ async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req:
         (Some(sha), None) => ctx.runner.store.find_live_by_upload(&caller.owner, sha, &canonical).await?,
         (None, None) => None,
     };
-    if let Some(job) = known {
-        ApiMetrics::add(&ctx.metrics.cache_hits, 1);
-        let mut r = job_response(StatusCode::OK, &job, true);
+    let without_body = match (known, cube_key) {
+        (Some(job), _) => {
+            ApiMetrics::add(&ctx.metrics.cache_hits, 1);
+            Some(job_response(StatusCode::OK, &job, true))
+        }
+        // A new job of a cube this owner sent before, perhaps still on a device here.
+        (None, Some(cube)) => run_on_resident(ctx, caller, cube, &params, &canonical).await?.map(Created::response),
+        (None, None) => None,
+    };
+    if let Some(mut r) = without_body {
         if content_length(req.headers()) != Some(0) {
             // The body is left unread (with `Expect: 100-continue` it is never sent).
             r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -210,6 +223,35 @@ async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req:
     let claimed = Claimed { sha256: claimed_sha, cube: claimed_cube };
     let created = npy_job(ctx, caller, params, stream, announced, claimed, token).await?;
     Ok(created.response())
+}
+
+/// A job of the cube of content digest `cube`, which the caller sent before (a job of theirs was
+/// made from it), run at once on that cube if this instance still holds it on a device
+/// (`jobs::resident`): the job, already succeeded; None when the body is needed. Parameters that do
+/// not suit the cube are refused here, before the body is sent.
+async fn run_on_resident(ctx: &ApiContext, caller: &Caller, cube: [u8; 32], params: &MnfParams, canonical: &str) -> ApiResult<Option<Created>> {
+    if !resident::possible(&ctx.runner, params.backend) {
+        return Ok(None);
+    }
+    let Some(earlier) = ctx.runner.store.find_by_content(&caller.owner, &hex::encode(cube)).await? else { return Ok(None) };
+    let i = &earlier.input;
+    params.validate(i.lines, i.samples, i.bands)?;
+    let id = uuid::Uuid::now_v7().to_string();
+    let location = format!("uploads/{id}"); // never written: the job needs no input once it succeeded
+    let digest = job_digest(&cube, canonical);
+    let new = new_job(id, caller, canonical.to_string(), digest, cube, None, i.clone(), InputKind::Npy, location);
+    match resident::run(&ctx.runner, new, &earlier, params.backend).await {
+        None => Ok(None),
+        Some(Ok(Inserted::Created(job))) => {
+            ApiMetrics::add(&ctx.metrics.jobs_created, 1);
+            Created::new(job).map(Some)
+        }
+        Some(Ok(Inserted::Existing(job))) => {
+            ApiMetrics::add(&ctx.metrics.cache_hits, 1);
+            Created::existing(job).map(Some)
+        }
+        Some(Err(e)) => Err(e.into()),
+    }
 }
 
 /// A job from `.npy` bytes already in memory (the OGC API's inline values), through the same checks

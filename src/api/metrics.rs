@@ -61,6 +61,7 @@ pub async fn render(api: &ApiMetrics, runner: &Runner) -> Result<String, crate::
         ("hypermnf_cache_hits_total", "Requests answered with an existing job.", &api.cache_hits),
         ("hypermnf_jobs_created_total", "Jobs created by this process.", &api.jobs_created),
         ("hypermnf_jobs_fed_to_device_total", "Jobs of this process that ran on a cube sent to the device while its upload arrived.", &runner.metrics.fed_to_device),
+        ("hypermnf_jobs_run_on_resident_cube_total", "Jobs of this process run on a cube it held on a device, named by X-Cube-Digest, without reading their body.", &runner.metrics.resident_runs),
         ("hypermnf_jobs_started_early_total", "Jobs of this process whose computation started while their upload was still being synced.", &runner.metrics.started_early),
         ("hypermnf_uploads_refused_total", "Uploads refused (too large, malformed, bad parameters).", &api.uploads_refused),
     ] {

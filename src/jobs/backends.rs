@@ -43,6 +43,14 @@ impl Backends {
         Ok(b)
     }
 
+    /// `devices` as the backends of `default` (tests: a pretend device that computes on the CPU).
+    #[cfg(test)]
+    pub(crate) fn given(default: BackendChoice, devices: Vec<Arc<dyn Backend>>) -> Backends {
+        let set = Arc::new(DeviceSet { devices, split: None, next: AtomicUsize::new(0) });
+        let made = Mutex::new(HashMap::from([(default, set)]));
+        Backends { default, devices: DeviceSelection::All, split: false, made }
+    }
+
     fn set(&self, choice: BackendChoice) -> Result<Arc<DeviceSet>, BackendError> {
         let choice = if choice == BackendChoice::Auto { self.default } else { choice };
         let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
@@ -79,6 +87,18 @@ impl Backends {
         }
         let i = set.next.fetch_add(1, Ordering::Relaxed) % set.devices.len();
         Ok(set.devices[i].clone())
+    }
+
+    /// Every backend a job of `choice` may be given (the split backend, or each device's), without
+    /// taking a turn.
+    pub fn candidates(&self, choice: BackendChoice) -> Vec<Arc<dyn Backend>> {
+        match self.set(choice) {
+            Ok(set) => match &set.split {
+                Some(s) => vec![s.clone()],
+                None => set.devices.clone(),
+            },
+            Err(_) => Vec::new(),
+        }
     }
 
     /// Whether jobs of `choice` run on a device (a GPU) rather than the host's cores.

@@ -61,6 +61,12 @@ impl DeviceLookup {
         DeviceLookup { stored, device_key, resident, fed: None }
     }
 
+    /// The lookup's answer for a job whose cube was found resident under `device_key` by its content
+    /// digest `content` (`jobs::resident`): nothing to read.
+    pub fn of_resident(content: Digest, device_key: Digest, item: Arc<ResidentCube>) -> DeviceLookup {
+        DeviceLookup { stored: Some(content), device_key: Some(device_key), resident: Some(item), fed: None }
+    }
+
     /// Takes `fed` (the job's cube, fed to the device while its upload arrived) as the cube to run
     /// on, unless the level already holds the cube, or cannot keep it (an href, or no level): whether
     /// it was taken.

@@ -94,8 +94,9 @@ impl Drop for EarlyRun {
     }
 }
 
-/// The job as its row will read once inserted claimed, but with its input where it is now.
-fn job_before_insert(new: &NewJob, scratch_location: String) -> Job {
+/// The job as its row will read once inserted claimed, but with its input where it is now (a job
+/// run before its row exists: here, and in `jobs::resident`).
+pub(super) fn job_before_insert(new: &NewJob, scratch_location: String) -> Job {
     let now = super::model::now_ms();
     Job {
         id: new.id.clone(),

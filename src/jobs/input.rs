@@ -65,10 +65,15 @@ pub fn header_digest(kind: InputKind, location: &str, storage: &Storage, rt: &to
         }
         InputKind::Href => return Err(CubeError::Unsupported("an href input has no stored header".into())),
     };
+    Ok(of_header(kind, &bytes))
+}
+
+/// [`header_digest`] of an upload of kind `kind` whose header is `bytes`.
+pub fn of_header(kind: InputKind, bytes: &[u8]) -> Digest {
     let mut h = Sha256::new();
     h.update(kind.as_str().as_bytes());
-    h.update(&bytes);
-    Ok(h.finalize().into())
+    h.update(bytes);
+    h.finalize().into()
 }
 
 fn failed(key: &str) -> impl FnOnce(StorageError) -> CubeError + '_ {

@@ -62,7 +62,14 @@ impl JobServices {
     /// Step 1: claims the next queued job under this instance's lease; None when the queue is empty.
     pub async fn claim(&self) -> Result<Option<JobRun>, StoreError> {
         let job = self.store.claim(&self.lease).await?;
-        Ok(job.map(|job| JobRun { job, services: self.clone(), cancel: Arc::new(AtomicBool::new(false)), fed: None, inserted: None }))
+        Ok(job.map(|job| JobRun {
+            job,
+            services: self.clone(),
+            cancel: Arc::new(AtomicBool::new(false)),
+            fed: None,
+            resident: None,
+            inserted: None,
+        }))
     }
 }
 
@@ -76,9 +83,20 @@ pub struct JobRun {
     /// The job's cube, prepared on a device while its upload arrived (`jobs::feed`): the job runs
     /// on it (and that device's backend) unless the device level already holds the cube.
     fed: Option<Arc<ResidentCube>>,
+    /// The job's cube, found resident on a device by its content digest (`jobs::resident`): the job
+    /// has no stored input and runs on it (and that device's backend).
+    resident: Option<Resident>,
     /// For a job started early: becomes true once its row is inserted (the register step needs the
     /// row); the sender dropped means it never will be.
     inserted: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+/// A cube resident on a device: its content digest, its key at the device level, and the cube.
+#[derive(Clone)]
+pub(super) struct Resident {
+    pub content: Digest,
+    pub key: Digest,
+    pub item: Arc<ResidentCube>,
 }
 
 /// Steps 2 to 4, running on the blocking pool.
@@ -133,7 +151,36 @@ impl JobRun {
         fed: Option<Arc<ResidentCube>>,
         inserted: tokio::sync::watch::Receiver<bool>,
     ) -> JobRun {
-        JobRun { job, services, cancel: Arc::new(AtomicBool::new(false)), fed, inserted: Some(inserted) }
+        JobRun { job, services, cancel: Arc::new(AtomicBool::new(false)), fed, resident: None, inserted: Some(inserted) }
+    }
+
+    /// A run of `job`, whose row does not exist yet, on its cube `resident` on a device
+    /// (`jobs::resident`): [`JobRun::run_before_row`] takes it through steps 2 to 6, and the caller
+    /// inserts the row once it succeeded.
+    pub(super) fn on_resident(job: Job, services: JobServices, resident: Resident) -> JobRun {
+        JobRun { job, services, cancel: Arc::new(AtomicBool::new(false)), fed: None, resident: Some(resident), inserted: None }
+    }
+
+    /// Steps 2 to 6 of a run made by [`JobRun::on_resident`]: its results stored under
+    /// `results/<id>/` and registered (the entries read as misses until a row says succeeded), or
+    /// why not (what it wrote is removed then). Short (the cube is on the device, its eigen system
+    /// usually known), so no lease is kept: no row holds one.
+    pub(super) async fn run_before_row(&self) -> Result<(Registered, BTreeMap<String, String>), JobFailure> {
+        let Started { task, began, .. } = self.start_compute();
+        let computed = match task.await {
+            Ok(r) => r,
+            Err(e) => Err(JobFailure { code: "internal".into(), message: format!("the job's task ended abnormally: {e}") }),
+        };
+        self.services.metrics.record_phase("compute", began.elapsed());
+        let stored = match computed {
+            Ok(done) => self.store_results(done).await,
+            Err(f) => Err(f),
+        };
+        self.services.storage.remove_scratch(&format!("job-{}", self.job.id));
+        if stored.is_err() {
+            let _ = self.services.storage.delete_prefix(&format!("results/{}", self.job.id)).await;
+        }
+        stored
     }
 
     /// The same run (the same cancel flag) for `job`: the row as inserted, after the computation
@@ -192,15 +239,20 @@ impl JobRun {
         let (s, job) = (&self.services, &self.job);
         let params: MnfParams = serde_json::from_str(&job.params)
             .map_err(|e| JobFailure { code: "invalid_params".into(), message: e.to_string() })?;
-        // A cube fed to a device is on one of the backends of its choice: that one.
-        let backend = match &self.fed {
-            Some(fed) => fed.backend().clone(),
-            None => s.backends.get(params.backend).map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?,
+        // A cube fed to a device, or found resident on one, is on one of the backends of its choice:
+        // that one.
+        let backend = match (&self.fed, &self.resident) {
+            (Some(fed), _) => fed.backend().clone(),
+            (None, Some(r)) => r.item.backend().clone(),
+            (None, None) => s.backends.get(params.backend).map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?,
         };
         let started = Instant::now();
 
         // Step 2: the cube may still be resident on the device, or have been fed to it.
-        let mut found = DeviceLookup::find(&s.cache, job, &backend, &s.storage, rt);
+        let mut found = match &self.resident {
+            Some(r) => DeviceLookup::of_resident(r.content, r.key, r.item.clone()),
+            None => DeviceLookup::find(&s.cache, job, &backend, &s.storage, rt),
+        };
         if let Some(fed) = &self.fed {
             if found.adopt_fed(fed.clone()) {
                 s.metrics.fed_to_device.fetch_add(1, Ordering::Relaxed);

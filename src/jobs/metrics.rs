@@ -22,6 +22,8 @@ pub struct JobMetrics {
     pub started_early: AtomicU64,
     /// Jobs that ran on a cube sent to the device while its upload arrived (`jobs::feed`).
     pub fed_to_device: AtomicU64,
+    /// Jobs run on a cube resident on a device, without their body (`jobs::resident`).
+    pub resident_runs: AtomicU64,
 }
 
 /// The parts of a job's trip outside the pipeline's stages, so that the time between an accepted

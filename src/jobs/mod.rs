@@ -23,6 +23,7 @@ pub mod input;
 pub mod job_run;
 pub mod metrics;
 pub mod model;
+pub mod resident;
 pub mod store;
 pub mod worker;
 

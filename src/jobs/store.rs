@@ -242,6 +242,58 @@ impl JobStore {
         }
     }
 
+    /// Inserts a job that already succeeded, with its stored `results`: computed before its row
+    /// existed, on a cube this instance held (`jobs::resident`), so there is no input to keep and
+    /// nothing to claim. A live job of the same owner and digest that appeared meanwhile is
+    /// returned instead (the caller drops its results).
+    pub async fn insert_succeeded(&self, new: NewJob, results: &BTreeMap<String, String>) -> Result<Inserted, StoreError> {
+        let input = serde_json::to_string(&new.input).expect("input summary serialises");
+        let now = now_ms();
+        let res = sqlx::query(
+            "INSERT INTO jobs (id, owner, status, progress, params, digest, content_digest, upload_sha256, input,
+                               input_kind, input_location, results, created_at, started_at, finished_at, attempts)
+             VALUES ($1, $2, 'succeeded', 1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11, 1)",
+        )
+        .bind(&new.id)
+        .bind(&new.owner)
+        .bind(&new.params)
+        .bind(&new.digest)
+        .bind(&new.content_digest)
+        .bind(&new.upload_sha256)
+        .bind(&input)
+        .bind(new.input_kind.as_str())
+        .bind(&new.input_location)
+        .bind(serde_json::to_string(results).expect("map serialises"))
+        .bind(now)
+        .execute(&self.pool)
+        .await;
+        match res {
+            Ok(_) => {
+                self.notify(notify::Event::Succeeded(new.id.clone())).await;
+                Ok(Inserted::Created(self.get(&new.id).await?.ok_or_else(|| StoreError::Corrupt {
+                    id: new.id.clone(),
+                    what: "inserted row vanished".into(),
+                })?))
+            }
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => match self.find_live_by_digest(&new.owner, &new.digest).await? {
+                Some(j) => Ok(Inserted::Existing(j)),
+                None => Box::pin(self.insert_succeeded(new, results)).await,
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The newest job of `owner` made from the cube of content digest `content` (hex), whatever its
+    /// parameters and status: that the owner sent this cube, and what it was (its input summary).
+    pub async fn find_by_content(&self, owner: &str, content: &str) -> Result<Option<Job>, StoreError> {
+        let row = sqlx::query("SELECT * FROM jobs WHERE owner = $1 AND content_digest = $2 ORDER BY id DESC LIMIT 1")
+            .bind(owner)
+            .bind(content)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| decode(&r)).transpose()
+    }
+
     pub async fn find_live_by_digest(&self, owner: &str, digest: &str) -> Result<Option<Job>, StoreError> {
         let row = sqlx::query(&format!("SELECT * FROM jobs WHERE owner = $1 AND digest = $2 AND status IN {LIVE}"))
             .bind(owner)

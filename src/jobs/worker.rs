@@ -191,7 +191,7 @@ impl Runner {
         if new.input_kind != super::model::InputKind::Npy || !self.may_start_early(choice) {
             return None;
         }
-        let slot = self.slots.clone().try_acquire_owned().ok()?;
+        let slot = self.try_take_slot()?;
         let token = format!("job-{}", new.id);
         let linked = self.storage.scratch_dir(&token).map_err(|e| e.to_string()).and_then(|dir| {
             std::fs::hard_link(scratch_npy, dir.join("cube.npy")).map_err(|e| e.to_string())
@@ -202,6 +202,12 @@ impl Runner {
             return None;
         }
         Some(EarlyRun::start(self.clone(), new, format!("scratch/{token}"), slot, fed))
+    }
+
+    /// An idle worker's place, for a job run outside the workers (started early, or run on a resident
+    /// cube) until the permit is dropped; None when every worker is busy.
+    pub(super) fn try_take_slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
     }
 
     /// Whether a worker is idle now (a job started early would take its place).

@@ -1,0 +1,240 @@
+//! Jobs run on a cube this instance already holds on a device, without their body.
+//!
+//! A client that names its cube by `X-Cube-Digest` (the Python client does for every little-endian
+//! array) and asks for parameters it has no job for would otherwise send the whole cube again: 299 MB
+//! through the socket, the disk and its sync, for a re-projection whose computation takes ~3 ms on
+//! the H100. When
+//! - the owner has a job made from that cube (so they sent it: a digest alone gives nothing away),
+//! - and the cube is still resident on a device of this instance in its canonical `.npy` form (its
+//!   key at the device level is made from the content digest and the header, and that form's header
+//!   follows from the shape and data type that the earlier job recorded),
+//! - and a worker is idle,
+//!
+//! the job runs at once on the resident cube, before the body is read (or sent at all, with
+//! `Expect: 100-continue`): usually only the projection, with the eigen system kept beside the cube.
+//! It is the computation a job would make on that resident cube, so the result is the same bit for
+//! bit.
+//!
+//! The row is inserted only once the job has succeeded, its results stored and registered
+//! ([`JobStore::insert_succeeded`]): the job has no input to keep for a retry, and needs none. A
+//! process that dies meanwhile leaves no row, and its client, never answered, sends again. Anything
+//! that stops the job (an error, or a job of the same digest inserted meanwhile) removes what it
+//! wrote; the caller then goes on as for any upload.
+//!
+//! [`JobStore::insert_succeeded`]: super::store::JobStore::insert_succeeded
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::input;
+use super::job_run::{JobRun, Resident};
+use super::model::{InputKind, Job};
+use super::store::{Inserted, NewJob, StoreError};
+use super::worker::Runner;
+use crate::cache::{keys, Digest};
+use crate::cube::DataType;
+use crate::mnf::BackendChoice;
+
+/// Whether a job of `choice` could run on a resident cube here now: a worker idle, and a cube on a
+/// device of `choice` (no database read; checked before looking for the owner's earlier job).
+pub fn possible(runner: &Runner, choice: BackendChoice) -> bool {
+    runner.may_start_early(choice)
+        && runner.has_idle_worker()
+        && runner.backends.candidates(choice).iter().any(|b| runner.cache.device_for(b.as_ref()).is_some_and(|d| !d.is_empty()))
+}
+
+/// Runs `new` (its input summary from the owner's `earlier` job of the same cube, its content digest
+/// set) on its cube resident on a device of `choice`, and inserts it succeeded. None when that is not
+/// possible here (the cube not resident in its canonical form, no idle worker, `--early-start never`,
+/// or the job failed): the caller then needs the body.
+pub async fn run(runner: &Arc<Runner>, new: NewJob, earlier: &Job, choice: BackendChoice) -> Option<Result<Inserted, StoreError>> {
+    if !runner.may_start_early(choice) || earlier.owner != new.owner {
+        return None;
+    }
+    let content = new.content_digest.as_deref().and_then(keys::parse_hex)?;
+    if earlier.content_digest.as_deref().and_then(keys::parse_hex) != Some(content) {
+        return None;
+    }
+    let resident = find(runner, &content, earlier, choice)?;
+    let slot = runner.try_take_slot()?;
+    let job = super::early::job_before_insert(&new, new.input_location.clone());
+    let run = JobRun::on_resident(job, runner.services(), resident);
+    let outcome = run.run_before_row().await;
+    drop(slot);
+    let (registered, results) = match outcome {
+        Ok(r) => r,
+        Err(f) => {
+            tracing::warn!(job = %new.id, code = %f.code, "a job on a resident cube failed ({}); the body is needed", f.message);
+            return None;
+        }
+    };
+    let id = new.id.clone();
+    let inserted = runner.store.insert_succeeded(new, &results).await;
+    match &inserted {
+        Ok(Inserted::Created(job)) => {
+            runner.metrics.succeeded.fetch_add(1, Ordering::Relaxed);
+            runner.metrics.resident_runs.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(job = %job.id, "job succeeded on a resident cube, without its body");
+            runner.job_may_have_ended();
+        }
+        Ok(Inserted::Existing(_)) | Err(_) => {
+            runner.cache.withdraw(&id, registered).await;
+            let _ = runner.storage.delete_prefix(&format!("results/{id}")).await;
+        }
+    }
+    Some(inserted)
+}
+
+/// The owner's cube, resident in its canonical `.npy` form on a device of `choice`: the devices in
+/// the order jobs of `choice` use them, none taken out of turn.
+fn find(runner: &Runner, content: &Digest, earlier: &Job, choice: BackendChoice) -> Option<Resident> {
+    let i = &earlier.input;
+    let dtype = DataType::ALL.into_iter().find(|d| d.name() == i.data_type)?;
+    let header = crate::cube::npy::canonical_header(dtype, i.lines, i.samples, i.bands);
+    let header = input::of_header(InputKind::Npy, &header);
+    runner.backends.candidates(choice).into_iter().find_map(|backend| {
+        let device = runner.cache.device_for(backend.as_ref())?;
+        let key = keys::device_key(content, &header, backend.name());
+        device.get(&key).map(|item| Resident { content: *content, key, item })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::CpuBackend;
+    use crate::backend::{Backend, BackendError, PreparedCube};
+    use crate::config::EarlyStart;
+    use crate::cube::Cube;
+    use crate::jobs::backends::Backends;
+    use crate::jobs::cache::{CacheSettings, ServiceCache};
+    use crate::jobs::model::{InputSummary, JobStatus};
+    use crate::jobs::store::{JobStore, Lease};
+    use crate::mnf::stats::{Denoise, Moments, Projection, Statistics, StatsSpec};
+    use crate::mnf::{MnfParams, Monitor};
+    use crate::storage::Storage;
+    use std::time::{Duration, Instant};
+
+    /// A device that computes on the CPU and says it holds each prepared cube in its memory, so that
+    /// the device level keeps them.
+    struct PretendDevice(CpuBackend);
+
+    struct PretendCube<'c>(Box<dyn PreparedCube + Send + 'c>, u64);
+
+    impl PreparedCube for PretendCube<'_> {
+        fn statistics(&mut self, spec: &StatsSpec, on_noise: &mut dyn FnMut(&Moments), m: &Monitor) -> Result<Statistics, BackendError> {
+            self.0.statistics(spec, on_noise, m)
+        }
+        fn project(&mut self, p: &Projection, out: &mut [f32], m: &Monitor) -> Result<(), BackendError> {
+            self.0.project(p, out, m)
+        }
+        fn denoise(&mut self, d: &Denoise, out: &mut [f32], m: &Monitor) -> Result<(), BackendError> {
+            self.0.denoise(d, out, m)
+        }
+        fn resident_bytes(&self) -> u64 {
+            self.1
+        }
+    }
+
+    impl Backend for PretendDevice {
+        fn name(&self) -> &'static str {
+            "pretend"
+        }
+        fn device(&self) -> String {
+            "a pretend device (the CPU)".into()
+        }
+        fn memory_in_use(&self) -> Option<(u64, u64)> {
+            Some((0, 1 << 40))
+        }
+        fn prepare<'c>(&'c self, cube: &'c Cube, monitor: &Monitor) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError> {
+            Ok(Box::new(PretendCube(self.0.prepare(cube, monitor)?, cube.raw().len() as u64)))
+        }
+    }
+
+    fn new_job(id: &str, owner: &str, cube: &Cube, params: &str) -> NewJob {
+        NewJob {
+            id: id.into(),
+            owner: owner.into(),
+            params: params.into(),
+            digest: format!("digest-{id}"),
+            content_digest: Some(hex::encode(cube.content_digest())),
+            upload_sha256: None,
+            input: InputSummary {
+                lines: cube.lines(),
+                samples: cube.samples(),
+                bands: cube.bands(),
+                data_type: cube.dtype().name().into(),
+                interleave: "bip".into(),
+            },
+            input_kind: InputKind::Npy,
+            input_location: format!("uploads/{id}"),
+        }
+    }
+
+    /// A job of a cube that an earlier job of the same owner left on the (pretend) device runs with
+    /// no input at all, is inserted succeeded, and gives the bytes of a cold run; other owners, other
+    /// cubes and busy workers get None (the body is needed).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_of_a_resident_cube_needs_no_input() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = JobStore::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
+        let storage = Storage::local(dir.path().join("objects")).unwrap();
+        let settings = CacheSettings { gpu_cache_bytes: 1 << 30, index_cells: 1 << 10, index_on_gpu: false };
+        let cache = ServiceCache::new(&settings, store.clone(), storage.clone()).unwrap();
+        let lease = Lease { owner: "test".into(), duration: Duration::from_secs(30) };
+        let device: Arc<dyn Backend> = Arc::new(PretendDevice(CpuBackend::new()));
+        let backends = Backends::given(BackendChoice::Cpu, vec![device]);
+        let runner = Arc::new(Runner::new(store.clone(), storage.clone(), backends, cache, lease).with_early_start(EarlyStart::Device));
+        let workers = runner.start(1);
+
+        // The earlier job, through the queue and a worker, from its stored upload.
+        let cube = crate::cube::synthetic::generate(&crate::cube::synthetic::SyntheticSpec::small(60, 40, 16));
+        let file = dir.path().join("cube.npy");
+        crate::cube::npy::write_cube(&file, &cube).unwrap();
+        storage.put_file(&file, "uploads/first/cube.npy").await.unwrap();
+        store.insert(new_job("first", "alice", &cube, r#"{"components":3}"#)).await.unwrap();
+        runner.notify();
+        let t = Instant::now();
+        let earlier = loop {
+            let j = store.get("first").await.unwrap().unwrap();
+            if j.status.is_finished() || t.elapsed() > Duration::from_secs(30) {
+                break j;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(earlier.status, JobStatus::Succeeded, "{earlier:?}");
+        assert!(possible(&runner, BackendChoice::Cpu), "the cube stays on the device");
+
+        let params = r#"{"components":5}"#;
+        let Some(Ok(Inserted::Created(job))) = run(&runner, new_job("second", "alice", &cube, params), &earlier, BackendChoice::Cpu).await else {
+            panic!("the job did not run on the resident cube")
+        };
+        assert_eq!(job.status, JobStatus::Succeeded);
+        assert!(job.results.contains_key("components.npy"), "{:?}", job.results);
+        let stored = storage.get_bytes(&job.results["components.npy"]).await.unwrap();
+        let want = crate::mnf::run(&cube, &serde_json::from_str::<MnfParams>(params).unwrap(), &CpuBackend::new(), &Monitor::silent()).unwrap();
+        let path = dir.path().join("want.npy");
+        crate::cube::npy::write_f32(&path, &[60, 40, 5], &want.components).unwrap();
+        assert!(stored[..] == std::fs::read(&path).unwrap()[..], "not the bytes of a cold run");
+        let scratch = dir.path().join("objects/scratch");
+        assert_eq!(std::fs::read_dir(&scratch).map(|d| d.count()).unwrap_or(0), 0, "scratch left behind");
+        assert_eq!(runner.metrics.resident_runs.load(Ordering::Relaxed), 1);
+
+        // Another owner, another cube, a busy worker: the body is needed.
+        assert!(run(&runner, new_job("third", "bob", &cube, params), &earlier, BackendChoice::Cpu).await.is_none());
+        let other = crate::cube::synthetic::generate(&crate::cube::synthetic::SyntheticSpec::small(60, 40, 12));
+        let mut other_earlier = earlier.clone();
+        other_earlier.content_digest = Some(hex::encode(other.content_digest()));
+        other_earlier.input.bands = 12;
+        assert!(run(&runner, new_job("fourth", "alice", &other, params), &other_earlier, BackendChoice::Cpu).await.is_none());
+        let busy = runner.try_take_slot().unwrap();
+        assert!(!possible(&runner, BackendChoice::Cpu));
+        assert!(run(&runner, new_job("fifth", "alice", &cube, r#"{"components":4}"#), &earlier, BackendChoice::Cpu).await.is_none());
+        drop(busy);
+        for id in ["third", "fourth", "fifth"] {
+            assert!(store.get(id).await.unwrap().is_none(), "{id} has a row");
+        }
+        assert!(!dir.path().join("objects/results/fifth").exists());
+        workers.abort();
+    }
+}
