@@ -193,6 +193,9 @@ async fn identical_requests_return_the_existing_job() {
     assert_eq!(r.json::<Value>().await.unwrap()["id"].as_str(), Some(npy_id.as_str()));
     let r = srv.post_npy_with(&npy, "components=3", "x-cube-digest", &"0".repeat(64)).await;
     assert_eq!(error_of(r).await, (StatusCode::BAD_REQUEST, "digest_mismatch".into()));
+    // without a body, new parameters need it (a CPU server holds no cube on a device)
+    let r = srv.post_npy_with(&[], "components=3", "x-cube-digest", &cube_digest).await;
+    assert_eq!(error_of(r).await, (StatusCode::CONFLICT, "body_needed".into()));
     let r = srv.post_npy_with(&npy, "components=3", "x-cube-digest", "xyz").await;
     assert_eq!(error_of(r).await, (StatusCode::BAD_REQUEST, "invalid_digest".into()));
 

@@ -194,6 +194,11 @@ async fn service_on_s3() {
         if let Some(url) = &store {
             let bucket = Storage::open(Some(url), dir.path()).unwrap();
             for id in [&a, &b] {
+                // Deleted once the job is finished, beside the worker's next job.
+                let t = std::time::Instant::now();
+                while !bucket.list(&format!("uploads/{id}")).await.unwrap().is_empty() && t.elapsed() < std::time::Duration::from_secs(10) {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
                 assert_eq!(bucket.list(&format!("uploads/{id}")).await.unwrap(), Vec::<String>::new(), "the upload stayed");
                 assert!(!bucket.list(&format!("results/{id}")).await.unwrap().is_empty(), "no results in the bucket");
                 let r = srv.client.delete(srv.url(&format!("/v1/jobs/{id}"))).send().await.unwrap();

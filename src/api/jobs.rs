@@ -219,6 +219,14 @@ async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req:
         return Ok(r);
     }
     let announced = content_length(req.headers());
+    if cube_key.is_some() && axum::body::HttpBody::is_end_stream(req.body()) {
+        // A client asking without the body first (the Python client does): it sends it now.
+        return Err(Error::new(
+            StatusCode::CONFLICT,
+            "body_needed",
+            "no job of this cube and these parameters, and the cube of X-Cube-Digest is not held here: send it as the .npy body",
+        ));
+    }
     let stream = req.into_body().into_data_stream();
     let claimed = Claimed { sha256: claimed_sha, cube: claimed_cube };
     let created = npy_job(ctx, caller, params, stream, announced, claimed, token).await?;
@@ -233,14 +241,16 @@ async fn run_on_resident(ctx: &ApiContext, caller: &Caller, cube: [u8; 32], para
     if !resident::possible(&ctx.runner, params.backend) {
         return Ok(None);
     }
+    let t = std::time::Instant::now();
     let Some(earlier) = ctx.runner.store.find_by_content(&caller.owner, &hex::encode(cube)).await? else { return Ok(None) };
+    tracing::debug!(target: "hypermnf::timing", ms = t.elapsed().as_secs_f64() * 1e3, "the owner's earlier job of the cube found");
     let i = &earlier.input;
     params.validate(i.lines, i.samples, i.bands)?;
     let id = uuid::Uuid::now_v7().to_string();
     let location = format!("uploads/{id}"); // never written: the job needs no input once it succeeded
     let digest = job_digest(&cube, canonical);
     let new = new_job(id, caller, canonical.to_string(), digest, cube, None, i.clone(), InputKind::Npy, location);
-    match resident::run(&ctx.runner, new, &earlier, params.backend).await {
+    match resident::run(&ctx.runner, new, &earlier, params).await {
         None => Ok(None),
         Some(Ok(Inserted::Created(job))) => {
             ApiMetrics::add(&ctx.metrics.jobs_created, 1);

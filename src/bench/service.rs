@@ -117,9 +117,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let parts = m.breakdown.iter().map(|(k, v)| format!("{k} {v:.1}")).collect::<Vec<_>>().join(", ");
     println!("| where the job's time went (server /metrics, ms) | {parts} |");
     println!(
-        "| statistics-level re-projection ({} components), X-Cube-Digest + Expect: 100-continue, request until `succeeded` is seen ({}) | {:.1} ms |",
+        "| statistics-level re-projection ({} components), X-Cube-Digest + Expect: 100-continue, request until `succeeded` is seen ({}; the job's stages, ms: {}) | {:.1} ms |",
         args.components + 4,
         if m.reprojection_without_body { "run on the resident cube, body never sent" } else { "body sent" },
+        m.reprojection_stages,
         ms(m.reprojection)
     );
     println!("| statistics-level re-projection ({} components), body sent again, last byte until `succeeded` | {:.1} ms |", args.components + 2, ms(m.reprojection_resent));
@@ -159,6 +160,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "pipeline_mapped_ms": mapped_ms,
             "reprojection_ms": ms(m.reprojection),
             "reprojection_without_body": m.reprojection_without_body,
+            "reprojection_stages_ms": m.reprojection_stages,
             "reprojection_resent_ms": ms(m.reprojection_resent),
             "download_gbps": gb(m.download_bytes, m.download),
             "download_first_gbps": gb(m.download_bytes, m.download_first),
@@ -182,6 +184,8 @@ struct Measured {
     /// By X-Cube-Digest, end to end; whether the server ran it without the body; with the body sent again.
     reprojection: Duration,
     reprojection_without_body: bool,
+    /// The re-projection job's own `timings_ms` (ms per stage).
+    reprojection_stages: serde_json::Value,
     reprojection_resent: Duration,
     /// The median of five downloads, and the first of them (which also pays for this client's first
     /// allocation of a buffer of that size: page faults and zeroing).
@@ -293,13 +297,17 @@ fn measure(addr: SocketAddr, npy: &[u8], digest: &str, args: &Args) -> anyhow::R
     let r = request(addr, "POST", &format!("/v1/jobs?components={}", args.components + 4), &headers, Some(npy), true)?;
     let job: serde_json::Value = serde_json::from_slice(&r.body)?;
     let reprojection_without_body = r.status == 201 && job["status"] == "succeeded";
+    let reprojection_id = job["id"].as_str().context("no job id")?;
     if !reprojection_without_body {
         if r.status != 202 {
             bail!("the re-projection by digest answered {}: {job}", r.status);
         }
-        follow(addr, job["id"].as_str().context("no job id")?)?;
+        follow(addr, reprojection_id)?;
     }
     let reprojection = t.elapsed();
+    // What the job itself reports of its stages (its metadata's `timings_ms`).
+    let md = request(addr, "GET", &format!("/v1/jobs/{reprojection_id}/metadata"), &[], None, false)?;
+    let reprojection_stages = serde_json::from_slice::<serde_json::Value>(&md.body)?["timings_ms"].clone();
 
     // The median of five: one 27 MB transfer takes ~12-25 ms, within which a scheduling hiccup shows, and
     // the first one also pays for the client's fresh 27 MB buffer (0.41-1.2 GB/s against 2.2 for the
@@ -347,6 +355,7 @@ fn measure(addr: SocketAddr, npy: &[u8], digest: &str, args: &Args) -> anyhow::R
         breakdown,
         reprojection,
         reprojection_without_body,
+        reprojection_stages,
         reprojection_resent,
         download,
         download_first,

@@ -171,12 +171,22 @@ impl JobRun {
             Ok(r) => r,
             Err(e) => Err(JobFailure { code: "internal".into(), message: format!("the job's task ended abnormally: {e}") }),
         };
-        self.services.metrics.record_phase("compute", began.elapsed());
+        let compute = began.elapsed();
+        self.services.metrics.record_phase("compute", compute);
         let stored = match computed {
             Ok(done) => self.store_results(done).await,
             Err(f) => Err(f),
         };
+        let store = began.elapsed() - compute;
         self.services.storage.remove_scratch(&format!("job-{}", self.job.id));
+        tracing::debug!(
+            target: "hypermnf::timing",
+            job = %self.job.id,
+            compute_ms = compute.as_secs_f64() * 1e3,
+            store_ms = store.as_secs_f64() * 1e3,
+            scratch_removed_ms = (began.elapsed() - compute - store).as_secs_f64() * 1e3,
+            "a job run before its row"
+        );
         if stored.is_err() {
             let _ = self.services.storage.delete_prefix(&format!("results/{}", self.job.id)).await;
         }
@@ -216,7 +226,11 @@ impl JobRun {
             Err(failure) => self.mark_failed(failure).await,
         }
         self.services.ended.notify_waiters();
-        self.delete_finished_input().await;
+        // Cleanup, not part of the job: the worker is free for the next job meanwhile (unlinking a
+        // 299 MB upload takes milliseconds, and a client that saw `succeeded` may already ask for
+        // the next job, which `jobs::resident` runs only if a worker is idle).
+        let me = self.clone();
+        tokio::spawn(async move { me.delete_finished_input().await });
     }
 
     /// Waits for steps 2 to 4 while a task writes progress and keeps the lease.
@@ -316,10 +330,18 @@ impl JobRun {
         *progress.lock().unwrap_or_else(|p| p.into_inner()) = (Stage::Write, 0.0);
         let write_started = Instant::now();
         let written = write_results(&s.storage, &job.id, &cube, &output);
+        let write_ms = write_started.elapsed().as_secs_f64() * 1e3;
         s.metrics.record_stage(Stage::Write, write_started.elapsed());
         let registered = rt
             .block_on(registering)
             .map_err(|e| JobFailure { code: "internal".into(), message: format!("the register step ended abnormally: {e}") })?;
+        tracing::debug!(
+            target: "hypermnf::timing",
+            job = %job.id,
+            write_ms,
+            then_register_ms = write_started.elapsed().as_secs_f64() * 1e3 - write_ms,
+            "result files written (and the register step awaited)"
+        );
         match written {
             Ok(files) => Ok(JobDone { files, registered }),
             Err(f) => {

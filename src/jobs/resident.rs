@@ -9,14 +9,16 @@
 //!   key at the device level is made from the content digest and the header, and that form's header
 //!   follows from the shape and data type that the earlier job recorded),
 //! - and a worker is idle,
+//! - and the eigen system of the request's statistics parameters is kept beside that cube (so that
+//!   only the projection runs: the request waits for it, and it is short),
 //!
 //! the job runs at once on the resident cube, before the body is read (or sent at all, with
-//! `Expect: 100-continue`): usually only the projection, with the eigen system kept beside the cube.
-//! It is the computation a job would make on that resident cube, so the result is the same bit for
-//! bit.
+//! `Expect: 100-continue`). It is the computation a job would make on that resident cube, so the
+//! result is the same bit for bit.
 //!
-//! The row is inserted only once the job has succeeded, its results stored and registered
-//! ([`JobStore::insert_succeeded`]): the job has no input to keep for a retry, and needs none. A
+//! The row is inserted only once the job has succeeded, its results stored
+//! ([`JobStore::insert_succeeded`]), and the job cache learns the result then: the job has no input
+//! to keep for a retry, and needs none. A
 //! process that dies meanwhile leaves no row, and its client, never answered, sends again. Anything
 //! that stops the job (an error, or a job of the same digest inserted meanwhile) removes what it
 //! wrote; the caller then goes on as for any upload.
@@ -33,7 +35,7 @@ use super::store::{Inserted, NewJob, StoreError};
 use super::worker::Runner;
 use crate::cache::{keys, Digest};
 use crate::cube::DataType;
-use crate::mnf::BackendChoice;
+use crate::mnf::{BackendChoice, MnfParams};
 
 /// Whether a job of `choice` could run on a resident cube here now: a worker idle, and a cube on a
 /// device of `choice` (no database read; checked before looking for the owner's earlier job).
@@ -47,7 +49,8 @@ pub fn possible(runner: &Runner, choice: BackendChoice) -> bool {
 /// set) on its cube resident on a device of `choice`, and inserts it succeeded. None when that is not
 /// possible here (the cube not resident in its canonical form, no idle worker, `--early-start never`,
 /// or the job failed): the caller then needs the body.
-pub async fn run(runner: &Arc<Runner>, new: NewJob, earlier: &Job, choice: BackendChoice) -> Option<Result<Inserted, StoreError>> {
+pub async fn run(runner: &Arc<Runner>, new: NewJob, earlier: &Job, params: &MnfParams) -> Option<Result<Inserted, StoreError>> {
+    let choice = params.backend;
     if !runner.may_start_early(choice) || earlier.owner != new.owner {
         return None;
     }
@@ -55,47 +58,61 @@ pub async fn run(runner: &Arc<Runner>, new: NewJob, earlier: &Job, choice: Backe
     if earlier.content_digest.as_deref().and_then(keys::parse_hex) != Some(content) {
         return None;
     }
-    let resident = find(runner, &content, earlier, choice)?;
+    let t = std::time::Instant::now();
+    let resident = find(runner, &content, earlier, params)?;
     let slot = runner.try_take_slot()?;
+    let found = t.elapsed();
     let job = super::early::job_before_insert(&new, new.input_location.clone());
     let run = JobRun::on_resident(job, runner.services(), resident);
     let outcome = run.run_before_row().await;
     drop(slot);
-    let (registered, results) = match outcome {
+    // Nothing was registered: the result level needs the row, which did not exist yet.
+    let (_registered, results) = match outcome {
         Ok(r) => r,
         Err(f) => {
             tracing::warn!(job = %new.id, code = %f.code, "a job on a resident cube failed ({}); the body is needed", f.message);
             return None;
         }
     };
-    let id = new.id.clone();
+    let (id, computed) = (new.id.clone(), t.elapsed());
     let inserted = runner.store.insert_succeeded(new, &results).await;
+    tracing::debug!(
+        target: "hypermnf::timing",
+        job = %id,
+        find_ms = found.as_secs_f64() * 1e3,
+        compute_and_store_ms = (computed - found).as_secs_f64() * 1e3,
+        insert_ms = (t.elapsed() - computed).as_secs_f64() * 1e3,
+        "job run on a resident cube"
+    );
     match &inserted {
         Ok(Inserted::Created(job)) => {
+            // Already succeeded: nothing to withdraw later.
+            let _registered = runner.cache.register_before_success(job, None).await;
             runner.metrics.succeeded.fetch_add(1, Ordering::Relaxed);
             runner.metrics.resident_runs.fetch_add(1, Ordering::Relaxed);
             tracing::info!(job = %job.id, "job succeeded on a resident cube, without its body");
             runner.job_may_have_ended();
         }
         Ok(Inserted::Existing(_)) | Err(_) => {
-            runner.cache.withdraw(&id, registered).await;
             let _ = runner.storage.delete_prefix(&format!("results/{id}")).await;
         }
     }
     Some(inserted)
 }
 
-/// The owner's cube, resident in its canonical `.npy` form on a device of `choice`: the devices in
-/// the order jobs of `choice` use them, none taken out of turn.
-fn find(runner: &Runner, content: &Digest, earlier: &Job, choice: BackendChoice) -> Option<Resident> {
+/// The owner's cube, resident in its canonical `.npy` form on a device of `params`' backend choice
+/// (looked for on each, none taken out of turn), with the eigen system of `params` kept beside it.
+fn find(runner: &Runner, content: &Digest, earlier: &Job, params: &MnfParams) -> Option<Resident> {
     let i = &earlier.input;
     let dtype = DataType::ALL.into_iter().find(|d| d.name() == i.data_type)?;
     let header = crate::cube::npy::canonical_header(dtype, i.lines, i.samples, i.bands);
     let header = input::of_header(InputKind::Npy, &header);
-    runner.backends.candidates(choice).into_iter().find_map(|backend| {
+    runner.backends.candidates(params.backend).into_iter().find_map(|backend| {
         let device = runner.cache.device_for(backend.as_ref())?;
         let key = keys::device_key(content, &header, backend.name());
-        device.get(&key).map(|item| Resident { content: *content, key, item })
+        let item = device.get(&key)?;
+        item.system(&keys::statistics_key(content, params, backend.name()))?;
+        Some(Resident { content: *content, key, item })
     })
 }
 
@@ -206,7 +223,8 @@ mod tests {
         assert!(possible(&runner, BackendChoice::Cpu), "the cube stays on the device");
 
         let params = r#"{"components":5}"#;
-        let Some(Ok(Inserted::Created(job))) = run(&runner, new_job("second", "alice", &cube, params), &earlier, BackendChoice::Cpu).await else {
+        let p = |json: &str| -> MnfParams { serde_json::from_str(json).unwrap() };
+        let Some(Ok(Inserted::Created(job))) = run(&runner, new_job("second", "alice", &cube, params), &earlier, &p(params)).await else {
             panic!("the job did not run on the resident cube")
         };
         assert_eq!(job.status, JobStatus::Succeeded);
@@ -216,22 +234,27 @@ mod tests {
         let path = dir.path().join("want.npy");
         crate::cube::npy::write_f32(&path, &[60, 40, 5], &want.components).unwrap();
         assert!(stored[..] == std::fs::read(&path).unwrap()[..], "not the bytes of a cold run");
+        // The result level knows the job (registered once its row existed).
+        assert_eq!(runner.cache.find_result("alice", &job.digest).await.unwrap().map(|j| j.id), Some(job.id.clone()));
         let scratch = dir.path().join("objects/scratch");
         assert_eq!(std::fs::read_dir(&scratch).map(|d| d.count()).unwrap_or(0), 0, "scratch left behind");
         assert_eq!(runner.metrics.resident_runs.load(Ordering::Relaxed), 1);
 
         // Another owner, another cube, a busy worker: the body is needed.
-        assert!(run(&runner, new_job("third", "bob", &cube, params), &earlier, BackendChoice::Cpu).await.is_none());
+        assert!(run(&runner, new_job("third", "bob", &cube, params), &earlier, &p(params)).await.is_none());
         let other = crate::cube::synthetic::generate(&crate::cube::synthetic::SyntheticSpec::small(60, 40, 12));
         let mut other_earlier = earlier.clone();
         other_earlier.content_digest = Some(hex::encode(other.content_digest()));
         other_earlier.input.bands = 12;
-        assert!(run(&runner, new_job("fourth", "alice", &other, params), &other_earlier, BackendChoice::Cpu).await.is_none());
+        assert!(run(&runner, new_job("fourth", "alice", &other, params), &other_earlier, &p(params)).await.is_none());
+        // Another noise estimator: no eigen system kept for it, so the statistics would have to run.
+        let shift = r#"{"components":5,"noise":"shift-difference"}"#;
+        assert!(run(&runner, new_job("sixth", "alice", &cube, shift), &earlier, &p(shift)).await.is_none());
         let busy = runner.try_take_slot().unwrap();
         assert!(!possible(&runner, BackendChoice::Cpu));
-        assert!(run(&runner, new_job("fifth", "alice", &cube, r#"{"components":4}"#), &earlier, BackendChoice::Cpu).await.is_none());
+        assert!(run(&runner, new_job("fifth", "alice", &cube, r#"{"components":4}"#), &earlier, &p(r#"{"components":4}"#)).await.is_none());
         drop(busy);
-        for id in ["third", "fourth", "fifth"] {
+        for id in ["third", "fourth", "fifth", "sixth"] {
             assert!(store.get(id).await.unwrap().is_none(), "{id} has a row");
         }
         assert!(!dir.path().join("objects/results/fifth").exists());

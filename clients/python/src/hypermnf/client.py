@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 import httpx
 import numpy as np
 
-from ._inputs import CubeLike, build_upload
+from ._inputs import CubeLike, Upload, build_upload
 from ._params import DEFAULT_COMPONENTS, Params
 from .errors import APIError, ConnectionError, TimeoutError
 from ._version import __version__
@@ -114,12 +114,28 @@ class Client:
             upload = build_upload(cube, params)
             with upload.files:
                 try:
-                    response = self._request("POST", "/v1/jobs", expect=_SUBMIT_OK, upload=True, **upload.kwargs)
+                    response = self._submit(upload)
                     break
                 except _Disconnected:
                     if attempt + 1 == _ATTEMPTS:
                         raise
         return Job(self, response.json())
+
+    def _submit(self, upload: Upload) -> httpx.Response:
+        """POSTs ``upload``. An array named by its digest is first asked for without its body: the server
+        answers at once (200) when it has a job of the same cube and parameters, or (201) when it ran the
+        job on the cube it still holds on a GPU; otherwise it says 409 ``body_needed``, and the body goes.
+        """
+        headers = upload.kwargs.get("headers", {})
+        if "X-Cube-Digest" in headers:
+            probe = {**upload.kwargs, "content": b"", "headers": {**headers, "Content-Length": "0"}}
+            response = self._request("POST", "/v1/jobs", expect=_SUBMIT_OK + (409,), **probe)
+            if response.status_code != 409:
+                return response
+            refusal = _api_error(response)
+            if refusal.code != "body_needed":
+                raise refusal
+        return self._request("POST", "/v1/jobs", expect=_SUBMIT_OK, upload=True, **upload.kwargs)
 
     def job(self, job_id: str) -> Job:
         """The job ``job_id`` as the server knows it now (:class:`APIError` 404 if there is none)."""
