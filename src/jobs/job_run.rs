@@ -66,7 +66,7 @@ impl JobServices {
             job,
             services: self.clone(),
             cancel: Arc::new(AtomicBool::new(false)),
-            fed: None,
+            fed: Arc::default(),
             resident: None,
             inserted: None,
         }))
@@ -82,7 +82,12 @@ pub struct JobRun {
     cancel: Arc<AtomicBool>,
     /// The job's cube, prepared on a device while its upload arrived (`jobs::feed`): the job runs
     /// on it (and that device's backend) unless the device level already holds the cube.
-    fed: Option<Arc<ResidentCube>>,
+    ///
+    /// Shared by the run's clones, so that the computation can take it: a fed cube the job does not
+    /// use (the level held the cube already) is let go there, on the blocking pool, with its device
+    /// memory and its mapping of the upload. Before, every clone of the run held it until the last
+    /// one went, after the input's deletion, on the runtime.
+    fed: Arc<Mutex<Option<Arc<ResidentCube>>>>,
     /// The job's cube, found resident on a device by its content digest (`jobs::resident`): the job
     /// has no stored input and runs on it (and that device's backend).
     resident: Option<Resident>,
@@ -151,6 +156,7 @@ impl JobRun {
         fed: Option<Arc<ResidentCube>>,
         inserted: tokio::sync::watch::Receiver<bool>,
     ) -> JobRun {
+        let fed = Arc::new(Mutex::new(fed));
         JobRun { job, services, cancel: Arc::new(AtomicBool::new(false)), fed, resident: None, inserted: Some(inserted) }
     }
 
@@ -158,7 +164,7 @@ impl JobRun {
     /// (`jobs::resident`): [`JobRun::run_before_row`] takes it through steps 2 to 6, and the caller
     /// inserts the row once it succeeded.
     pub(super) fn on_resident(job: Job, services: JobServices, resident: Resident) -> JobRun {
-        JobRun { job, services, cancel: Arc::new(AtomicBool::new(false)), fed: None, resident: Some(resident), inserted: None }
+        JobRun { job, services, cancel: Arc::new(AtomicBool::new(false)), fed: Arc::default(), resident: Some(resident), inserted: None }
     }
 
     /// Steps 2 to 6 of a run made by [`JobRun::on_resident`]: its results stored under
@@ -255,7 +261,8 @@ impl JobRun {
             .map_err(|e| JobFailure { code: "invalid_params".into(), message: e.to_string() })?;
         // A cube fed to a device, or found resident on one, is on one of the backends of its choice:
         // that one.
-        let backend = match (&self.fed, &self.resident) {
+        let fed = self.fed.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let backend = match (&fed, &self.resident) {
             (Some(fed), _) => fed.backend().clone(),
             (None, Some(r)) => r.item.backend().clone(),
             (None, None) => s.backends.get(params.backend).map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?,
@@ -267,8 +274,8 @@ impl JobRun {
             Some(r) => DeviceLookup::of_resident(r.content, r.key, r.item.clone()),
             None => DeviceLookup::find(&s.cache, job, &backend, &s.storage, rt),
         };
-        if let Some(fed) = &self.fed {
-            if found.adopt_fed(fed.clone()) {
+        if let Some(fed) = fed {
+            if found.adopt_fed(fed) {
                 s.metrics.fed_to_device.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -463,6 +470,10 @@ impl JobRun {
         if job.input_kind != InputKind::Href {
             if let Ok(Some(j)) = s.store.get(&job.id).await {
                 if j.status.is_finished() {
+                    // Synced uploads: their cached pages can go gradually first (see `release_cached`).
+                    for key in s.storage.list(&job.input_location).await.unwrap_or_default() {
+                        let _ = s.storage.release_cached(&key).await;
+                    }
                     let _ = s.storage.delete_prefix(&job.input_location).await;
                 }
             }

@@ -131,6 +131,14 @@ impl LocalStore {
     }
 
     /// Deletes every object under `prefix/`, and the object named `prefix` itself if there is one.
+    /// Drops the cached pages of the file of `key` a slice at a time (see `release_cached_pages`).
+    pub async fn release_cached(&self, key: &StorePath) -> Result<(), StorageError> {
+        let path = self.file(key)?;
+        tokio::task::spawn_blocking(move || release_cached_pages(&path))
+            .await
+            .map_err(|e| StorageError::store(&self.name, "release", key.as_ref(), object_store::Error::JoinError { source: e }))
+    }
+
     pub async fn delete_prefix(&self, prefix: &StorePath) -> Result<(), StorageError> {
         let mut keys: Vec<StorePath> = self.fs.list(Some(prefix)).map_ok(|m| m.location).try_collect().await.map_err(self.err("list", prefix))?;
         keys.push(prefix.clone());
@@ -142,6 +150,35 @@ impl LocalStore {
         }
         Ok(())
     }
+}
+
+/// Pages dropped per step by `release_cached_pages`, and the pause between steps.
+const RELEASE_SLICE: u64 = 16 << 20;
+const RELEASE_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Drops a file's clean cached pages a slice at a time, with a pause between slices, before the file
+/// is deleted. Deleting (or unmapping for the last time) a file whose pages are cached frees them all
+/// at once in that thread: for a finished 299 MB upload on the H100 host's ext4 (2026-11-25), the job
+/// that ran meanwhile took 50-100 ms instead of ~18 (its result written, its scratch directory
+/// removed, while the pages were freed). Pages a mapping still uses (a cube kept on the GPU maps its
+/// upload) are left alone by `POSIX_FADV_DONTNEED`, so this never takes data from a reader; a missing
+/// file is nothing to do.
+fn release_cached_pages(path: &Path) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let Ok(f) = std::fs::File::open(path) else { return };
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let mut at = 0;
+        while at < len {
+            // SAFETY: posix_fadvise takes an open descriptor and integers; no memory is shared.
+            unsafe { libc::posix_fadvise(f.as_raw_fd(), at as libc::off_t, RELEASE_SLICE as libc::off_t, libc::POSIX_FADV_DONTNEED) };
+            at += RELEASE_SLICE;
+            std::thread::sleep(RELEASE_PAUSE);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = path;
 }
 
 /// Renames `src` to `dst` (creating `dst`'s directory); across filesystems, copies to a staging name

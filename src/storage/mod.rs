@@ -205,6 +205,16 @@ impl Storage {
         }
     }
 
+    /// Before deleting a large local file that was synced (an upload): drops its cached pages
+    /// gradually, so that the deletion does not free them all at once. Nothing to do for S3.
+    pub async fn release_cached(&self, key: &str) -> Result<(), StorageError> {
+        let key = Self::key(key)?;
+        match &self.backend {
+            Backend::Local(s) => s.release_cached(&key).await,
+            Backend::Remote(_) => Ok(()),
+        }
+    }
+
     /// Deletes every object under `prefix` (e.g. `results/<job>`), and the object named `prefix` if
     /// there is one.
     pub async fn delete_prefix(&self, prefix: &str) -> Result<(), StorageError> {
