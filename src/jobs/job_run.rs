@@ -470,11 +470,7 @@ impl JobRun {
         if job.input_kind != InputKind::Href {
             if let Ok(Some(j)) = s.store.get(&job.id).await {
                 if j.status.is_finished() {
-                    // Synced uploads: their cached pages can go gradually first (see `release_cached`).
-                    for key in s.storage.list(&job.input_location).await.unwrap_or_default() {
-                        let _ = s.storage.release_cached(&key).await;
-                    }
-                    let _ = s.storage.delete_prefix(&job.input_location).await;
+                    let _ = s.storage.delete_upload(&job.input_location).await;
                 }
             }
         }

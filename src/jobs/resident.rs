@@ -61,10 +61,8 @@ pub async fn run(runner: &Arc<Runner>, new: NewJob, earlier: &Job, params: &MnfP
     if earlier.content_digest.as_deref().and_then(keys::parse_hex) != Some(content) {
         return None;
     }
-    let t = std::time::Instant::now();
     let resident = find(runner, &content, earlier, params)?;
     let slot = runner.try_take_slot()?;
-    let found = t.elapsed();
     let job = super::early::job_before_insert(&new, new.input_location.clone());
     let run = JobRun::on_resident(job, runner.services(), resident);
     let outcome = run.run_before_row().await;
@@ -77,16 +75,8 @@ pub async fn run(runner: &Arc<Runner>, new: NewJob, earlier: &Job, params: &MnfP
             return None;
         }
     };
-    let (id, computed) = (new.id.clone(), t.elapsed());
+    let id = new.id.clone();
     let inserted = runner.store.insert_succeeded(new, &results).await;
-    tracing::debug!(
-        target: "hypermnf::timing",
-        job = %id,
-        find_ms = found.as_secs_f64() * 1e3,
-        compute_and_store_ms = (computed - found).as_secs_f64() * 1e3,
-        insert_ms = (t.elapsed() - computed).as_secs_f64() * 1e3,
-        "job run on a resident cube"
-    );
     match &inserted {
         Ok(Inserted::Created(job)) => {
             // Already succeeded: nothing to withdraw later.

@@ -221,23 +221,26 @@ impl JobStore {
         .bind(claimed.map(|l| l.expires_at()))
         .execute(&self.pool)
         .await;
-        match res {
-            Ok(_) => {
-                if claimed.is_none() {
+        match self.inserted(res.map(drop), &new).await? {
+            Some(i) => {
+                if matches!(i, Inserted::Created(_)) && claimed.is_none() {
                     self.notify(notify::Event::Queued).await;
                 }
-                Ok(Inserted::Created(self.get(&new.id).await?.ok_or_else(|| StoreError::Corrupt {
-                    id: new.id.clone(),
-                    what: "inserted row vanished".into(),
-                })?))
+                Ok(i)
             }
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                match self.find_live_by_digest(&new.owner, &new.digest).await? {
-                    Some(j) => Ok(Inserted::Existing(j)),
-                    // The other job left the live set in between: try once more.
-                    None => Box::pin(self.insert_as(new, claimed)).await,
-                }
-            }
+            None => Box::pin(self.insert_as(new, claimed)).await,
+        }
+    }
+
+    /// What an insert of `new` came to (`res`): the row, or after a unique violation the live job of
+    /// the same owner and digest; None when that job left the live set in between (insert again).
+    async fn inserted(&self, res: Result<(), sqlx::Error>, new: &NewJob) -> Result<Option<Inserted>, StoreError> {
+        match res {
+            Ok(()) => Ok(Some(Inserted::Created(self.get(&new.id).await?.ok_or_else(|| StoreError::Corrupt {
+                id: new.id.clone(),
+                what: "inserted row vanished".into(),
+            })?))),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Ok(self.find_live_by_digest(&new.owner, &new.digest).await?.map(Inserted::Existing)),
             Err(e) => Err(e.into()),
         }
     }
@@ -267,19 +270,14 @@ impl JobStore {
         .bind(now)
         .execute(&self.pool)
         .await;
-        match res {
-            Ok(_) => {
-                self.notify(notify::Event::Succeeded(new.id.clone())).await;
-                Ok(Inserted::Created(self.get(&new.id).await?.ok_or_else(|| StoreError::Corrupt {
-                    id: new.id.clone(),
-                    what: "inserted row vanished".into(),
-                })?))
+        match self.inserted(res.map(drop), &new).await? {
+            Some(i) => {
+                if matches!(i, Inserted::Created(_)) {
+                    self.notify(notify::Event::Succeeded(new.id.clone())).await;
+                }
+                Ok(i)
             }
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => match self.find_live_by_digest(&new.owner, &new.digest).await? {
-                Some(j) => Ok(Inserted::Existing(j)),
-                None => Box::pin(self.insert_succeeded(new, results)).await,
-            },
-            Err(e) => Err(e.into()),
+            None => Box::pin(self.insert_succeeded(new, results)).await,
         }
     }
 

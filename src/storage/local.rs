@@ -130,15 +130,20 @@ impl LocalStore {
         self.fs.list(p).map_ok(|m| m.location.to_string()).try_collect().await.map_err(self.err("list", prefix))
     }
 
-    /// Deletes every object under `prefix/`, and the object named `prefix` itself if there is one.
-    /// Drops the cached pages of the file of `key` a slice at a time (see `release_cached_pages`).
-    pub async fn release_cached(&self, key: &StorePath) -> Result<(), StorageError> {
-        let path = self.file(key)?;
-        tokio::task::spawn_blocking(move || release_cached_pages(&path))
-            .await
-            .map_err(|e| StorageError::store(&self.name, "release", key.as_ref(), object_store::Error::JoinError { source: e }))
+    /// [`LocalStore::delete_prefix`] for a synced upload: each file's cached pages are dropped a
+    /// slice at a time first (see `release_cached_pages`).
+    pub async fn delete_upload(&self, prefix: &StorePath) -> Result<(), StorageError> {
+        let keys: Vec<StorePath> = self.fs.list(Some(prefix)).map_ok(|m| m.location).try_collect().await.map_err(self.err("list", prefix))?;
+        for key in keys {
+            let path = self.file(&key)?;
+            tokio::task::spawn_blocking(move || release_cached_pages(&path))
+                .await
+                .map_err(|e| StorageError::store(&self.name, "release", key.as_ref(), object_store::Error::JoinError { source: e }))?;
+        }
+        self.delete_prefix(prefix).await
     }
 
+    /// Deletes every object under `prefix/`, and the object named `prefix` itself if there is one.
     pub async fn delete_prefix(&self, prefix: &StorePath) -> Result<(), StorageError> {
         let mut keys: Vec<StorePath> = self.fs.list(Some(prefix)).map_ok(|m| m.location).try_collect().await.map_err(self.err("list", prefix))?;
         keys.push(prefix.clone());

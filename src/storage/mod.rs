@@ -205,13 +205,14 @@ impl Storage {
         }
     }
 
-    /// Before deleting a large local file that was synced (an upload): drops its cached pages
-    /// gradually, so that the deletion does not free them all at once. Nothing to do for S3.
-    pub async fn release_cached(&self, key: &str) -> Result<(), StorageError> {
-        let key = Self::key(key)?;
+    /// [`Storage::delete_prefix`] for a finished job's synced upload: on local storage, its cached
+    /// pages are dropped gradually first, so that the deletion does not free them all at once (S3:
+    /// the same as `delete_prefix`).
+    pub async fn delete_upload(&self, prefix: &str) -> Result<(), StorageError> {
+        let p = Self::key(prefix)?;
         match &self.backend {
-            Backend::Local(s) => s.release_cached(&key).await,
-            Backend::Remote(_) => Ok(()),
+            Backend::Local(s) => s.delete_upload(&p).await,
+            Backend::Remote(s) => s.delete_prefix(&p).await,
         }
     }
 
