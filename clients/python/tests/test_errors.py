@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
 import numpy as np
@@ -200,6 +201,94 @@ def test_a_submission_that_meets_a_closed_connection_is_sent_again() -> None:
     job = hypermnf.Client(flaky.url, timeout=5).submit(CUBE, components=2)
     assert job.id == "j2" and job.cached
     assert [r.split("?")[0] for r in flaky.requests] == ["POST /v1/jobs"] * 2
+
+
+class _RawServer:
+    """Answers the n-th connection with the n-th of ``answers`` (raw HTTP bytes; b"": close without
+    answering; the last repeats), then closes it, after ``hold`` seconds."""
+
+    def __init__(self, answers: list, hold: float = 0.0) -> None:
+        import threading
+
+        self.answers, self.hold, self.requests = answers, hold, []
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                self.requests.append(conn.recv(65536).split(b"\r\n", 1)[0].decode())
+                answer = self.answers[min(len(self.requests), len(self.answers)) - 1]
+                if answer:
+                    conn.sendall(answer)
+                time.sleep(self.hold)
+
+
+def _npy_answer(body: bytes, content_length: int | None) -> bytes:
+    length = b"" if content_length is None else b"Content-Length: %d\r\n" % content_length
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/x-npy\r\nConnection: close\r\n" + length + b"\r\n" + body
+
+
+RESULT = np.arange(40 * 30 * 4, dtype=np.float32).reshape(40, 30, 4)
+
+
+def _result_body() -> bytes:
+    import io
+
+    saved = io.BytesIO()
+    np.save(saved, RESULT)
+    return saved.getvalue()
+
+
+def _job_on(url: str) -> hypermnf.Job:
+    return hypermnf.Job(hypermnf.Client(url, timeout=5), {"id": "j1", "status": "succeeded"})
+
+
+def test_result_cut_off_is_a_connection_error_saying_how_much_arrived() -> None:
+    body = _result_body()
+    cut = _RawServer([_npy_answer(body[:5000], len(body))])  # the connection drops after 5000 bytes
+    with pytest.raises(hypermnf.ConnectionError, match=rf"cut off after 5000 of {len(body)} bytes") as info:
+        _job_on(cut.url).result()
+    assert info.value.__suppress_context__
+    # Without a Content-Length the end of the connection ends the body: the .npy header tells it is short.
+    short = _RawServer([_npy_answer(body[:5000], None)])
+    with pytest.raises(hypermnf.ConnectionError, match=rf"ended after 5000 of {len(body)} bytes"):
+        _job_on(short.url).result()
+
+
+def test_result_that_stalls_is_a_timeout() -> None:
+    body = _result_body()
+    stalled = _RawServer([_npy_answer(body[:5000], len(body))], hold=3.0)
+    job = hypermnf.Job(hypermnf.Client(stalled.url, timeout=0.5), {"id": "j1", "status": "succeeded"})
+    with pytest.raises(hypermnf.TimeoutError, match=rf"sent 5000 of {len(body)} bytes of the result, then nothing"):
+        job.result()
+
+
+def test_result_longer_or_shorter_than_announced_is_refused() -> None:
+    body = _result_body()
+    with pytest.raises(ValueError, match="more than"):
+        _job_on(_RawServer([_npy_answer(body + b"extra", None)]).url).result()
+    with pytest.raises(ValueError, match="promises"):
+        _job_on(_RawServer([_npy_answer(body + b"extra", len(body) + 5)]).url).result()
+    with pytest.raises(ValueError, match="not a .npy"):
+        _job_on(_RawServer([_npy_answer(b"<html>oops</html>", 17)]).url).result()
+
+
+def test_result_get_that_meets_a_closed_connection_is_sent_again() -> None:
+    body = _result_body()
+    flaky = _RawServer([b"", _npy_answer(body, len(body))])
+    got = _job_on(flaky.url).result()
+    np.testing.assert_array_equal(got, RESULT)
+    assert flaky.requests == ["GET /v1/jobs/j1/result HTTP/1.1"] * 2
+    with pytest.raises(hypermnf.ConnectionError, match="cannot reach hypermnf"):
+        _job_on(_RawServer([b""]).url).result()
 
 
 def test_upload_over_the_servers_limit(binary: Path, tmp_path: Path) -> None:

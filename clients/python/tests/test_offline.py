@@ -121,3 +121,152 @@ def test_envi_upload_is_streamed_from_disk() -> None:
     assert int(request.headers["Content-Length"]) == sum(chunks) > data
     assert max(chunks) <= 1 << 20, "the data file is sent in pieces, never read whole"
     assert len(chunks) > data // (1 << 20)
+
+
+# -- reading a streamed .npy result (hypermnf._npy.read_npy_stream, behind Job.result) --------------------
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    saved = io.BytesIO()
+    np.save(saved, array, allow_pickle=False)
+    return saved.getvalue()
+
+
+def _split(data: bytes, sizes: list) -> list:
+    """``data`` cut into chunks of the given sizes, cycled (a 0 makes an empty chunk)."""
+    chunks, at, i = [], 0, 0
+    while at < len(data):
+        n = sizes[i % len(sizes)]
+        chunks.append(data[at : at + n])
+        at, i = at + n, i + 1
+    return chunks
+
+
+STREAM_ARRAYS = {
+    "float32 C": np.random.default_rng(1).normal(size=(7, 5, 3)).astype(np.float32),
+    "big-endian int16": np.arange(60, dtype=">i2").reshape(3, 4, 5),
+    "fortran order": np.asfortranarray(np.arange(24, dtype=np.float64).reshape(2, 3, 4)),
+    "nan and inf": np.array([[np.nan, np.inf], [-np.inf, -0.0]], dtype=np.float32),
+    "0-d": np.array(3.5, dtype=np.float32),
+    "empty": np.zeros((0, 4, 3), dtype=np.float32),
+    "structured": np.array([(1, 2.0), (3, 4.0)], dtype=[("a", "<i4"), ("b", ">f8")]),
+}
+
+
+@pytest.mark.parametrize("sizes", [[1], [3, 7, 0, 1], [64], [5000], [1 << 20]], ids=lambda s: ",".join(map(str, s)))
+@pytest.mark.parametrize("name", list(STREAM_ARRAYS))
+def test_streamed_npy_equals_np_load(name: str, sizes: list) -> None:
+    from hypermnf._npy import read_npy_stream
+
+    body = _npy_bytes(STREAM_ARRAYS[name])
+    want = np.load(io.BytesIO(body), allow_pickle=False)
+    for expected_length in (None, len(body)):
+        got = read_npy_stream(iter(_split(body, sizes)), expected_length)  # chunks that split the preamble too
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes(order="A") == want.tobytes(order="A")  # bit for bit, NaNs and -0.0 included
+        assert got.flags.c_contiguous == want.flags.c_contiguous and got.flags.f_contiguous == want.flags.f_contiguous
+        assert got.flags.writeable and got.flags.owndata
+
+
+def test_streamed_npy_versions_2_and_3() -> None:
+    from hypermnf._npy import read_npy_stream
+
+    array = np.arange(30, dtype="<f4").reshape(2, 3, 5)
+    preamble = io.BytesIO()
+    np.lib.format.write_array_header_2_0(preamble, np.lib.format.header_data_from_array_1_0(array))
+    body = preamble.getvalue() + array.tobytes()
+    assert body[6:8] == b"\x02\x00"
+    np.testing.assert_array_equal(read_npy_stream(_split(body, [5]), len(body)), array)
+    with pytest.warns(UserWarning, match="3.0"):
+        body = _npy_bytes(np.arange(4, dtype="<f4").view([("\u540d", "<f4")]))  # a non-latin-1 name: version 3.0
+    assert body[6:8] == b"\x03\x00"
+    got = read_npy_stream(_split(body, [9]), len(body))
+    assert got.dtype.names == ("\u540d",) and list(got["\u540d"]) == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_truncated_npy_stream_says_how_much_arrived() -> None:
+    from hypermnf._npy import ShortBody, read_npy_stream
+
+    body = _npy_bytes(np.ones((10, 10, 3), dtype=np.float32))
+    with pytest.raises(ShortBody, match=rf"ended after {len(body) - 7} of {len(body)} bytes") as info:
+        read_npy_stream(_split(body[:-7], [100]))
+    assert (info.value.received, info.value.expected) == (len(body) - 7, len(body))
+    with pytest.raises(ShortBody, match="ended after 50 of"):  # inside the preamble
+        read_npy_stream([body[:20], body[20:50]], len(body))
+    with pytest.raises(ShortBody, match="ended after 0 bytes"):
+        read_npy_stream([])
+    assert issubclass(ShortBody, ValueError)
+
+
+def test_overlong_npy_stream_is_an_error() -> None:
+    from hypermnf._npy import read_npy_stream
+
+    body = _npy_bytes(np.ones((4, 4, 2), dtype=np.float32))
+    with pytest.raises(ValueError, match=f"more than the {len(body)} bytes"):
+        read_npy_stream(_split(body + b"\0", [33]))
+
+
+def test_npy_size_is_checked_against_the_body_length_before_allocating(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hypermnf._npy as npy
+
+    def no_allocation(*args: object, **kwargs: object) -> None:
+        raise AssertionError("allocated before checking the size")
+
+    # A header promising 4 EB: refused for disagreeing with the announced length, before np.empty is called.
+    preamble = npy.canonical_header("<f4", (1 << 20, 1 << 20, 1 << 20))
+    monkeypatch.setattr(npy.np, "empty", no_allocation)
+    with pytest.raises(ValueError, match=r"the body is 1000 bytes but its \.npy header .* promises"):
+        npy.read_npy_stream(iter([preamble, b"\0" * (1000 - len(preamble))]), 1000)
+    body = _npy_bytes(np.ones((3, 3), dtype=np.float32))
+    with pytest.raises(ValueError, match="promises"):
+        npy.read_npy_stream([body], len(body) + 1)
+
+
+def _preamble(header: str, version: bytes = b"\x01\x00") -> bytes:
+    """A .npy preamble around ``header`` (the dict's text), with the right header length."""
+    text = (header + "\n").encode("latin1")
+    return b"\x93NUMPY" + version + len(text).to_bytes(2 if version[0] == 1 else 4, "little") + text
+
+
+@pytest.mark.parametrize(
+    "body,match",
+    [
+        (b"hello, this is not an npy file", "not a .npy"),
+        (b"\x93NUMPY\x09\x00\x10\x00", "unsupported .npy version 9.0"),
+        (b"\x93NUMPY\x02\x00\xff\xff\xff\x7f", "refused"),
+        (_preamble("[1, 2]"), "not a dict"),
+        (_preamble("{'descr': "), "cannot parse"),
+        (_preamble("__import__('os').system('false')"), "cannot parse"),
+        (_preamble("{'descr': '<f4', 'fortran_order': False, 'shape': (-1, 2), }"), "invalid shape"),
+        (_preamble("{'descr': '<f4', 'fortran_order': False, 'shape': [1, 2], }"), "invalid shape"),
+        (_preamble("{'descr': '<f4', 'fortran_order': 0, 'shape': (1, 2), }"), "fortran_order"),
+        (_preamble("{'descr': '<zz', 'fortran_order': False, 'shape': (1, 2), }"), "invalid descr"),
+        (_preamble("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2), 'x': 1}"), "not a dict"),
+    ],
+    ids=["garbage", "version", "huge header", "list", "syntax", "code", "negative", "list shape", "fortran", "descr", "extra key"],
+)
+def test_malformed_npy_preamble_is_a_clear_value_error(body: bytes, match: str) -> None:
+    from hypermnf._npy import read_npy_stream
+
+    with pytest.raises(ValueError, match=match):
+        read_npy_stream(_split(body + b"\0" * 64, [3]))
+
+
+def test_npy_of_python_objects_is_refused_unread() -> None:
+    from hypermnf._npy import read_npy_stream
+
+    pickled = io.BytesIO()
+    np.save(pickled, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="Python objects"):
+        read_npy_stream([pickled.getvalue()])
+    nested = io.BytesIO()
+    np.save(nested, np.array([(1, None)], dtype=[("a", "<i4"), ("b", "O")]), allow_pickle=True)
+    with pytest.raises(ValueError, match="Python objects"):
+        read_npy_stream([nested.getvalue()])
+
+
+def test_load_npy_still_parses_whole_bytes() -> None:
+    from hypermnf._npy import load_npy
+
+    array = np.arange(12, dtype=np.float32).reshape(2, 3, 2)
+    np.testing.assert_array_equal(load_npy(_npy_bytes(array)), array)

@@ -122,3 +122,20 @@ def test_inverse_gives_the_denoised_cube(client: hypermnf.Client, cli) -> None:
     assert_same(job.result(), expected.components)
     got = client.reduce(header, components=8, product="denoised", backend="cpu", progress=False)
     assert_same(got, expected.denoised)
+
+
+def test_streamed_result_is_the_npy_the_server_sends(client: hypermnf.Client) -> None:
+    # job.result() reads the body into one preallocated array; it must give what np.load of the whole body
+    # gives, bit for bit, as a writable C-ordered array of its own, for both products.
+    import io
+
+    header = CUBES[2]
+    job = client.submit(header, components=8, inverse=True, backend="cpu").wait(timeout=300, progress=False)
+    for product in ("components", "denoised"):
+        query = {} if product == "components" else {"product": product}
+        body = client._request("GET", job._path("/result"), expect=(200,), params=query).content
+        want = np.load(io.BytesIO(body), allow_pickle=False)
+        got = job.result(product=product)
+        assert got.dtype == want.dtype == np.float32 and got.shape == want.shape
+        assert got.tobytes() == want.tobytes()
+        assert got.flags.c_contiguous and got.flags.writeable and got.flags.owndata

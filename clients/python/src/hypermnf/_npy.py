@@ -1,12 +1,15 @@
-"""Sending a NumPy array as a ``.npy`` body without copying it into one big ``bytes`` object."""
+"""``.npy`` bodies both ways without holding a cube twice: sending an array from its own memory, and
+reading a streamed result straight into one preallocated array."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import io
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, Iterator
+from typing import Dict, Iterable, Iterator, Optional, Tuple
 
 import numpy as np
 
@@ -105,3 +108,124 @@ def npy_stream(array: np.ndarray) -> tuple[int, Dict[str, str], Iterator[bytes]]
 def load_npy(data: bytes) -> np.ndarray:
     """Parses ``.npy`` bytes (never unpickling anything)."""
     return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+MAGIC = b"\x93NUMPY"
+# The longest header dict accepted: NumPy's own limit for files it does not trust (literal_eval of a long
+# string is slow, and deep nesting can crash it). A 3-D float32 header is about 70 bytes.
+MAX_HEADER_BYTES = 10000
+# Per .npy version: bytes of the little-endian header-length field, and the header's text encoding.
+_VERSIONS = {(1, 0): (2, "latin1"), (2, 0): (4, "latin1"), (3, 0): (4, "utf8")}
+_MAX_PREAMBLE = 8 + 4 + MAX_HEADER_BYTES
+
+
+class ShortBody(ValueError):
+    """A ``.npy`` stream ended before the length its header (or the response's Content-Length) promised."""
+
+    def __init__(self, received: int, expected: Optional[int]) -> None:
+        self.received, self.expected = received, expected
+        of = "" if expected is None else f" of {expected}"
+        super().__init__(f"the .npy body ended after {received}{of} bytes")
+
+
+def _preamble_length(head: bytes) -> Optional[int]:
+    """The preamble's length (magic, version, length field, header dict), or ``None`` while ``head`` is too
+    short to tell. Raises ValueError as soon as ``head`` cannot start a .npy."""
+    if head[:6] != MAGIC[: len(head)]:
+        raise ValueError(f"not a .npy: the body starts with {bytes(head[:16])!r}")
+    if len(head) < 8:
+        return None
+    version = (head[6], head[7])
+    if version not in _VERSIONS:
+        raise ValueError(f"unsupported .npy version {version[0]}.{version[1]}")
+    size = _VERSIONS[version][0]
+    if len(head) < 8 + size:
+        return None
+    header_length = int.from_bytes(head[8 : 8 + size], "little")
+    if header_length > MAX_HEADER_BYTES:
+        raise ValueError(f".npy header of {header_length} bytes (more than {MAX_HEADER_BYTES}): refused")
+    return 8 + size + header_length
+
+
+def parse_npy_preamble(preamble: bytes) -> Tuple[Tuple[int, ...], bool, np.dtype]:
+    """``(shape, fortran_order, dtype)`` from a complete ``.npy`` preamble, checked as ``np.load`` checks it
+    (``ast.literal_eval``, never unpickling); object dtypes are refused."""
+    length = _preamble_length(preamble)
+    if length is None or length != len(preamble):
+        raise ValueError(f"incomplete .npy preamble ({len(preamble)} bytes)")
+    version = (preamble[6], preamble[7])
+    size, encoding = _VERSIONS[version]
+    try:
+        d = ast.literal_eval(bytes(preamble[8 + size :]).decode(encoding))
+    except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError) as e:
+        raise ValueError(f"cannot parse the .npy header: {e}") from None
+    if not isinstance(d, dict) or d.keys() != {"descr", "fortran_order", "shape"}:
+        raise ValueError(f"the .npy header is not a dict of descr, fortran_order, shape: {d!r}")
+    shape, fortran = d["shape"], d["fortran_order"]
+    if not isinstance(shape, tuple) or not all(type(n) is int and n >= 0 for n in shape):
+        raise ValueError(f"the .npy header has an invalid shape: {shape!r}")
+    if not isinstance(fortran, bool):
+        raise ValueError(f"the .npy header has an invalid fortran_order: {fortran!r}")
+    try:
+        dtype = np.lib.format.descr_to_dtype(d["descr"])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"the .npy header has an invalid descr {d['descr']!r}: {e}") from None
+    if dtype.hasobject:
+        raise ValueError(f"the .npy holds Python objects ({dtype}), which are never unpickled")
+    return shape, fortran, dtype
+
+
+def read_npy_stream(chunks: Iterable[bytes], expected_length: Optional[int] = None) -> np.ndarray:
+    """Reads a ``.npy`` arriving as byte chunks (of any sizes) into one array allocated once.
+
+    The preamble is parsed and the data's size checked against ``expected_length`` (the body's length, e.g.
+    Content-Length, when known) before anything is allocated; each following chunk is then copied straight
+    into the array's memory. No chunk is joined with another, so the cube is held once.
+
+    Raises:
+        ValueError: a malformed or refused preamble, a size that disagrees with ``expected_length``, or more
+            bytes than the header promises.
+        ShortBody: (a ValueError) the chunks ended early, e.g. a dropped connection.
+    """
+    it = iter(chunks)
+    # Gather the preamble (at most _MAX_PREAMBLE bytes); what follows it in the same chunk is data.
+    head = bytearray()
+    rest = memoryview(b"")
+    length = None
+    for chunk in it:
+        view = memoryview(chunk).cast("B")
+        take = _MAX_PREAMBLE - len(head)
+        head += view[:take]
+        rest = view[take:]
+        length = _preamble_length(head)
+        if length is not None and len(head) >= length:
+            break
+    else:
+        raise ShortBody(len(head), expected_length)
+    shape, fortran, dtype = parse_npy_preamble(head[:length])
+    nbytes = dtype.itemsize * math.prod(shape)  # Python ints: an absurd shape cannot overflow
+    if expected_length is not None and expected_length != length + nbytes:
+        raise ValueError(
+            f"the body is {expected_length} bytes but its .npy header ({dtype}, shape {shape}) "
+            f"promises {length + nbytes}"
+        )
+    array = np.empty(shape, dtype, order="F" if fortran else "C")
+    # The array's memory as flat bytes, in the order the .npy stores it (Fortran order is the .npy's too).
+    flat = memoryview(array.reshape(-1, order="A").view(np.uint8)) if nbytes else memoryview(bytearray())
+    offset = 0
+    for piece in _pieces(head[length:], rest, it):
+        end = offset + len(piece)
+        if end > nbytes:
+            raise ValueError(f"the .npy body holds more than the {length + nbytes} bytes its header promises")
+        flat[offset:end] = piece
+        offset = end
+    if offset < nbytes:
+        raise ShortBody(length + offset, length + nbytes)
+    return array
+
+
+def _pieces(first: bytes, second: memoryview, it: Iterator[bytes]) -> Iterator[bytes]:
+    """The data bytes that came with the preamble, then the remaining chunks."""
+    yield first
+    yield second
+    yield from it

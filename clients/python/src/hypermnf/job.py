@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Union
 
+import httpx
 import numpy as np
 
-from ._npy import load_npy
-from .errors import JobCanceled, JobFailed, TimeoutError
+from ._npy import ShortBody, read_npy_stream
+from .errors import ConnectionError, JobCanceled, JobFailed, TimeoutError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import Client
@@ -161,12 +162,24 @@ class Job:
             product: ``"components"`` (float32, (lines, samples, k)) or ``"denoised"`` (the inverse transform
                 in the input's band space; the job must have been submitted with ``inverse=True``).
 
+        The body is read straight into one array allocated from its ``.npy`` header, so the result is held
+        once, never also as the downloaded bytes.
+
         Raises:
             APIError: 409 ``not_ready`` before the job succeeded; 404 for a product that was not computed.
+            ConnectionError: the connection dropped before the whole result arrived.
+            TimeoutError: the server stopped sending for longer than the client's ``timeout``.
+            ValueError: the body is not a ``.npy`` of the length announced.
         """
         query = _result_query(product, "npy")
-        response = self._client._request("GET", self._path("/result"), expect=(200,), params=query)
-        return load_npy(response.content)
+        response = self._open_stream(self._path("/result"), query)
+        try:
+            expected = _content_length(response)
+            return read_npy_stream(_body(self._client, response, expected), expected)
+        except ShortBody as e:  # the body ended cleanly but short (no Content-Length for httpx to check)
+            raise ConnectionError(self._client.url, f"the result was cut off: {e}") from None
+        finally:
+            response.close()  # before the end (an error), this drops the connection rather than drain it
 
     def download(self, path: Union[str, "os.PathLike[str]"], product: str = "components", format: str = "npy") -> Path:
         """Streams the result to ``path`` without holding it in memory, and returns the path.
@@ -215,6 +228,19 @@ class Job:
 
         return f"/v1/jobs/{_segment(self.id)}{suffix}"
 
+    def _open_stream(self, path: str, query: Dict[str, str]) -> httpx.Response:
+        """A streamed GET, opened a second time when the first met a closed connection (as ``_request``
+        does for a GET: typically a pooled keep-alive connection the server had dropped)."""
+        from .client import _ATTEMPTS
+
+        for attempt in range(_ATTEMPTS):
+            try:
+                return self._client._stream(path, query)
+            except ConnectionError:
+                if attempt + 1 == _ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
 
 def _progress_bar() -> Any:
     """tqdm's notebook widget when ipywidgets is there, else the text bar (tqdm.auto would warn)."""
@@ -228,6 +254,36 @@ def _progress_bar() -> Any:
 
 
 _BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}{postfix}]"
+
+
+def _content_length(response: httpx.Response) -> Optional[int]:
+    """The body's length as announced, when it is the length of the decoded bytes (no content coding)."""
+    if response.headers.get("content-encoding", "identity").strip().lower() != "identity":
+        return None
+    value = response.headers.get("content-length", "")
+    return int(value) if value.isdigit() else None
+
+
+def _body(client: "Client", response: httpx.Response, expected: Optional[int]) -> Iterator[bytes]:
+    """The response body's chunks, with transport failures mapped to this package's exceptions.
+
+    ``iter_bytes()`` without a chunk size yields each read of the socket (up to 64 KiB) as it comes: asking
+    for larger chunks makes httpx join reads into a buffer, a copy of every byte, and measured slower.
+    """
+    received = 0
+    of = "" if expected is None else f" of {expected}"
+    try:
+        for chunk in response.iter_bytes():
+            received += len(chunk)
+            yield chunk
+    except httpx.TimeoutException:
+        raise TimeoutError(
+            f"hypermnf at {client.url} sent {received}{of} bytes of the result, then nothing for {client.timeout} s"
+        ) from None
+    except httpx.TransportError as e:
+        from .client import _reason
+
+        raise ConnectionError(client.url, f"the result was cut off after {received}{of} bytes ({_reason(e)})") from None
 
 
 def _result_query(product: str, format: str) -> Dict[str, str]:
