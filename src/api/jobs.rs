@@ -241,7 +241,9 @@ async fn run_on_resident(ctx: &ApiContext, caller: &Caller, cube: [u8; 32], para
     if !resident::possible(&ctx.runner, params.backend) {
         return Ok(None);
     }
+    let began = std::time::Instant::now();
     let Some(earlier) = ctx.runner.store.find_by_content(&caller.owner, &hex::encode(cube)).await? else { return Ok(None) };
+    tracing::debug!(target: "hypermnf::timing", lookup_ms = began.elapsed().as_secs_f64() * 1e3, "the owner's earlier job of the cube found");
     let i = &earlier.input;
     params.validate(i.lines, i.samples, i.bands)?;
     let id = uuid::Uuid::now_v7().to_string();

@@ -61,8 +61,10 @@ pub async fn run(runner: &Arc<Runner>, new: NewJob, earlier: &Job, params: &MnfP
     if earlier.content_digest.as_deref().and_then(keys::parse_hex) != Some(content) {
         return None;
     }
+    let began = std::time::Instant::now();
     let resident = find(runner, &content, earlier, params)?;
     let slot = runner.try_take_slot()?;
+    let found = began.elapsed();
     let job = super::early::job_before_insert(&new, new.input_location.clone());
     let run = JobRun::on_resident(job, runner.services(), resident);
     let outcome = run.run_before_row().await;
@@ -76,11 +78,22 @@ pub async fn run(runner: &Arc<Runner>, new: NewJob, earlier: &Job, params: &MnfP
         }
     };
     let id = new.id.clone();
+    let ran = began.elapsed();
     let inserted = runner.store.insert_succeeded(new, &results).await;
+    let recorded = began.elapsed();
     match &inserted {
         Ok(Inserted::Created(job)) => {
             // Already succeeded: nothing to withdraw later.
             let _registered = runner.cache.register_before_success(job, None).await;
+            tracing::debug!(
+                target: "hypermnf::timing",
+                job = %job.id,
+                find_ms = found.as_secs_f64() * 1e3,
+                run_ms = (ran - found).as_secs_f64() * 1e3,
+                insert_ms = (recorded - ran).as_secs_f64() * 1e3,
+                register_ms = (began.elapsed() - recorded).as_secs_f64() * 1e3,
+                "a job run on a resident cube"
+            );
             runner.metrics.succeeded.fetch_add(1, Ordering::Relaxed);
             runner.metrics.resident_runs.fetch_add(1, Ordering::Relaxed);
             tracing::info!(job = %job.id, "job succeeded on a resident cube, without its body");
