@@ -50,7 +50,16 @@ fn sibling(out: &Path, suffix: &str, ext: &str) -> PathBuf {
 /// its metadata to OUT-stem.json, and the denoised cube (if any) to OUT-stem-denoised.(npy|hdr).
 /// `source` is the input's metadata (carried into ENVI headers).
 pub fn write_result(out: &Path, result: &MnfOutput, source: &CubeMeta) -> Result<WrittenFiles, CubeError> {
+    write_result_with(out, result, source, false)
+}
+
+/// [`write_result`], but for the components when `components_written`: a `.npy` OUT that already
+/// holds them (the service writes them during the projection, `jobs::components_file`).
+pub fn write_result_with(out: &Path, result: &MnfOutput, source: &CubeMeta, components_written: bool) -> Result<WrittenFiles, CubeError> {
     let format = format_of(out)?;
+    if components_written && format != Format::Npy {
+        return Err(CubeError::Unsupported(format!("{}: components written ahead must be a .npy", out.display())));
+    }
     let t = Instant::now();
     let md = &result.metadata;
     let (lines, samples, bands) = (md.input.lines, md.input.samples, md.input.bands);
@@ -63,6 +72,7 @@ pub fn write_result(out: &Path, result: &MnfOutput, source: &CubeMeta) -> Result
         denoised_data: None,
     };
     match format {
+        Format::Npy if components_written => {}
         Format::Npy => npy::write_f32(out, &[lines, samples, k], &result.components)?,
         Format::Envi => {
             envi::write_f32_bsq(out, lines, samples, k, &result.components, &components_header(result, source))?;

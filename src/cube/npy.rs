@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Seek, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::layout::{read_into_bip, Dims, FileOrder};
 use super::model::checked_cube_bytes;
@@ -451,6 +451,62 @@ pub fn write_f32(path: &Path, shape: &[usize], values: &[f32]) -> Result<(), Cub
     // Large writes pass the buffer by (the values go to the file in one call); the header is buffered.
     let mut w = io::BufWriter::with_capacity(1 << 16, file);
     write_f32_to(&mut w, shape, values).and_then(|()| w.flush()).map_err(|e| CubeError::io(path, e))
+}
+
+/// A float32 C-order `.npy` written in pieces, at their places, while its values are computed (the
+/// service writes a job's components during the projection, so that the write overlaps it). The file
+/// has its final length from the start; [`F32NpyPieces::is_complete`] says whether every value came.
+pub struct F32NpyPieces {
+    path: PathBuf,
+    file: File,
+    data_at: u64,
+    len: usize,
+    written: usize,
+}
+
+impl F32NpyPieces {
+    /// Creates `path` with the header of `shape` (the bytes [`write_f32`] gives), its length reserved.
+    pub fn create(path: &Path, shape: &[usize]) -> Result<F32NpyPieces, CubeError> {
+        let len = shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .filter(|n| n.checked_mul(4).is_some())
+            .ok_or_else(|| CubeError::Unsupported(format!("the shape {shape:?} is too large")))?;
+        let header = header_bytes("<f4", shape);
+        let total = header.len() as u64 + 4 * len as u64;
+        let file = File::create(path).map_err(|e| CubeError::io(path, e))?;
+        crate::disk::reserve(&file, total).map_err(|e| CubeError::io(path, e))?;
+        use std::os::unix::fs::FileExt;
+        file.write_all_at(&header, 0).and_then(|()| file.set_len(total)).map_err(|e| CubeError::io(path, e))?;
+        Ok(F32NpyPieces { path: path.to_path_buf(), file, data_at: header.len() as u64, len, written: 0 })
+    }
+
+    /// Writes values `first..first + values.len()` (pieces must not overlap: each is counted once).
+    pub fn put(&mut self, first: usize, values: &[f32]) -> Result<(), CubeError> {
+        use std::os::unix::fs::FileExt;
+        if first.checked_add(values.len()).is_none_or(|end| end > self.len) {
+            return Err(CubeError::io(
+                &self.path,
+                io::Error::new(io::ErrorKind::InvalidInput, format!("values {first}+{} lie beyond the {} of the file", values.len(), self.len)),
+            ));
+        }
+        let at = self.data_at + 4 * first as u64;
+        let r = match f32_le_view(values) {
+            Some(bytes) => self.file.write_all_at(bytes, at),
+            None => {
+                let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                self.file.write_all_at(&bytes, at)
+            }
+        };
+        r.map_err(|e| CubeError::io(&self.path, e))?;
+        self.written += values.len();
+        Ok(())
+    }
+
+    /// Whether as many values were written as the shape holds.
+    pub fn is_complete(&self) -> bool {
+        self.written == self.len
+    }
 }
 
 /// Writes float32 values as a little-endian C-order `.npy` of the given shape to `w` (converted a

@@ -18,7 +18,8 @@ use crate::backend::{Backend, BackendError, PreparedCube};
 use crate::cache::{keys, resident_need, DeviceLevel, Digest, ResidentCube, SystemRecord};
 use crate::cube::Cube;
 use crate::mnf::result::EigenSystem;
-use crate::mnf::{pipeline, MnfError, MnfOutput, MnfParams, Monitor, ReuseSource, StatisticsReuse};
+use crate::mnf::pipeline::{self, ComponentSink};
+use crate::mnf::{MnfError, MnfOutput, MnfParams, Monitor, ReuseSource, StatisticsReuse};
 use crate::storage::Storage;
 
 /// The device level's answer for a job, before its cube is read.
@@ -143,10 +144,11 @@ impl Plan {
         params: &MnfParams,
         backend: &Arc<dyn Backend>,
         monitor: &Monitor,
+        mut sink: Option<&mut dyn ComponentSink>,
     ) -> Result<Computed, MnfError> {
         let device = cache.device_for(backend.as_ref());
         let cache_held_memory = self.resident.is_some() || device.is_some_and(|d| !d.is_empty());
-        let outcome = match self.attempt(device, job, params, backend, monitor) {
+        let outcome = match self.attempt(device, job, params, backend, monitor, again(&mut sink)) {
             Err(MnfError::Backend(BackendError::Cuda(msg))) if cache_held_memory && !monitor.is_canceled() => {
                 tracing::warn!(job = %job.id, "CUDA error while the device cache held memory ({msg}); retrying with it emptied");
                 // This job's own hold on a resident cube goes too, or clearing could not free it.
@@ -156,7 +158,7 @@ impl Plan {
                     d.clear();
                 }
                 backend.release_idle_memory();
-                self.attempt(None, job, params, backend, monitor)
+                self.attempt(None, job, params, backend, monitor, sink)
             }
             other => other,
         }?;
@@ -180,19 +182,20 @@ impl Plan {
         params: &MnfParams,
         backend: &Arc<dyn Backend>,
         monitor: &Monitor,
+        mut sink: Option<&mut dyn ComponentSink>,
     ) -> Result<(MnfOutput, Option<Arc<SystemRecord>>), MnfError> {
         let known = self.known.as_ref().map(|(r, _)| &r.system);
         let record = |system: EigenSystem| Arc::new(SystemRecord { system, job_id: job.id.clone(), owner: job.owner.clone() });
-        let plain = || -> Result<(MnfOutput, Option<Arc<SystemRecord>>), MnfError> {
+        let plain = |sink: Option<&mut dyn ComponentSink>| -> Result<(MnfOutput, Option<Arc<SystemRecord>>), MnfError> {
             let mut prepared = backend.prepare(&self.cube, monitor)?;
-            let (out, fresh) = run_passes(&self.cube, params, known, backend.as_ref(), prepared.as_mut(), monitor)?;
+            let (out, fresh) = run_passes(&self.cube, params, known, backend.as_ref(), prepared.as_mut(), monitor, sink)?;
             Ok((out, fresh.map(record)))
         };
-        let Some(device) = device else { return plain() };
+        let Some(device) = device else { return plain(sink) };
         let Some(key) = self.device_key else {
             // Not cacheable (an href), but the cached cubes must still make room for it.
             device.make_room(backend.as_ref(), resident_need(&self.cube));
-            return plain();
+            return plain(sink);
         };
         let (item, new) = match (&self.resident, &self.fed) {
             (Some(item), _) => (item.clone(), false),
@@ -212,7 +215,7 @@ impl Plan {
                 (item, true)
             }
         };
-        let result = item.with_prepared(|p| run_passes(&self.cube, params, known, backend.as_ref(), p, monitor));
+        let result = item.with_prepared(|p| run_passes(&self.cube, params, known, backend.as_ref(), p, monitor, again(&mut sink)));
         let result = result.map(|(out, fresh)| (out, fresh.map(record)));
         if let Ok((_, fresh)) = &result {
             match (fresh, &self.known) {
@@ -229,7 +232,13 @@ impl Plan {
     }
 }
 
-/// The projection with a known eigen system, or the whole pipeline (what `mnf::run` does).
+/// The sink for one more use (an `Option` of a trait object is not reborrowed by itself).
+fn again<'b>(sink: &'b mut Option<&mut dyn ComponentSink>) -> Option<&'b mut dyn ComponentSink> {
+    sink.as_mut().map(|s| &mut **s as &mut dyn ComponentSink)
+}
+
+/// The projection with a known eigen system, or the whole pipeline (what `mnf::run` does); the
+/// components also go to `sink` as they are computed.
 fn run_passes(
     cube: &Cube,
     params: &MnfParams,
@@ -237,13 +246,14 @@ fn run_passes(
     backend: &dyn Backend,
     prepared: &mut dyn PreparedCube,
     monitor: &Monitor,
+    sink: Option<&mut dyn ComponentSink>,
 ) -> Result<(MnfOutput, Option<EigenSystem>), MnfError> {
     match known {
-        Some(system) => Ok((pipeline::apply_on(cube, params, system, backend, prepared, monitor, BTreeMap::new())?, None)),
+        Some(system) => Ok((pipeline::apply_on_to(cube, params, system, backend, prepared, monitor, BTreeMap::new(), sink)?, None)),
         None => {
             let mut timings = BTreeMap::new();
             let system = pipeline::analyse_on(cube, params, prepared, monitor, &mut timings)?;
-            let out = pipeline::apply_on(cube, params, &system, backend, prepared, monitor, timings)?;
+            let out = pipeline::apply_on_to(cube, params, &system, backend, prepared, monitor, timings, sink)?;
             Ok((out, Some(system)))
         }
     }
@@ -370,7 +380,7 @@ mod tests {
             None => Arc::new(input::load_cube(job.input_kind, &job.input_location, &f.storage, f.rt.handle()).unwrap()),
         };
         let plan = Plan::new(&f.cache, &params, backend, found, cube, f.rt.handle());
-        plan.execute(&f.cache, job, &params, backend, &Monitor::silent()).unwrap()
+        plan.execute(&f.cache, job, &params, backend, &Monitor::silent(), None).unwrap()
     }
 
     fn cube(seed: u64) -> Cube {

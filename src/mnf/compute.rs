@@ -95,6 +95,21 @@ pub trait PreparedCube {
         monitor: &Monitor,
     ) -> Result<(), BackendError>;
 
+    /// [`PreparedCube::project`], handing each run of `out` to `done` (its first element, its values) as
+    /// soon as those values are final, so that the caller can write them while the rest is computed.
+    /// The runs are disjoint and cover `out`. A backend that has the whole output only at the end
+    /// hands it over once then.
+    fn project_streamed(
+        &mut self,
+        projection: &Projection,
+        out: &mut [f32],
+        done: &mut dyn FnMut(usize, &[f32]) -> Result<(), BackendError>,
+        monitor: &Monitor,
+    ) -> Result<(), BackendError> {
+        self.project(projection, out, monitor)?;
+        done(0, out)
+    }
+
     /// The inverse MNF into `out` (lines × samples × bands, BIP).
     fn denoise(&mut self, denoise: &Denoise, out: &mut [f32], monitor: &Monitor) -> Result<(), BackendError>;
 

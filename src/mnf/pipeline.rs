@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::bands::{self, BandSelection};
-use super::compute::{Backend, PreparedCube};
+use super::compute::{Backend, BackendError, PreparedCube};
 use super::eigen::{self, NoiseWhitening};
 use super::params::{MnfParams, DEFAULT_COMPONENTS};
 use super::result::{EigenSystem, InputInfo, Metadata, NoiseInfo, PixelInfo};
@@ -249,6 +249,16 @@ fn choose_k(params: &MnfParams, eigenvalues: &[f64]) -> Result<usize, MnfError> 
     Ok(DEFAULT_COMPONENTS.min(u))
 }
 
+/// Where the components go while the projection computes them, besides the output: the service
+/// writes them into its result file then, so that the write overlaps the projection.
+pub trait ComponentSink {
+    /// The components' shape (lines, samples, k), before any of their values (again if the projection
+    /// is run again).
+    fn begin(&mut self, shape: [usize; 3]) -> Result<(), BackendError>;
+    /// Values `first..first + values.len()` of the C-order components, final.
+    fn put(&mut self, first: usize, values: &[f32]) -> Result<(), BackendError>;
+}
+
 /// `apply` on a prepared cube; `timings` (from `analyse_on`, or empty) go into the metadata with the
 /// projection and inverse times.
 pub fn apply_on(
@@ -258,7 +268,22 @@ pub fn apply_on(
     backend: &dyn Backend,
     prepared: &mut dyn PreparedCube,
     monitor: &Monitor,
+    timings: BTreeMap<String, f64>,
+) -> Result<MnfOutput, MnfError> {
+    apply_on_to(cube, params, system, backend, prepared, monitor, timings, None)
+}
+
+/// [`apply_on`], the components also handed to `sink` (if any) as they become final.
+#[allow(clippy::too_many_arguments)]
+pub fn apply_on_to(
+    cube: &Cube,
+    params: &MnfParams,
+    system: &EigenSystem,
+    backend: &dyn Backend,
+    prepared: &mut dyn PreparedCube,
+    monitor: &Monitor,
     mut timings: BTreeMap<String, f64>,
+    sink: Option<&mut dyn ComponentSink>,
 ) -> Result<MnfOutput, MnfError> {
     let k = choose_k(params, &system.eigenvalues)?;
     let ignore = ignore_value(cube, params);
@@ -275,7 +300,13 @@ pub fn apply_on(
     };
     // Zeroed (lazily mapped) rather than filled: every backend writes every element, masked ones as NaN.
     let mut components = vec![0.0f32; cube.pixels() * k];
-    prepared.project(&projection, &mut components, monitor)?;
+    match sink {
+        Some(sink) => {
+            sink.begin([cube.lines(), cube.samples(), k])?;
+            prepared.project_streamed(&projection, &mut components, &mut |first, values| sink.put(first, values), monitor)?;
+        }
+        None => prepared.project(&projection, &mut components, monitor)?,
+    }
     timings.insert("projection".into(), t.elapsed().as_secs_f64() * 1e3);
 
     let denoised = if params.inverse {

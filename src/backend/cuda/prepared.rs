@@ -1134,38 +1134,17 @@ impl PreparedCube for CudaCube<'_> {
     }
 
     fn project(&mut self, projection: &Projection, out: &mut [f32], monitor: &Monitor) -> Result<(), BackendError> {
-        let p = projection;
-        let u = p.bands_used.len();
-        let k = p.k;
-        if k == 0 || u == 0 {
-            return Err(BackendError::Invalid(
-                "projection needs at least one band and one component".into(),
-            ));
-        }
-        if p.means.len() != u || p.transform.len() != u * k {
-            return Err(BackendError::Invalid(format!(
-                "projection shapes disagree: {u} bands used, {} means, {} transform entries for k = {k}",
-                p.means.len(),
-                p.transform.len()
-            )));
-        }
-        let t: Vec<f32> = p.transform.iter().map(|&v| v as f32).collect();
-        let pass = OutputPass {
-            used: &p.bands_used,
-            means: &p.means,
-            matrix: &t,
-            k,
-            stride: k,
-            denoise: false,
-        };
-        self.output_pass(
-            &pass,
-            p.ignore_value,
-            &p.mask_bands,
-            out,
-            monitor,
-            Stage::Projection,
-        )
+        self.project_into(projection, out, None, monitor)
+    }
+
+    fn project_streamed(
+        &mut self,
+        projection: &Projection,
+        out: &mut [f32],
+        done: &mut dyn FnMut(usize, &[f32]) -> Result<(), BackendError>,
+        monitor: &Monitor,
+    ) -> Result<(), BackendError> {
+        self.project_into(projection, out, Some(done), monitor)
     }
 
     fn use_shifts(&mut self, data: &[f64], noise: &[f64]) {
@@ -1208,7 +1187,7 @@ impl PreparedCube for CudaCube<'_> {
             stride: self.lay.bands,
             denoise: true,
         };
-        self.output_pass(&pass, d.ignore_value, &d.mask_bands, out, monitor, Stage::Inverse)
+        self.output_pass(&pass, d.ignore_value, &d.mask_bands, out, None, monitor, Stage::Inverse)
     }
 
     /// The resident cube's buffer and its valid-pixel mask (the per-pass buffers go back to the pool).
@@ -1254,12 +1233,48 @@ struct OutputPass<'a> {
 }
 
 impl CudaCube<'_> {
+    /// The projection, with `done` (if any) given each chunk of `out` once it is final.
+    fn project_into(
+        &mut self,
+        projection: &Projection,
+        out: &mut [f32],
+        done: Option<&mut dyn FnMut(usize, &[f32]) -> Result<(), BackendError>>,
+        monitor: &Monitor,
+    ) -> Result<(), BackendError> {
+        let p = projection;
+        let u = p.bands_used.len();
+        let k = p.k;
+        if k == 0 || u == 0 {
+            return Err(BackendError::Invalid(
+                "projection needs at least one band and one component".into(),
+            ));
+        }
+        if p.means.len() != u || p.transform.len() != u * k {
+            return Err(BackendError::Invalid(format!(
+                "projection shapes disagree: {u} bands used, {} means, {} transform entries for k = {k}",
+                p.means.len(),
+                p.transform.len()
+            )));
+        }
+        let t: Vec<f32> = p.transform.iter().map(|&v| v as f32).collect();
+        let pass = OutputPass {
+            used: &p.bands_used,
+            means: &p.means,
+            matrix: &t,
+            k,
+            stride: k,
+            denoise: false,
+        };
+        self.output_pass(&pass, p.ignore_value, &p.mask_bands, out, done, monitor, Stage::Projection)
+    }
+
     fn output_pass(
         &mut self,
         pass: &OutputPass,
         ignore: Option<f64>,
         mask_bands: &[usize],
         out: &mut [f32],
+        mut done: Option<&mut dyn FnMut(usize, &[f32]) -> Result<(), BackendError>>,
         monitor: &Monitor,
         stage: Stage,
     ) -> Result<(), BackendError> {
@@ -1436,6 +1451,11 @@ impl CudaCube<'_> {
             let slot = c % 2;
             if let Some(range) = pending[slot].take() {
                 drain(host_out.as_ref().map(|h| &*h[slot]), &downloaded[slot], range, out)?;
+                // Handed over while the device works on the next chunk (already queued): writing the
+                // result file overlaps the projection.
+                if let Some(done) = done.as_mut() {
+                    done(range.0, &out[range.0..range.0 + range.1])?;
+                }
             }
             // The kernels may overwrite dev_out[slot] once its previous download is done.
             self.compute
@@ -1574,6 +1594,9 @@ impl CudaCube<'_> {
             let slot = c % 2;
             if let Some(range) = pending[slot].take() {
                 drain(host_out.as_ref().map(|h| &*h[slot]), &downloaded[slot], range, out)?;
+                if let Some(done) = done.as_mut() {
+                    done(range.0, &out[range.0..range.0 + range.1])?;
+                }
             }
         }
         self.compute.synchronize().map_err(cuda("cuStreamSynchronize"))?;
