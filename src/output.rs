@@ -73,6 +73,12 @@ pub fn write_result_with(out: &Path, result: &MnfOutput, source: &CubeMeta, comp
     };
     match format {
         Format::Npy if components_written => {}
+        _ if result.components.len() != lines * samples * k => {
+            return Err(CubeError::Unsupported(format!(
+                "the result holds {} component values, not {lines} x {samples} x {k}",
+                result.components.len()
+            )))
+        }
         Format::Npy => npy::write_f32(out, &[lines, samples, k], &result.components)?,
         Format::Envi => {
             envi::write_f32_bsq(out, lines, samples, k, &result.components, &components_header(result, source))?;

@@ -497,6 +497,56 @@ fn pipeline_matches_cpu_on_edge_cases() {
 }
 
 /// The projection and inverse kernels alone, given the CPU's own matrices: relative error ≤ 1e-5.
+/// The streamed projection (the service writes the components while they are computed) hands over
+/// every value exactly once, in chunks, with the bits of the plain projection, on every route.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_streamed_projection_hands_over_every_value_once() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    // 224 bands: chunks of ~370 lines, so three or more pieces.
+    let (lines, samples, bands, k) = (1000, 200, 224, 30);
+    let cube = random_cube(&mut rng, lines, samples, bands, DataType::I16, ByteOrder::Little);
+    let used: Vec<usize> = (0..bands).collect();
+    let proj = Projection {
+        bands_used: used.clone(),
+        means: (0..bands).map(|_| rng.random_range(-100.0..100.0)).collect(),
+        transform: (0..bands * k).map(|_| rng.random_range(-1.0..1.0)).collect(),
+        k,
+        ignore_value: None,
+        mask_bands: vec![],
+    };
+    let n = lines * samples * k;
+    for route in ROUTES {
+        let g = gpu(route);
+        let mut prepared = g.prepare(&cube, &Monitor::silent()).unwrap();
+        let mut want = vec![f32::INFINITY; n];
+        prepared.project(&proj, &mut want, &Monitor::silent()).unwrap();
+        let mut got = vec![f32::INFINITY; n];
+        let mut seen = vec![0u8; n];
+        let mut pieces = 0;
+        let mut scratch = vec![0f32; n];
+        prepared
+            .project_streamed(
+                &proj,
+                &mut scratch,
+                &mut |first, values| {
+                    pieces += 1;
+                    got[first..first + values.len()].copy_from_slice(values);
+                    seen[first..first + values.len()].iter_mut().for_each(|s| *s += 1);
+                    Ok(())
+                },
+                &Monitor::silent(),
+            )
+            .unwrap();
+        assert!(seen.iter().all(|&s| s == 1), "{route:?}: every value handed over once");
+        assert!(pieces > 1, "{route:?}: handed over in chunks ({pieces})");
+        assert!(
+            got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{route:?}: the streamed values differ from the plain projection"
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA device"]
 fn projection_kernels_match_cpu() {

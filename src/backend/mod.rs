@@ -14,7 +14,7 @@ pub mod split;
 use std::ops::Range;
 use std::sync::Arc;
 
-pub use crate::mnf::compute::{Backend, BackendError, PreparedCube};
+pub use crate::mnf::compute::{Backend, BackendError, ChunkDone, PreparedCube};
 
 use crate::cube::Cube;
 use crate::mnf::stats::StatsSpec;

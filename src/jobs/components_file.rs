@@ -17,12 +17,14 @@ pub struct ComponentsFile {
     path: PathBuf,
     pieces: Option<F32NpyPieces>,
     failed: Option<CubeError>,
+    /// Time spent writing pieces (debug timing: how much of the projection the write took).
+    pub writing: std::time::Duration,
 }
 
 impl ComponentsFile {
     /// The file at `path`, created when the projection says the components' shape.
     pub fn new(path: PathBuf) -> ComponentsFile {
-        ComponentsFile { path, pieces: None, failed: None }
+        ComponentsFile { path, pieces: None, failed: None, writing: std::time::Duration::ZERO }
     }
 
     /// Whether every value of the components is in the file (the job does not write it again).
@@ -58,10 +60,12 @@ impl ComponentSink for ComponentsFile {
     }
 
     fn put(&mut self, first: usize, values: &[f32]) -> Result<(), BackendError> {
+        let t = std::time::Instant::now();
         let written = match self.pieces.as_mut() {
             Some(p) => p.put(first, values),
             None => return Err(BackendError::Invalid("components handed over before their shape".into())),
         };
+        self.writing += t.elapsed();
         written.map_err(|e| self.fail(e))
     }
 }

@@ -346,6 +346,13 @@ impl JobRun {
         };
         *progress.lock().unwrap_or_else(|p| p.into_inner()) = (Stage::Write, 0.0);
         let write_started = Instant::now();
+        tracing::debug!(
+            target: "hypermnf::timing",
+            job = %job.id,
+            components_streamed = components.complete(),
+            components_write_ms = components.writing.as_secs_f64() * 1e3,
+            "components written during the projection"
+        );
         let written = write_results(&s.storage, &job.id, &cube, &output, components.complete());
         let write_ms = write_started.elapsed().as_secs_f64() * 1e3;
         s.metrics.record_stage(Stage::Write, write_started.elapsed());

@@ -75,6 +75,9 @@ pub trait Backend: Send + Sync {
     fn release_idle_memory(&self) {}
 }
 
+/// Takes a run of finished output values: its first element, the values ([`PreparedCube::project_streamed`]).
+pub type ChunkDone<'a> = dyn FnMut(usize, &[f32]) -> Result<(), BackendError> + 'a;
+
 /// One cube made ready by a backend; the passes run in the order statistics → project → denoise.
 pub trait PreparedCube {
     /// Data and noise moments over all bands. `on_noise` is called with the noise moments as soon as they
@@ -95,15 +98,16 @@ pub trait PreparedCube {
         monitor: &Monitor,
     ) -> Result<(), BackendError>;
 
-    /// [`PreparedCube::project`], handing each run of `out` to `done` (its first element, its values) as
+    /// The projection, handing each run of the output to `done` (its first element, its values) as
     /// soon as those values are final, so that the caller can write them while the rest is computed.
-    /// The runs are disjoint and cover `out`. A backend that has the whole output only at the end
-    /// hands it over once then.
+    /// The runs are disjoint and cover the output. `out` may be left unwritten (the CUDA backend hands
+    /// its pinned chunks over instead): the values are `done`'s. A backend that has the whole output
+    /// only at the end hands it over once then.
     fn project_streamed(
         &mut self,
         projection: &Projection,
         out: &mut [f32],
-        done: &mut dyn FnMut(usize, &[f32]) -> Result<(), BackendError>,
+        done: &mut ChunkDone,
         monitor: &Monitor,
     ) -> Result<(), BackendError> {
         self.project(projection, out, monitor)?;

@@ -21,7 +21,8 @@ use crate::cube::Cube;
 /// What one MNF run produces.
 #[derive(Debug, Clone)]
 pub struct MnfOutput {
-    /// lines × samples × k, BIP (C-order (lines, samples, k)); NaN at no-data pixels.
+    /// lines × samples × k, BIP (C-order (lines, samples, k)); NaN at no-data pixels. Empty when they
+    /// went to a [`ComponentSink`] instead ([`apply_on_to`]).
     pub components: Vec<f32>,
     pub k: usize,
     /// lines × samples × bands when the inverse was asked for.
@@ -304,6 +305,8 @@ pub fn apply_on_to(
         Some(sink) => {
             sink.begin([cube.lines(), cube.samples(), k])?;
             prepared.project_streamed(&projection, &mut components, &mut |first, values| sink.put(first, values), monitor)?;
+            // The values are the sink's; what `components` holds is not to be read.
+            components = Vec::new();
         }
         None => prepared.project(&projection, &mut components, monitor)?,
     }
