@@ -107,6 +107,11 @@ pub struct Computed {
 }
 
 impl Plan {
+    /// The key of the job's eigen system at the statistics level.
+    pub fn statistics_key(&self) -> Digest {
+        self.statistics_key
+    }
+
     /// The plan for `job` on `backend` once its cube is at hand (`found.cube()`, or the cube read
     /// from the job's input): an eigen system for its statistics key, if one is known. `rt` runs the
     /// database and storage reads of the statistics level (this runs on a blocking thread).
@@ -246,13 +251,16 @@ fn run_passes(
     backend: &dyn Backend,
     prepared: &mut dyn PreparedCube,
     monitor: &Monitor,
-    sink: Option<&mut dyn ComponentSink>,
+    mut sink: Option<&mut dyn ComponentSink>,
 ) -> Result<(MnfOutput, Option<EigenSystem>), MnfError> {
     match known {
         Some(system) => Ok((pipeline::apply_on_to(cube, params, system, backend, prepared, monitor, BTreeMap::new(), sink)?, None)),
         None => {
             let mut timings = BTreeMap::new();
             let system = pipeline::analyse_on(cube, params, prepared, monitor, &mut timings)?;
+            if let Some(s) = again(&mut sink) {
+                s.fresh_system(&system);
+            }
             let out = pipeline::apply_on_to(cube, params, &system, backend, prepared, monitor, timings, sink)?;
             Ok((out, Some(system)))
         }

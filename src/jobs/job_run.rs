@@ -38,6 +38,9 @@ use super::model::{now_ms, product, InputKind, Job, JobStatus};
 use super::store::{JobStore, Lease, StoreError};
 use crate::cache::{Digest, ResidentCube, SystemRecord};
 use crate::cube::{Cube, CubeError};
+use crate::backend::BackendError;
+use crate::mnf::pipeline::ComponentSink;
+use crate::mnf::result::EigenSystem;
 use crate::mnf::{MnfOutput, MnfParams, Monitor, Stage};
 use crate::storage::{Storage, StorageError};
 
@@ -318,16 +321,43 @@ impl JobRun {
             })
             .with_cancel_flag(self.cancel.clone())
         };
-        // The components' file is written while the projection runs (`jobs::components_file`).
+        // The components' file is written while the projection runs (`jobs::components_file`), and
+        // step 6 starts as soon as a fresh eigen system is known (it needs only that system, and a
+        // result it registers reads as a miss until the row says succeeded): both beside the
+        // projection, instead of after it.
         let scratch = s.storage.scratch_dir(&format!("job-{}", job.id)).map_err(|e| JobFailure::storage(&e))?;
         let mut components = ComponentsFile::new(scratch.join("result.npy"));
-        let Computed { cube, output, fresh } = match plan.execute(&s.cache, job, &params, &backend, &monitor, Some(&mut components)) {
+        let statistics_key = plan.statistics_key();
+        let register_fresh = |system: &EigenSystem| {
+            let record = Arc::new(SystemRecord { system: system.clone(), job_id: job.id.clone(), owner: job.owner.clone() });
+            let (me, name) = (self.clone(), backend.name());
+            rt.spawn(async move { me.register(Some((statistics_key, record)), name).await })
+        };
+        let mut during = WhileComputing { components: &mut components, register: Some(Box::new(register_fresh)), registering: None };
+        let executed = plan.execute(&s.cache, job, &params, &backend, &monitor, Some(&mut during));
+        let early = during.registering.take();
+        drop(during);
+        // A registration is undone when the job goes no further: its entries, its eigen system's
+        // row, and the stored system (nothing else of the job is under results/ before step 5).
+        let unregister = |registered: Registered| {
+            rt.block_on(s.cache.withdraw(&job.id, registered));
+            if let Err(e) = rt.block_on(s.storage.delete_prefix(&format!("results/{}", job.id))) {
+                tracing::warn!(job = %job.id, "cannot delete the stored eigen system of a job that did not succeed: {e}");
+            }
+        };
+        let withdraw_early = |early: Option<tokio::task::JoinHandle<Registered>>| {
+            if let Some(Ok(registered)) = early.map(|h| rt.block_on(h)) {
+                unregister(registered);
+            }
+        };
+        let Computed { cube, output, fresh } = match executed {
             Ok(c) => c,
             Err(e) => {
+                withdraw_early(early);
                 return Err(match components.take_error() {
                     Some(written) => JobFailure::cube(written),
                     None => JobFailure { code: e.code().into(), message: e.to_string() },
-                })
+                });
             }
         };
         {
@@ -335,14 +365,18 @@ impl JobRun {
             s.metrics.record_stage(c.0, c.1.elapsed());
         }
         if self.cancel.load(Ordering::Relaxed) {
+            withdraw_early(early);
             return Err(JobFailure { code: "canceled".into(), message: "canceled".into() });
         }
 
-        // Step 6 runs on the runtime while this thread writes the result files: it needs only the
-        // eigen system, and a result it registers reads as a miss until the row says succeeded.
-        let registering = {
-            let (me, name) = (self.clone(), backend.name());
-            rt.spawn(async move { me.register(fresh, name).await })
+        // Step 6, unless it began with the fresh system: on the runtime while this thread writes the
+        // rest of the result files.
+        let registering = match early {
+            Some(begun) => begun,
+            None => {
+                let (me, name) = (self.clone(), backend.name());
+                rt.spawn(async move { me.register(fresh, name).await })
+            }
         };
         *progress.lock().unwrap_or_else(|p| p.into_inner()) = (Stage::Write, 0.0);
         let write_started = Instant::now();
@@ -373,7 +407,7 @@ impl JobRun {
         match written {
             Ok(files) => Ok(JobDone { files, registered }),
             Err(f) => {
-                rt.block_on(s.cache.withdraw(&job.id, registered));
+                unregister(registered);
                 Err(f)
             }
         }
@@ -534,6 +568,34 @@ async fn keep_lease(s: JobServices, id: String, progress: Arc<Mutex<(Stage, f64)
 /// every download holds exactly the bytes the command line would have written. The ENVI data
 /// (band-sequential: a transposition that took as long as the rest of the write) is made from the
 /// .npy when it is first asked for.
+/// Starts step 6 with a fresh eigen system.
+type StartRegister<'a> = Box<dyn FnOnce(&EigenSystem) -> tokio::task::JoinHandle<Registered> + 'a>;
+
+/// What a job does while its pipeline runs: the components go to their file as they are computed,
+/// and step 6 begins once a fresh eigen system is known.
+struct WhileComputing<'a> {
+    components: &'a mut ComponentsFile,
+    register: Option<StartRegister<'a>>,
+    registering: Option<tokio::task::JoinHandle<Registered>>,
+}
+
+impl ComponentSink for WhileComputing<'_> {
+    fn begin(&mut self, shape: [usize; 3]) -> Result<(), BackendError> {
+        self.components.begin(shape)
+    }
+
+    fn put(&mut self, first: usize, values: &[f32]) -> Result<(), BackendError> {
+        self.components.put(first, values)
+    }
+
+    fn fresh_system(&mut self, system: &EigenSystem) {
+        // Once: a second attempt (after a device error) computes the same system again.
+        if let Some(start) = self.register.take() {
+            self.registering = Some(start(system));
+        }
+    }
+}
+
 fn write_results(
     storage: &Storage,
     id: &str,
@@ -613,4 +675,99 @@ fn is_disk_condition(e: &(dyn std::error::Error + 'static)) -> bool {
         next = err.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::CpuBackend;
+    use crate::backend::{Backend, PreparedCube};
+    use crate::cache::keys;
+    use crate::jobs::backends::Backends;
+    use crate::jobs::cache::CacheSettings;
+    use crate::jobs::model::InputSummary;
+    use crate::jobs::store::NewJob;
+    use crate::jobs::worker::Runner;
+    use crate::mnf::stats::{Denoise, Moments, Projection, Statistics, StatsSpec};
+    use crate::mnf::BackendChoice;
+
+    /// Statistics on the CPU; every projection fails.
+    struct FailingProjection(CpuBackend);
+    struct FailingCube<'c>(Box<dyn PreparedCube + Send + 'c>);
+
+    impl PreparedCube for FailingCube<'_> {
+        fn statistics(&mut self, spec: &StatsSpec, on_noise: &mut dyn FnMut(&Moments), m: &Monitor) -> Result<Statistics, BackendError> {
+            self.0.statistics(spec, on_noise, m)
+        }
+        fn project(&mut self, _p: &Projection, _out: &mut [f32], _m: &Monitor) -> Result<(), BackendError> {
+            Err(BackendError::Invalid("the projection failed (on purpose)".into()))
+        }
+        fn denoise(&mut self, d: &Denoise, out: &mut [f32], m: &Monitor) -> Result<(), BackendError> {
+            self.0.denoise(d, out, m)
+        }
+    }
+
+    impl Backend for FailingProjection {
+        fn name(&self) -> &'static str {
+            "cpu"
+        }
+        fn device(&self) -> String {
+            "the CPU, failing its projections".into()
+        }
+        fn prepare<'c>(&'c self, cube: &'c Cube, monitor: &Monitor) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError> {
+            Ok(Box::new(FailingCube(self.0.prepare(cube, monitor)?)))
+        }
+    }
+
+    /// Step 6 begins with the fresh eigen system, before the projection; a projection that then
+    /// fails leaves neither the stored system nor its row behind, and the job failed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_failing_after_its_system_was_stored_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = JobStore::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
+        let storage = Storage::local(dir.path().join("objects")).unwrap();
+        let settings = CacheSettings { gpu_cache_bytes: 0, index_cells: 1 << 10, index_on_gpu: false };
+        let cache = ServiceCache::new(&settings, store.clone(), storage.clone()).unwrap();
+        let lease = Lease { owner: "test".into(), duration: Duration::from_secs(30) };
+        let backends = Backends::given(BackendChoice::Cpu, vec![Arc::new(FailingProjection(CpuBackend::new())) as Arc<dyn Backend>]);
+        let runner = Arc::new(Runner::new(store.clone(), storage.clone(), backends, cache, lease));
+        let workers = runner.start(1);
+
+        let cube = crate::cube::synthetic::generate(&crate::cube::synthetic::SyntheticSpec::small(40, 30, 12));
+        let file = dir.path().join("cube.npy");
+        crate::cube::npy::write_cube(&file, &cube).unwrap();
+        storage.put_file(&file, "uploads/j/cube.npy").await.unwrap();
+        let params = r#"{"components":3}"#;
+        let content = cube.content_digest();
+        store
+            .insert(NewJob {
+                id: "j".into(),
+                owner: "alice".into(),
+                params: params.into(),
+                digest: "digest-j".into(),
+                content_digest: Some(hex::encode(content)),
+                upload_sha256: None,
+                input: InputSummary { lines: 40, samples: 30, bands: 12, data_type: cube.dtype().name().into(), interleave: "bip".into() },
+                input_kind: InputKind::Npy,
+                input_location: "uploads/j".into(),
+            })
+            .await
+            .unwrap();
+        runner.notify();
+        let t = Instant::now();
+        let job = loop {
+            let j = store.get("j").await.unwrap().unwrap();
+            if j.status.is_finished() || t.elapsed() > Duration::from_secs(30) {
+                break j;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(job.status, JobStatus::Failed, "{job:?}");
+        assert!(job.error_message.as_deref().is_some_and(|m| m.contains("on purpose")), "{job:?}");
+        let key = keys::statistics_key(&content, &serde_json::from_str(params).unwrap(), "cpu");
+        assert!(runner.cache.find_system(&key).await.is_none(), "the eigen system of a failed job is still known");
+        let left = storage.list("results/").await.unwrap();
+        assert!(left.is_empty(), "results left behind: {left:?}");
+        workers.abort();
+    }
 }

@@ -258,6 +258,9 @@ pub trait ComponentSink {
     fn begin(&mut self, shape: [usize; 3]) -> Result<(), BackendError>;
     /// Values `first..first + values.len()` of the C-order components, final.
     fn put(&mut self, first: usize, values: &[f32]) -> Result<(), BackendError>;
+    /// The eigen system just computed for this run (not one that was known), before the projection:
+    /// the service starts storing it then, beside the projection. Nothing to do by default.
+    fn fresh_system(&mut self, _system: &EigenSystem) {}
 }
 
 /// `apply` on a prepared cube; `timings` (from `analyse_on`, or empty) go into the metadata with the
