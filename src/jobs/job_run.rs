@@ -188,13 +188,14 @@ impl JobRun {
             Err(f) => Err(f),
         };
         let store = began.elapsed() - compute;
-        self.services.storage.remove_scratch(&format!("job-{}", self.job.id));
+        // Its scratch (the result files were moved out) goes after the answer, on the blocking pool.
+        let (storage, token) = (self.services.storage.clone(), format!("job-{}", self.job.id));
+        tokio::task::spawn_blocking(move || storage.remove_scratch(&token));
         tracing::debug!(
             target: "hypermnf::timing",
             job = %self.job.id,
             compute_ms = compute.as_secs_f64() * 1e3,
             store_ms = store.as_secs_f64() * 1e3,
-            scratch_removed_ms = (began.elapsed() - compute - store).as_secs_f64() * 1e3,
             "a job run before its row"
         );
         if stored.is_err() {
