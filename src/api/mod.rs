@@ -214,10 +214,18 @@ async fn shutdown_signal() {
     }
 }
 
-/// Deletes finished jobs (rows and files) older than `--retention`, once a minute.
+/// Deletes finished jobs (rows and files) older than `--retention`, once a minute; and the uploads of
+/// finished jobs that were left behind, at the start and then every `crate::jobs::sweep::EVERY`.
 async fn expire_loop(ctx: ApiContext) {
     let period = ctx.config.retention.min(Duration::from_secs(60)).max(Duration::from_secs(1));
+    let mut swept: Option<std::time::Instant> = None;
     loop {
+        if swept.is_none_or(|t| t.elapsed() >= crate::jobs::sweep::EVERY) {
+            swept = Some(std::time::Instant::now());
+            if let Err(e) = crate::jobs::sweep::finished_uploads(&ctx.runner.store, &ctx.runner.storage).await {
+                tracing::warn!("the sweep of finished jobs' uploads failed: {e:#}");
+            }
+        }
         if let Err(e) = expire_once(&ctx).await {
             tracing::warn!("expiry of old jobs failed: {e:#}");
         }

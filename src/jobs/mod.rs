@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod model;
 pub mod resident;
 pub mod store;
+pub mod sweep;
 pub mod worker;
 
 pub use model::{InputKind, InputSummary, Job, JobStatus};
