@@ -7,10 +7,12 @@
 //! 3. **load**: otherwise the cube is read from the job's input ([`input::load_cube`]); with the cube
 //!    at hand, the statistics level may know its eigen system ([`Plan::new`]);
 //! 4. **compute**: the MNF, only the projection when the eigen system is known ([`Plan::execute`]),
-//!    and the result files written into scratch, as `hypermnf run --out` writes them;
+//!    and the result files written into scratch with the bytes `hypermnf run --out` writes (the
+//!    components while the projection computes them, `jobs::components_file`);
 //! 5. **store**: the result files move to `results/<id>/`, and scratch is cleared;
 //! 6. **register**: the eigen system the job computed is stored beside its results, and the job
-//!    cache learns both before anyone can see the job succeeded;
+//!    cache learns both before anyone can see the job succeeded (it begins as soon as a fresh system
+//!    is known, beside the projection; a job that goes no further undoes it);
 //! 7. **mark done**: the final status goes to the database (only the lease's holder writes it), the
 //!    clients waiting on the job are woken, and the upload is deleted once the job is finished.
 //!
