@@ -23,7 +23,7 @@
 //! worker hands [`JobRun::cancel_flag`] to `Runner::cancel`).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -329,7 +329,7 @@ impl JobRun {
         // result it registers reads as a miss until the row says succeeded): both beside the
         // projection, instead of after it.
         let scratch = s.storage.scratch_dir(&format!("job-{}", job.id)).map_err(|e| JobFailure::storage(&e))?;
-        let mut components = ComponentsFile::new(scratch.join("result.npy"));
+        let mut components = ComponentsFile::new(scratch.join(RESULT_NPY));
         let statistics_key = plan.statistics_key();
         let register_fresh = |system: &EigenSystem| {
             let record = Arc::new(SystemRecord { system: system.clone(), job_id: job.id.clone(), owner: job.owner.clone() });
@@ -390,7 +390,7 @@ impl JobRun {
             components_write_ms = components.writing.as_secs_f64() * 1e3,
             "components written during the projection"
         );
-        let written = write_results(&s.storage, &job.id, &cube, &output, components.complete());
+        let written = write_results(&scratch, &cube, &output, components.complete());
         let write_ms = write_started.elapsed().as_secs_f64() * 1e3;
         s.metrics.record_stage(Stage::Write, write_started.elapsed());
         // Freed on the blocking pool, after the job: unmapping the output's pages (37 MB for 14
@@ -566,11 +566,6 @@ async fn keep_lease(s: JobServices, id: String, progress: Arc<Mutex<(Stage, f64)
     }
 }
 
-/// Writes the result files of job `id` into its scratch directory: the same writer as
-/// `hypermnf run --out` for the .npy (and the metadata), and the ENVI headers it would write, so that
-/// every download holds exactly the bytes the command line would have written. The ENVI data
-/// (band-sequential: a transposition that took as long as the rest of the write) is made from the
-/// .npy when it is first asked for.
 /// Starts step 6 with a fresh eigen system.
 type StartRegister<'a> = Box<dyn FnOnce(&EigenSystem) -> tokio::task::JoinHandle<Registered> + 'a>;
 
@@ -599,15 +594,17 @@ impl ComponentSink for WhileComputing<'_> {
     }
 }
 
-fn write_results(
-    storage: &Storage,
-    id: &str,
-    cube: &Cube,
-    output: &MnfOutput,
-    components_written: bool,
-) -> Result<Vec<(String, PathBuf)>, JobFailure> {
-    let dir = storage.scratch_dir(&format!("job-{id}")).map_err(|e| JobFailure::storage(&e))?;
-    let npy = crate::output::write_result_with(&dir.join("result.npy"), output, &cube.meta, components_written).map_err(JobFailure::cube)?;
+/// The components' file in the job's scratch directory (the other result files are named after it).
+const RESULT_NPY: &str = "result.npy";
+
+/// Writes a job's result files into its scratch directory `dir`: the same writer as
+/// `hypermnf run --out` for the .npy (and the metadata), and the ENVI headers it would write, so that
+/// every download holds exactly the bytes the command line would have written. The components are
+/// there already when `components_written` (written during the projection). The ENVI data
+/// (band-sequential: a transposition that took as long as the rest of the write) is made from the
+/// .npy when it is first asked for.
+fn write_results(dir: &Path, cube: &Cube, output: &MnfOutput, components_written: bool) -> Result<Vec<(String, PathBuf)>, JobFailure> {
+    let npy = crate::output::write_result_with(&dir.join(RESULT_NPY), output, &cube.meta, components_written).map_err(JobFailure::cube)?;
     // Only the ENVI headers: the data files are made from the .npy on the first request for them
     // (api::jobs::result), instead of a second copy of the result written by every job.
     let envi_dir = dir.join("envi");
