@@ -149,39 +149,18 @@ def test_api_key_from_the_environment(keyed_server: Server, monkeypatch: pytest.
         assert isinstance(client.jobs(), list)
 
 
-class _FlakyServer:
+def _flaky_server(drops: int, body: bytes) -> "_RawServer":
     """Closes the first `drops` connections without answering, then answers every request with `body`."""
-
-    def __init__(self, drops: int, body: bytes) -> None:
-        import threading
-
-        self.drops, self.body, self.requests = drops, body, []
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                request = conn.recv(65536).split(b"\r\n", 1)[0].decode()
-                self.requests.append(request)
-                if len(self.requests) <= self.drops:
-                    continue  # close without a response
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                             b"Content-Length: %d\r\n\r\n%s" % (len(self.body), self.body))
+    ok = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    return _RawServer([b""] * drops + [ok])
 
 
 def test_a_get_that_meets_a_closed_connection_is_sent_again() -> None:
-    flaky = _FlakyServer(drops=1, body=b'{"version": "x"}')
+    flaky = _flaky_server(drops=1, body=b'{"version": "x"}')
     assert hypermnf.Client(flaky.url, timeout=5).info() == {"version": "x"}
     assert flaky.requests == ["GET /v1/info HTTP/1.1"] * 2
-    flaky = _FlakyServer(drops=2, body=b"{}")
+    flaky = _flaky_server(drops=2, body=b"{}")
     with pytest.raises(hypermnf.ConnectionError, match="cannot reach hypermnf"):
         hypermnf.Client(flaky.url, timeout=5).info()
     assert len(flaky.requests) == 2, "sent twice at most"
@@ -189,7 +168,7 @@ def test_a_get_that_meets_a_closed_connection_is_sent_again() -> None:
 
 def test_a_cancel_is_never_sent_twice() -> None:
     # A DELETE repeated after a cancel that did reach the server would delete the job.
-    flaky = _FlakyServer(drops=1, body=b"")
+    flaky = _flaky_server(drops=1, body=b"")
     job = hypermnf.Job(hypermnf.Client(flaky.url, timeout=5), {"id": "j1", "status": "running"})
     with pytest.raises(hypermnf.ConnectionError):
         job.cancel()
@@ -197,7 +176,7 @@ def test_a_cancel_is_never_sent_twice() -> None:
 
 
 def test_a_submission_that_meets_a_closed_connection_is_sent_again() -> None:
-    flaky = _FlakyServer(drops=1, body=b'{"id": "j2", "status": "queued", "cached": true}')
+    flaky = _flaky_server(drops=1, body=b'{"id": "j2", "status": "queued", "cached": true}')
     job = hypermnf.Client(flaky.url, timeout=5).submit(CUBE, components=2)
     assert job.id == "j2" and job.cached
     assert [r.split("?")[0] for r in flaky.requests] == ["POST /v1/jobs"] * 2
