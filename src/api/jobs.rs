@@ -985,7 +985,9 @@ async fn zip_in(storage: &crate::storage::Storage, hdr_key: &str, data: EnviData
             z.start_file(name, opts)?;
             std::io::copy(&mut std::fs::File::open(src)?, &mut z)?;
         }
-        z.finish()?;
+        // On the disk before it is stored: it is served as it is from then on, unlike the job's
+        // own results, which `jobs::result_sync` checks after a crash.
+        z.finish()?.into_inner().map_err(|e| e.into_error())?.sync_all()?;
         Ok(())
     })
     .await

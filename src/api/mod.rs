@@ -135,6 +135,9 @@ pub async fn context(args: ServeArgs) -> anyhow::Result<ApiContext> {
     if requeued > 0 {
         tracing::info!(requeued, "jobs left running by an earlier process are queued again");
     }
+    // Before the job cache is built from the database: a job whose results are computed again
+    // leaves the result level.
+    crate::jobs::result_sync::check_at_start(&store, &storage, &lease.owner).await.context("cannot check the results that had not reached the disk")?;
     let cache = crate::jobs::cache::open(&args, backends.default_backend().as_ref(), &store, &storage).await?;
     let runner = Runner::new(store, storage, backends, cache, lease).with_early_start(args.early_start);
     Ok(ApiContext {

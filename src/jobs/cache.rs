@@ -489,7 +489,7 @@ mod tests {
 
         assert!(cache.find_result("alice", &job.digest).await.unwrap().is_none(), "still running: not a hit");
         assert_eq!(cache.report().levels.result.entries, 1, "and not dropped as stale");
-        assert!(store.succeed(&job.id, "test", &Default::default()).await.unwrap());
+        assert!(store.succeed(&job.id, "test", &Default::default(), false).await.unwrap());
         let hit = cache.find_result("alice", &job.digest).await.unwrap().expect("a hit once succeeded");
         assert_eq!(hit.id, job.id);
         assert!(cache.find_result("bob", &job.digest).await.unwrap().is_none(), "another owner's result");
@@ -506,7 +506,7 @@ mod tests {
         let job = running_job(&store, "j4").await;
         let registered = there.register_before_success(&job, Some(system(&job, 4))).await;
         assert!(registered.eigen_row.is_some());
-        assert!(store.succeed(&job.id, "test", &Default::default()).await.unwrap());
+        assert!(store.succeed(&job.id, "test", &Default::default(), false).await.unwrap());
         assert!(here.find_result("alice", &job.digest).await.unwrap().is_none(), "not yet known here");
 
         here.adopt_job(&job.id).await;
@@ -530,7 +530,7 @@ mod tests {
         let registered = cache.register_before_success(&job, Some(system(&job, 2))).await;
         let row = registered.eigen_row.unwrap();
         assert!(store.cancel(&job.id).await.unwrap());
-        assert!(!store.succeed(&job.id, "test", &Default::default()).await.unwrap());
+        assert!(!store.succeed(&job.id, "test", &Default::default(), false).await.unwrap());
         cache.withdraw(&job.id, registered).await;
         let s = cache.report().levels;
         assert_eq!((s.result.entries, s.statistics.entries), (0, 0));

@@ -377,6 +377,7 @@ mod tests {
             created_at: 0,
             started_at: None,
             finished_at: None,
+            results_unsynced: false,
         }
     }
 

@@ -118,6 +118,7 @@ pub(super) fn job_before_insert(new: &NewJob, scratch_location: String) -> Job {
         created_at: now,
         started_at: Some(now),
         finished_at: None,
+        results_unsynced: false,
     }
 }
 

@@ -14,7 +14,8 @@
 //!    cache learns both before anyone can see the job succeeded (it begins as soon as a fresh system
 //!    is known, beside the projection; a job that goes no further undoes it);
 //! 7. **mark done**: the final status goes to the database (only the lease's holder writes it), the
-//!    clients waiting on the job are woken, and the upload is deleted once the job is finished.
+//!    clients waiting on the job are woken; then the results are synced to the disk
+//!    (`jobs::result_sync`), and the upload is deleted.
 //!
 //! Steps 2 to 4 run on the blocking pool (`spawn_blocking`). Meanwhile progress goes to the database
 //! at most every 250 ms, and the lease is extended every third of its duration; a lease that cannot
@@ -36,6 +37,7 @@ use super::cached_run::{Computed, DeviceLookup, Plan};
 use super::components_file::ComponentsFile;
 use super::input;
 use super::metrics::JobMetrics;
+use super::result_sync;
 use super::model::{now_ms, product, InputKind, Job, JobStatus};
 use super::store::{JobStore, Lease, StoreError};
 use crate::cache::{Digest, ResidentCube, SystemRecord};
@@ -234,16 +236,26 @@ impl JobRun {
         };
         self.services.storage.remove_scratch(&format!("job-{id}"));
         // Step 7 (step 6 ran beside the writing of the results).
-        match stored {
+        let succeeded = match stored {
             Ok((registered, results)) => self.mark_succeeded(&results, registered).await,
-            Err(failure) => self.mark_failed(failure).await,
-        }
+            Err(failure) => {
+                self.mark_failed(failure).await;
+                false
+            }
+        };
         self.services.ended.notify_waiters();
-        // Cleanup, not part of the job: the worker is free for the next job meanwhile (unlinking a
-        // 299 MB upload takes milliseconds, and a client that saw `succeeded` may already ask for
-        // the next job, which `jobs::resident` runs only if a worker is idle).
+        // Not part of the job: the worker is free for the next job meanwhile (unlinking a 299 MB
+        // upload takes milliseconds, and a client that saw `succeeded` may already ask for the next
+        // job, which `jobs::resident` runs only if a worker is idle). The results go to the disk
+        // first: until they are there, the input is what they can be computed again from.
         let me = self.clone();
-        tokio::spawn(async move { me.delete_finished_input().await });
+        tokio::spawn(async move {
+            let s = &me.services;
+            if succeeded && s.storage.syncs_locally() && !result_sync::sync(&s.store, &s.storage, &me.job.id).await {
+                return; // kept for the check at the next start
+            }
+            me.delete_finished_input().await
+        });
     }
 
     /// Waits for steps 2 to 4 while a task writes progress and keeps the lease.
@@ -462,16 +474,18 @@ impl JobRun {
         registered
     }
 
-    /// Step 7 for a job whose results are stored and registered.
-    async fn mark_succeeded(&self, results: &BTreeMap<String, String>, registered: Registered) {
+    /// Step 7 for a job whose results are stored and registered: whether it is now succeeded (its
+    /// results marked unsynced on a local store, see `jobs::result_sync`).
+    async fn mark_succeeded(&self, results: &BTreeMap<String, String>, registered: Registered) -> bool {
         let (s, id) = (&self.services, &self.job.id);
         let started = Instant::now();
-        let recorded = s.store.succeed(id, &s.lease.owner, results).await;
+        let recorded = s.store.succeed(id, &s.lease.owner, results, s.storage.syncs_locally()).await;
         s.metrics.record_phase("record", started.elapsed());
         match recorded {
             Ok(true) => {
                 s.metrics.succeeded.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(job = %id, "job succeeded");
+                true
             }
             Ok(false) => {
                 s.cache.withdraw(id, registered).await;
@@ -487,10 +501,12 @@ impl JobRun {
                     let _ = s.storage.delete_prefix(&format!("results/{id}")).await;
                     s.metrics.canceled.fetch_add(1, Ordering::Relaxed);
                 }
+                false
             }
             Err(e) => {
                 s.cache.withdraw(id, registered).await;
                 tracing::error!(job = %id, "cannot record the result: {e}");
+                false
             }
         }
     }

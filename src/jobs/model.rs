@@ -103,6 +103,8 @@ pub struct Job {
     pub created_at: i64,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
+    /// Succeeded, but its result files may not be on the disk yet (see `jobs::result_sync`).
+    pub results_unsynced: bool,
 }
 
 /// Names of the stored result products (keys of `Job::results`).

@@ -81,15 +81,19 @@ pub async fn run(runner: &Arc<Runner>, new: NewJob, earlier: &Job, params: &MnfP
     };
     let id = new.id.clone();
     let ran = began.elapsed();
-    let inserted = runner.store.insert_succeeded(new, &results).await;
+    let inserted = runner.store.insert_succeeded(new, &results, &runner.lease.owner, runner.storage.syncs_locally()).await;
     let recorded = began.elapsed();
     match &inserted {
         Ok(Inserted::Created(job)) => {
             // Already succeeded: nothing to withdraw later. The answer does not wait for the result
-            // level to learn the job (a repeat meanwhile finds the row by its digest on insert).
+            // level to learn the job (a repeat meanwhile finds the row by its digest on insert), nor
+            // for the results to reach the disk (`jobs::result_sync`).
             let (r, registering) = (runner.clone(), job.clone());
             tokio::spawn(async move {
                 let _registered = r.cache.register_before_success(&registering, None).await;
+                if r.storage.syncs_locally() {
+                    super::result_sync::sync(&r.store, &r.storage, &registering.id).await;
+                }
             });
             tracing::debug!(
                 target: "hypermnf::timing",
@@ -246,16 +250,26 @@ mod tests {
         crate::cube::npy::write_f32(&path, &[60, 40, 5], &want.components).unwrap();
         assert!(stored[..] == std::fs::read(&path).unwrap()[..], "not the bytes of a cold run");
         // The result level learns the job once its row exists, and its scratch goes, both just after
-        // the answer.
+        // the answer; the results of both jobs reach the disk, and then the first job's upload goes.
         let scratch = dir.path().join("objects/scratch");
         let t = Instant::now();
         loop {
             let known = runner.cache.find_result("alice", &job.digest).await.unwrap().map(|j| j.id) == Some(job.id.clone());
             let left = std::fs::read_dir(&scratch).map(|d| d.count()).unwrap_or(0);
-            if known && left == 0 {
+            let mut unsynced = Vec::new();
+            for id in ["first", "second"] {
+                if store.get(id).await.unwrap().unwrap().results_unsynced {
+                    unsynced.push(id);
+                }
+            }
+            let upload = storage.list("uploads/first").await.unwrap().len();
+            if known && left == 0 && unsynced.is_empty() && upload == 0 {
                 break;
             }
-            assert!(t.elapsed() < Duration::from_secs(10), "known to the result level: {known}; scratch entries left: {left}");
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "known to the result level: {known}; scratch entries left: {left}; unsynced: {unsynced:?}; upload files: {upload}"
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert_eq!(runner.metrics.resident_runs.load(Ordering::Relaxed), 1);

@@ -117,12 +117,43 @@ pub enum Inserted {
 #[derive(Clone)]
 pub struct JobStore {
     pool: AnyPool,
+    /// For the commits that must survive a power cut: a job accepted (its insert: the client has
+    /// its 201 or 202), and results marked synced (after which a job's input is deleted). On SQLite
+    /// its connections sync the write-ahead log at each commit (`synchronous = FULL`), and so make
+    /// every earlier commit durable too; the others (`NORMAL`: claims, progress, heartbeats, a job
+    /// marked succeeded) are written to the log without a sync, which keeps them atomic and
+    /// consistent but may lose the last of them in a power cut. Such a job is then found running
+    /// at the next start and run again from its input, which is kept until its results are synced.
+    /// PostgreSQL commits durably by default: the same pool.
+    durable: AnyPool,
     dialect: Dialect,
     /// The URL, for PostgreSQL's notification listener (a connection of its own).
     url: String,
 }
 
 const LIVE: &str = "('queued', 'running', 'succeeded')";
+
+/// A pool on SQLite file `url` whose connections use `synchronous` (`NORMAL` or `FULL`).
+async fn sqlite_pool(url: &str, synchronous: &'static str, max: u32) -> Result<AnyPool, StoreError> {
+    Ok(AnyPoolOptions::new()
+        .max_connections(max)
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                // The pragmas are per connection.
+                for pragma in [
+                    "PRAGMA journal_mode = WAL".to_string(),
+                    format!("PRAGMA synchronous = {synchronous}"),
+                    "PRAGMA busy_timeout = 10000".to_string(),
+                    "PRAGMA foreign_keys = ON".to_string(),
+                ] {
+                    sqlx::query(&pragma).execute(&mut *conn).await?;
+                }
+                Ok(())
+            })
+        })
+        .connect(url)
+        .await?)
+}
 
 /// A claim: who takes the job, and for how long before another instance may take it again.
 #[derive(Debug, Clone)]
@@ -142,28 +173,10 @@ impl JobStore {
     pub async fn open(url: &str) -> Result<JobStore, StoreError> {
         let dialect = Dialect::of_url(url).ok_or_else(|| StoreError::UnsupportedUrl(url.to_string()))?;
         sqlx::any::install_default_drivers();
+        // `mode=rwc` creates an SQLite file.
+        let sqlite_url = if url.contains('?') { url.to_string() } else { format!("{url}?mode=rwc") };
         let pool = match dialect {
-            Dialect::Sqlite => {
-                // `mode=rwc` creates the file; the pragmas are per connection.
-                let url = if url.contains('?') { url.to_string() } else { format!("{url}?mode=rwc") };
-                AnyPoolOptions::new()
-                    .max_connections(8)
-                    .after_connect(|conn, _| {
-                        Box::pin(async move {
-                            for pragma in [
-                                "PRAGMA journal_mode = WAL",
-                                "PRAGMA synchronous = NORMAL",
-                                "PRAGMA busy_timeout = 10000",
-                                "PRAGMA foreign_keys = ON",
-                            ] {
-                                sqlx::query(pragma).execute(&mut *conn).await?;
-                            }
-                            Ok(())
-                        })
-                    })
-                    .connect(&url)
-                    .await?
-            }
+            Dialect::Sqlite => sqlite_pool(&sqlite_url, "NORMAL", 8).await?,
             Dialect::Postgres => AnyPoolOptions::new().max_connections(16).acquire_timeout(Duration::from_secs(10)).connect(url).await?,
         };
         match dialect {
@@ -171,7 +184,13 @@ impl JobStore {
             // Instances starting together: the migrator takes PostgreSQL's advisory lock, so one applies them.
             Dialect::Postgres => sqlx::migrate!("./migrations/postgres").run(&pool).await?,
         }
-        Ok(JobStore { pool, dialect, url: url.to_string() })
+        // SQLite: the commits that must survive a power cut (see `JobStore::durable`) go through
+        // connections that sync the write-ahead log at each commit; the migrations ran first.
+        let durable = match dialect {
+            Dialect::Sqlite => sqlite_pool(&sqlite_url, "FULL", 2).await?,
+            Dialect::Postgres => pool.clone(),
+        };
+        Ok(JobStore { pool, durable, dialect, url: url.to_string() })
     }
 
     pub fn dialect(&self) -> Dialect {
@@ -219,7 +238,7 @@ impl JobStore {
         .bind(if claimed.is_some() { 1i64 } else { 0 })
         .bind(claimed.map(|l| l.owner.clone()))
         .bind(claimed.map(|l| l.expires_at()))
-        .execute(&self.pool)
+        .execute(&self.durable)
         .await;
         match self.inserted(res.map(drop), &new).await? {
             Some(i) => {
@@ -249,13 +268,24 @@ impl JobStore {
     /// existed, on a cube this instance held (`jobs::resident`), so there is no input to keep and
     /// nothing to claim. A live job of the same owner and digest that appeared meanwhile is
     /// returned instead (the caller drops its results).
-    pub async fn insert_succeeded(&self, new: NewJob, results: &BTreeMap<String, String>) -> Result<Inserted, StoreError> {
+    ///
+    /// `ran_by` (this instance) is recorded as the job's lease owner, as for a claimed job, so that
+    /// this instance checks its results at its next start while `results_unsynced` (see
+    /// [`JobStore::succeed`]).
+    pub async fn insert_succeeded(
+        &self,
+        new: NewJob,
+        results: &BTreeMap<String, String>,
+        ran_by: &str,
+        results_unsynced: bool,
+    ) -> Result<Inserted, StoreError> {
         let input = serde_json::to_string(&new.input).expect("input summary serialises");
         let now = now_ms();
         let res = sqlx::query(
             "INSERT INTO jobs (id, owner, status, progress, params, digest, content_digest, upload_sha256, input,
-                               input_kind, input_location, results, created_at, started_at, finished_at, attempts)
-             VALUES ($1, $2, 'succeeded', 1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11, 1)",
+                               input_kind, input_location, results, created_at, started_at, finished_at, attempts,
+                               lease_owner, results_unsynced)
+             VALUES ($1, $2, 'succeeded', 1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11, 1, $12, $13)",
         )
         .bind(&new.id)
         .bind(&new.owner)
@@ -268,7 +298,9 @@ impl JobStore {
         .bind(&new.input_location)
         .bind(serde_json::to_string(results).expect("map serialises"))
         .bind(now)
-        .execute(&self.pool)
+        .bind(ran_by)
+        .bind(results_unsynced as i64)
+        .execute(&self.durable)
         .await;
         match self.inserted(res.map(drop), &new).await? {
             Some(i) => {
@@ -277,7 +309,7 @@ impl JobStore {
                 }
                 Ok(i)
             }
-            None => Box::pin(self.insert_succeeded(new, results)).await,
+            None => Box::pin(self.insert_succeeded(new, results, ran_by, results_unsynced)).await,
         }
     }
 
@@ -394,15 +426,17 @@ impl JobStore {
 
     /// Marks a running job succeeded with its stored results, if `lease_owner` still holds it. False
     /// when it does not (canceled, deleted, or claimed again elsewhere): the caller then discards
-    /// what it computed.
-    pub async fn succeed(&self, id: &str, lease_owner: &str, results: &BTreeMap<String, String>) -> Result<bool, StoreError> {
+    /// what it computed. `results_unsynced`: the result files may not be on the disk yet (local
+    /// storage); [`JobStore::results_synced`] says when they are.
+    pub async fn succeed(&self, id: &str, lease_owner: &str, results: &BTreeMap<String, String>, results_unsynced: bool) -> Result<bool, StoreError> {
         let r = sqlx::query(
             "UPDATE jobs SET status = 'succeeded', stage = NULL, progress = 1, results = $1, finished_at = $2,
-                             lease_expires_at = NULL
-             WHERE id = $3 AND status = 'running' AND lease_owner = $4",
+                             lease_expires_at = NULL, results_unsynced = $3
+             WHERE id = $4 AND status = 'running' AND lease_owner = $5",
         )
         .bind(serde_json::to_string(results).expect("map serialises"))
         .bind(now_ms())
+        .bind(results_unsynced as i64)
         .bind(id)
         .bind(lease_owner)
         .execute(&self.pool)
@@ -482,6 +516,66 @@ impl JobStore {
         Ok(r.rows_affected())
     }
 
+    /// The result files of succeeded job `id` are on the disk: durably recorded (its input may go
+    /// once this returns).
+    pub async fn results_synced(&self, id: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE jobs SET results_unsynced = 0 WHERE id = $1").bind(id).execute(&self.durable).await?;
+        Ok(())
+    }
+
+    /// The succeeded jobs whose results were not yet synced when their instance (`lease_owner`)
+    /// last ran: on SQLite every such job (one process owns the file), on PostgreSQL this
+    /// instance's only (another's results are on its disk).
+    pub async fn unsynced_results(&self, lease_owner: &str) -> Result<Vec<Job>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM jobs WHERE results_unsynced = 1 AND status = 'succeeded' AND ($1 = 'sqlite' OR lease_owner = $2)
+             ORDER BY id",
+        )
+        .bind(match self.dialect {
+            Dialect::Sqlite => "sqlite",
+            Dialect::Postgres => "postgres",
+        })
+        .bind(lease_owner)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(decode).collect()
+    }
+
+    /// A succeeded job whose results were lost before they reached the disk goes back to the queue,
+    /// to be computed again from its input. False when it was no longer succeeded with its results
+    /// unsynced.
+    pub async fn requeue_lost(&self, id: &str) -> Result<bool, StoreError> {
+        let r = sqlx::query(
+            "UPDATE jobs SET status = 'queued', stage = NULL, progress = 0, results = NULL, started_at = NULL,
+                             finished_at = NULL, lease_owner = NULL, lease_expires_at = NULL, results_unsynced = 0
+             WHERE id = $1 AND status = 'succeeded' AND results_unsynced = 1",
+        )
+        .bind(id)
+        .execute(&self.durable)
+        .await?;
+        let done = r.rows_affected() == 1;
+        if done {
+            self.notify(notify::Event::Queued).await;
+        }
+        Ok(done)
+    }
+
+    /// A succeeded job whose results were lost before they reached the disk, and that has no input
+    /// to compute them again from, fails with `code` and `message`. False when it was no longer
+    /// succeeded with its results unsynced.
+    pub async fn fail_lost(&self, id: &str, code: &str, message: &str) -> Result<bool, StoreError> {
+        let r = sqlx::query(
+            "UPDATE jobs SET status = 'failed', error_code = $1, error_message = $2, results = NULL, results_unsynced = 0
+             WHERE id = $3 AND status = 'succeeded' AND results_unsynced = 1",
+        )
+        .bind(code)
+        .bind(message)
+        .bind(id)
+        .execute(&self.durable)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
     /// Finished jobs whose end lies before `cutoff_ms`.
     pub async fn finished_before(&self, cutoff_ms: i64, limit: u32) -> Result<Vec<Job>, StoreError> {
         let rows = sqlx::query(
@@ -539,6 +633,7 @@ fn decode(r: &AnyRow) -> Result<Job, StoreError> {
         created_at: r.try_get("created_at")?,
         started_at: r.try_get("started_at")?,
         finished_at: r.try_get("finished_at")?,
+        results_unsynced: r.try_get::<i64, _>("results_unsynced")? != 0,
         id,
     })
 }

@@ -26,7 +26,8 @@ pub async fn finished_uploads(store: &JobStore, storage: &Storage) -> anyhow::Re
     for id in ids {
         let Some(job) = store.get(&id).await? else { continue };
         let location = format!("uploads/{id}");
-        if job.status.is_finished() && job.input_kind != InputKind::Href && job.input_location == location {
+        // A job whose results are not yet on the disk keeps its input (`jobs::result_sync`).
+        if job.status.is_finished() && !job.results_unsynced && job.input_kind != InputKind::Href && job.input_location == location {
             match storage.delete_upload(&location).await {
                 Ok(()) => deleted += 1,
                 Err(e) => tracing::warn!(job = %id, "cannot delete the upload of a finished job: {e}"),
@@ -69,7 +70,7 @@ mod tests {
         for id in ["done", "queued", "arriving"] {
             storage.put_bytes(&format!("uploads/{id}/cube.npy"), bytes::Bytes::from_static(b"x")).await.unwrap();
         }
-        store.insert_succeeded(new_job("done"), &BTreeMap::new()).await.unwrap();
+        store.insert_succeeded(new_job("done"), &BTreeMap::new(), "test", false).await.unwrap();
         store.insert(new_job("queued")).await.unwrap();
 
         assert_eq!(finished_uploads(&store, &storage).await.unwrap(), 1);

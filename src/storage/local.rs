@@ -143,6 +143,37 @@ impl LocalStore {
         self.delete_prefix(prefix).await
     }
 
+    /// Syncs every file under `prefix/`, then the directories holding them and the one holding
+    /// `prefix/` itself (a file renamed into a new directory needs all three on the disk).
+    pub async fn sync_prefix(&self, prefix: &StorePath) -> Result<(), StorageError> {
+        let keys: Vec<StorePath> = self.fs.list(Some(prefix)).map_ok(|m| m.location).try_collect().await.map_err(self.err("list", prefix))?;
+        let mut files = Vec::with_capacity(keys.len());
+        for key in &keys {
+            files.push(self.file(key)?);
+        }
+        let top = self.file(prefix)?;
+        tokio::task::spawn_blocking(move || {
+            let mut dirs = std::collections::BTreeSet::new();
+            // A file or directory deleted meanwhile (its job deleted) is nothing to sync.
+            let sync = |p: &Path| match std::fs::File::open(p).and_then(|h| h.sync_all()) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StorageError::io("sync", p, e)),
+                _ => Ok(()),
+            };
+            for f in &files {
+                sync(f)?;
+                dirs.extend(f.parent().map(Path::to_path_buf));
+            }
+            dirs.extend(top.parent().map(Path::to_path_buf));
+            // Deepest first: a directory's entry in its parent is synced after what it holds.
+            for d in dirs.iter().rev() {
+                sync(d)?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| StorageError::store(&self.name, "sync", prefix.as_ref(), object_store::Error::JoinError { source: e }))?
+    }
+
     /// Deletes every object under `prefix/`, and the object named `prefix` itself if there is one.
     pub async fn delete_prefix(&self, prefix: &StorePath) -> Result<(), StorageError> {
         let mut keys: Vec<StorePath> = self.fs.list(Some(prefix)).map_ok(|m| m.location).try_collect().await.map_err(self.err("list", prefix))?;

@@ -226,6 +226,23 @@ impl Storage {
         }
     }
 
+    /// Whether stored files may still be only in this machine's page cache: true for a local store
+    /// (files enter it by a rename, unsynced: see [`Storage::sync_prefix`]); an S3 store has an
+    /// object once its PUT answered.
+    pub fn syncs_locally(&self) -> bool {
+        matches!(self.backend, Backend::Local(_))
+    }
+
+    /// Local store: writes every file under `prefix` (e.g. `results/<job>`), and the directories
+    /// that name them, to the disk (fsync), so that they survive a power cut. S3: nothing to do.
+    pub async fn sync_prefix(&self, prefix: &str) -> Result<(), StorageError> {
+        let p = Self::key(prefix)?;
+        match &self.backend {
+            Backend::Local(s) => s.sync_prefix(&p).await,
+            Backend::Remote(_) => Ok(()),
+        }
+    }
+
     /// Writes and reads back a small object: the store is reachable and writable.
     pub async fn check(&self) -> Result<(), StorageError> {
         self.put_bytes("health/probe", bytes::Bytes::from_static(b"ok")).await?;

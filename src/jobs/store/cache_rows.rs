@@ -150,6 +150,13 @@ impl JobStore {
         sqlx::query("DELETE FROM eigen_systems WHERE id = $1").bind(id).execute(&self.pool).await?;
         Ok(())
     }
+
+    /// Forgets every eigen system job `job_id` stored (its results are gone; the files are the
+    /// caller's).
+    pub async fn delete_eigen_of_job(&self, job_id: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM eigen_systems WHERE job_id = $1").bind(job_id).execute(&self.pool).await?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -36,9 +36,9 @@ async fn a_job_goes_from_queued_to_succeeded_once() {
         assert_eq!(s.get("j1").await.unwrap().unwrap().progress, 0.25);
 
         let results = BTreeMap::from([("components.npy".to_string(), "results/j1/components.npy".to_string())]);
-        assert!(!s.succeed("j1", "b", &results).await.unwrap(), "only the holder records the outcome");
-        assert!(s.succeed("j1", "a", &results).await.unwrap());
-        assert!(!s.succeed("j1", "a", &results).await.unwrap(), "once");
+        assert!(!s.succeed("j1", "b", &results, false).await.unwrap(), "only the holder records the outcome");
+        assert!(s.succeed("j1", "a", &results, false).await.unwrap());
+        assert!(!s.succeed("j1", "a", &results, false).await.unwrap(), "once");
         let done = s.get("j1").await.unwrap().unwrap();
         assert_eq!((done.status, done.progress, done.results), (JobStatus::Succeeded, 1.0, results));
         assert!(done.finished_at.is_some());
@@ -65,7 +65,7 @@ async fn a_job_whose_lease_ran_out_is_claimed_again_and_the_old_holder_loses_it(
         assert_eq!((second.id.as_str(), second.attempts), ("j1", 2));
         assert!(!s.heartbeat("j1", &lease("dead", 30)).await.unwrap(), "the old holder's heartbeat fails");
         assert!(!s.fail("j1", "dead", "x", "y").await.unwrap(), "and it cannot record an outcome");
-        assert!(s.succeed("j1", "alive", &BTreeMap::new()).await.unwrap());
+        assert!(s.succeed("j1", "alive", &BTreeMap::new(), false).await.unwrap());
         assert!(s.claim(&lease("c", 30)).await.unwrap().is_none());
     })
     .await;
@@ -110,7 +110,7 @@ async fn cancel_stops_the_holder_and_list_filters() {
         assert!(s.cancel(&running.id).await.unwrap());
         assert!(!s.cancel(&running.id).await.unwrap(), "already finished");
         assert!(!s.heartbeat(&running.id, &lease("w", 30)).await.unwrap());
-        assert!(!s.succeed(&running.id, "w", &BTreeMap::new()).await.unwrap());
+        assert!(!s.succeed(&running.id, "w", &BTreeMap::new(), false).await.unwrap());
         assert_eq!(s.get(&running.id).await.unwrap().unwrap().status, JobStatus::Canceled);
 
         let alice: Vec<String> = s.list("alice", None, 10, None).await.unwrap().into_iter().map(|j| j.id).collect();
@@ -162,7 +162,7 @@ async fn instances_hear_each_other() {
     a.insert(NewJob::for_test("j1")).await.unwrap();
     assert_eq!(next(&mut listener).await, Event::Queued);
     a.claim(&lease("a", 30)).await.unwrap().unwrap();
-    a.succeed("j1", "a", &BTreeMap::new()).await.unwrap();
+    a.succeed("j1", "a", &BTreeMap::new(), false).await.unwrap();
     assert_eq!(next(&mut listener).await, Event::Succeeded("j1".into()));
     a.delete("j1").await.unwrap();
     assert_eq!(next(&mut listener).await, Event::Deleted("j1".into()));
@@ -178,4 +178,45 @@ async fn instances_hear_each_other() {
 async fn unsupported_urls_are_refused_clearly() {
     let e = JobStore::open("mysql://x/y").await.err().expect("refused");
     assert!(e.to_string().contains("postgres://"), "{e}");
+}
+
+/// Results marked unsynced are listed for the instance that ran the job (on PostgreSQL; every such
+/// job on SQLite) until marked synced; a job whose results were lost goes back to the queue, or
+/// fails when it has no input, and either way leaves the list and its results.
+#[tokio::test]
+async fn unsynced_results_are_listed_until_synced_and_lost_ones_are_queued_again_or_failed() {
+    each_store(|s| async move {
+        let results = BTreeMap::from([("components.npy".to_string(), "results/x/components.npy".to_string())]);
+        for (id, holder) in [("mine", "a"), ("theirs", "b"), ("synced", "a")] {
+            s.insert(NewJob::for_test(id)).await.unwrap();
+            let c = s.claim(&lease(holder, 30)).await.unwrap().unwrap();
+            assert_eq!(c.id, id);
+            assert!(s.succeed(id, holder, &results, id != "synced").await.unwrap());
+        }
+        let Inserted::Created(r) = s.insert_succeeded(NewJob::for_test("resident"), &results, "a", true).await.unwrap() else {
+            panic!("created")
+        };
+        assert!(r.results_unsynced && r.status == JobStatus::Succeeded);
+        let listed = |v: Vec<crate::jobs::Job>| v.into_iter().map(|j| j.id).collect::<Vec<_>>();
+        let want: Vec<&str> = match s.dialect() {
+            Dialect::Sqlite => vec!["mine", "resident", "theirs"],
+            Dialect::Postgres => vec!["mine", "resident"],
+        };
+        assert_eq!(listed(s.unsynced_results("a").await.unwrap()), want);
+
+        s.results_synced("theirs").await.unwrap();
+        assert!(!s.get("theirs").await.unwrap().unwrap().results_unsynced);
+        assert!(s.requeue_lost("mine").await.unwrap());
+        let again = s.get("mine").await.unwrap().unwrap();
+        assert_eq!((again.status, again.results.len(), again.finished_at, again.results_unsynced), (JobStatus::Queued, 0, None, false));
+        assert_eq!(s.claim(&lease("a", 30)).await.unwrap().map(|j| (j.id, j.attempts)), Some(("mine".to_string(), 2)));
+        assert!(s.fail_lost("resident", "result_lost", "gone").await.unwrap());
+        let lost = s.get("resident").await.unwrap().unwrap();
+        assert_eq!((lost.status, lost.error_code.as_deref(), lost.results.len()), (JobStatus::Failed, Some("result_lost"), 0));
+        assert!(!s.fail_lost("synced", "x", "y").await.unwrap(), "results on the disk are not lost");
+        assert!(s.unsynced_results("a").await.unwrap().is_empty());
+        // Only succeeded jobs are taken back.
+        assert!(!s.requeue_lost("resident").await.unwrap(), "a failed job is not requeued");
+    })
+    .await;
 }
