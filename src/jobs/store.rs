@@ -56,6 +56,14 @@ impl Dialect {
         }
     }
 
+    /// For queries whose condition differs by database (`$n = 'sqlite' OR ...`).
+    fn name(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "sqlite",
+            Dialect::Postgres => "postgres",
+        }
+    }
+
     /// The column that is a job's result-level handle: SQLite's implicit rowid, PostgreSQL's `seq`.
     fn handle_column(self) -> &'static str {
         match self {
@@ -503,10 +511,7 @@ impl JobStore {
                              lease_owner = NULL, lease_expires_at = NULL
              WHERE status = 'running' AND ($1 = 'sqlite' OR lease_owner = $2)",
         )
-        .bind(match self.dialect {
-            Dialect::Sqlite => "sqlite",
-            Dialect::Postgres => "postgres",
-        })
+        .bind(self.dialect.name())
         .bind(lease_owner)
         .execute(&self.pool)
         .await?;
@@ -531,10 +536,7 @@ impl JobStore {
             "SELECT * FROM jobs WHERE results_unsynced = 1 AND status = 'succeeded' AND ($1 = 'sqlite' OR lease_owner = $2)
              ORDER BY id",
         )
-        .bind(match self.dialect {
-            Dialect::Sqlite => "sqlite",
-            Dialect::Postgres => "postgres",
-        })
+        .bind(self.dialect.name())
         .bind(lease_owner)
         .fetch_all(&self.pool)
         .await?;
