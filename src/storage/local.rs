@@ -3,6 +3,7 @@
 //! reader never sees half an object. Finished files enter it by a rename, not a copy.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures::TryStreamExt;
@@ -33,6 +34,27 @@ fn map_stream(file: &std::fs::File) -> Option<futures::stream::BoxStream<'static
 pub(crate) struct LocalStore {
     fs: Arc<LocalFileSystem>,
     name: String,
+    /// Requests that want no write-back in flight when they sync the job database (see
+    /// [`LocalStore::pause_syncs`]).
+    quiet: Arc<AtomicUsize>,
+}
+
+/// While held, [`LocalStore::sync_prefix`] submits no new piece (up to [`QUIET_AT_MOST`] per piece).
+pub struct SyncPause(Option<Arc<AtomicUsize>>);
+
+impl SyncPause {
+    /// A pause that pauses nothing (a store with nothing to sync).
+    pub(crate) fn none() -> SyncPause {
+        SyncPause(None)
+    }
+}
+
+impl Drop for SyncPause {
+    fn drop(&mut self) {
+        if let Some(q) = &self.0 {
+            q.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 impl LocalStore {
@@ -44,7 +66,7 @@ impl LocalStore {
         let fs = LocalFileSystem::new_with_prefix(&root)
             .map_err(|e| StorageError::store(&name, "open", "", e))?
             .with_automatic_cleanup(true);
-        Ok(LocalStore { fs: Arc::new(fs), name })
+        Ok(LocalStore { fs: Arc::new(fs), name, quiet: Arc::default() })
     }
 
     pub fn name(&self) -> &str {
@@ -143,6 +165,14 @@ impl LocalStore {
         self.delete_prefix(prefix).await
     }
 
+    /// Holds the result syncs back (between their pieces) until dropped: for a request about to
+    /// make a synced commit that a client waits for, started well before it, so that the pieces in
+    /// flight are on the disk by then and the commit waits for none (`sync_in_pieces`).
+    pub fn pause_syncs(&self) -> SyncPause {
+        self.quiet.fetch_add(1, Ordering::AcqRel);
+        SyncPause(Some(self.quiet.clone()))
+    }
+
     /// Syncs every file under `prefix/`, then the directories holding them and the one holding
     /// `prefix/` itself (a file renamed into a new directory needs all three on the disk).
     pub async fn sync_prefix(&self, prefix: &StorePath) -> Result<(), StorageError> {
@@ -152,10 +182,11 @@ impl LocalStore {
             files.push(self.file(key)?);
         }
         let top = self.file(prefix)?;
+        let quiet = self.quiet.clone();
         tokio::task::spawn_blocking(move || {
             let mut dirs = std::collections::BTreeSet::new();
             // A file or directory deleted meanwhile (its job deleted) is nothing to sync.
-            let sync = |p: &Path| match std::fs::File::open(p).and_then(|h| sync_in_pieces(&h)) {
+            let sync = |p: &Path| match std::fs::File::open(p).and_then(|h| sync_in_pieces(&h, &quiet)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StorageError::io("sync", p, e)),
                 _ => Ok(()),
             };
@@ -190,14 +221,19 @@ impl LocalStore {
 
 /// Bytes written back per step by `sync_in_pieces`.
 const SYNC_PIECE: u64 = 1 << 20;
+/// How long `sync_in_pieces` holds a piece back for a [`SyncPause`] at most (a stream of requests
+/// does not stop the syncs), and how often it looks again.
+const QUIET_AT_MOST: std::time::Duration = std::time::Duration::from_millis(50);
+const QUIET_POLL: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// `f.sync_all()`, its data written back a piece at a time first, at most two pieces in flight.
 /// Why: on ext4 (data=ordered) a commit that syncs the journal, as the job database's synced
 /// commits do, waits for the data of every file whose blocks were allocated in the same
 /// transaction. A 37 MB result synced in one call held such a commit for 20–26 ms on the H100 host
 /// (a 4 KiB `fdatasync` takes 0.11 ms there when the disk is idle: `scripts/dev/fsync-probe.py`);
-/// in pieces, a commit waits for the pieces in flight only.
-fn sync_in_pieces(f: &std::fs::File) -> std::io::Result<()> {
+/// in pieces, a commit waits for the pieces in flight only, and none while `quiet` (a count of
+/// [`SyncPause`]s) holds the next piece back.
+fn sync_in_pieces(f: &std::fs::File, quiet: &AtomicUsize) -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;
@@ -205,6 +241,10 @@ fn sync_in_pieces(f: &std::fs::File) -> std::io::Result<()> {
         let (fd, len) = (f.as_raw_fd(), if meta.is_file() { meta.len() } else { 0 });
         let mut at = 0;
         while at < len {
+            let held = std::time::Instant::now();
+            while quiet.load(Ordering::Acquire) > 0 && held.elapsed() < QUIET_AT_MOST {
+                std::thread::sleep(QUIET_POLL);
+            }
             // SAFETY: sync_file_range takes an open descriptor and integers; no memory is shared.
             unsafe {
                 libc::sync_file_range(fd, at as libc::off64_t, SYNC_PIECE as libc::off64_t, libc::SYNC_FILE_RANGE_WRITE);
@@ -276,6 +316,24 @@ fn move_file(src: &Path, dst: &Path) -> Result<(), StorageError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A held pause keeps each piece back for up to `QUIET_AT_MOST` (so a three-piece file takes at
+    /// least three times that), and the sync still ends; dropping the pause releases it.
+    #[test]
+    fn a_paused_sync_waits_between_pieces_and_still_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::open(dir.path()).unwrap();
+        let path = dir.path().join("r.bin");
+        std::fs::write(&path, vec![7u8; 3 * SYNC_PIECE as usize]).unwrap();
+        let pause = store.pause_syncs();
+        let t = std::time::Instant::now();
+        sync_in_pieces(&std::fs::File::open(&path).unwrap(), &store.quiet).unwrap();
+        assert!(t.elapsed() >= 3 * QUIET_AT_MOST, "{:?}", t.elapsed());
+        assert_eq!(store.quiet.load(Ordering::Acquire), 1);
+        drop(pause);
+        assert_eq!(store.quiet.load(Ordering::Acquire), 0);
+        sync_in_pieces(&std::fs::File::open(&path).unwrap(), &store.quiet).unwrap();
+    }
 
     #[test]
     fn move_file_renames_into_new_directories() {

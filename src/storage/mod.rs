@@ -32,6 +32,7 @@ use std::sync::Arc;
 use object_store::path::Path as StorePath;
 
 pub use error::StorageError;
+pub use local::SyncPause;
 pub use scratch::LocalFile;
 pub use transfer::{PARTS_IN_FLIGHT, PART_SIZE};
 pub use url::StoreUrl;
@@ -231,6 +232,15 @@ impl Storage {
     /// object once its PUT answered.
     pub fn syncs_locally(&self) -> bool {
         matches!(self.backend, Backend::Local(_))
+    }
+
+    /// Holds the local store's result syncs back while the pause lives (see
+    /// `LocalStore::pause_syncs`); nothing to pause on S3.
+    pub fn pause_syncs(&self) -> SyncPause {
+        match &self.backend {
+            Backend::Local(s) => s.pause_syncs(),
+            Backend::Remote(_) => SyncPause::none(),
+        }
     }
 
     /// Local store: writes every file under `prefix` (e.g. `results/<job>`), and the directories
