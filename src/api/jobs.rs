@@ -676,6 +676,9 @@ async fn enqueue_unsynced(
     let new = new_job(id, caller, canonical, digest, cube_digest, upload_sha256, input, InputKind::Npy, location);
     // Dropped (canceled, its scratch removed) if the upload is not accepted after all.
     let early = ctx.runner.start_early(&new, choice, upload.npy, upload.fed);
+    // The 202 waits for the upload's last bytes and its row to be synced: no result of an earlier
+    // job is written back meanwhile (`Storage::pause_syncs`).
+    let _quiet = ctx.runner.storage.pause_syncs();
     upload.sync.wait().await?;
     insert_stored(ctx, new, Some(upload.token), early).await
 }
@@ -719,6 +722,9 @@ async fn insert_stored(ctx: &ApiContext, new: NewJob, token: Option<&str>, early
                 ctx.runner.storage.put_file(&p, &format!("{location}/{name}")).await?;
             }
         }
+        // The files were synced where they were written; their new names too before the row, so
+        // that an accepted job keeps its input through a power cut.
+        ctx.runner.storage.sync_names(&location).await?;
     }
     let inserted = match &early {
         Some(_) => ctx.runner.store.insert_claimed(new, &ctx.runner.lease).await?,

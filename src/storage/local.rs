@@ -173,6 +173,24 @@ impl LocalStore {
         SyncPause(Some(self.quiet.clone()))
     }
 
+    /// Syncs the directory `prefix/` and the one holding it: the names of files renamed into it
+    /// whose data is already on the disk (an upload, synced before it is stored). A missing
+    /// directory is nothing to sync.
+    pub async fn sync_names(&self, prefix: &StorePath) -> Result<(), StorageError> {
+        let dir = self.file(prefix)?;
+        tokio::task::spawn_blocking(move || {
+            for d in [Some(dir.as_path()), dir.parent()].into_iter().flatten() {
+                match std::fs::File::open(d).and_then(|h| h.sync_all()) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(StorageError::io("sync", d, e)),
+                    _ => {}
+                }
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| StorageError::store(&self.name, "sync", prefix.as_ref(), object_store::Error::JoinError { source: e }))?
+    }
+
     /// Syncs every file under `prefix/`, then the directories holding them and the one holding
     /// `prefix/` itself (a file renamed into a new directory needs all three on the disk).
     pub async fn sync_prefix(&self, prefix: &StorePath) -> Result<(), StorageError> {
@@ -333,6 +351,20 @@ mod tests {
         drop(pause);
         assert_eq!(store.quiet.load(Ordering::Acquire), 0);
         sync_in_pieces(&std::fs::File::open(&path).unwrap(), &store.quiet).unwrap();
+    }
+
+    /// The names of an upload moved into the store are synced; a prefix with nothing under it is
+    /// nothing to sync, not an error.
+    #[tokio::test]
+    async fn names_are_synced_and_a_missing_prefix_is_no_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::open(dir.path()).unwrap();
+        let src = dir.path().join("cube.npy");
+        std::fs::write(&src, b"cube").unwrap();
+        store.put_file(&src, &StorePath::from("uploads/j1/cube.npy")).await.unwrap();
+        store.sync_names(&StorePath::from("uploads/j1")).await.unwrap();
+        store.sync_names(&StorePath::from("uploads/none")).await.unwrap();
+        assert_eq!(std::fs::read(dir.path().join("uploads/j1/cube.npy")).unwrap(), b"cube");
     }
 
     #[test]

@@ -234,6 +234,16 @@ impl Storage {
         matches!(self.backend, Backend::Local(_))
     }
 
+    /// Local store: syncs the directory `prefix` and its parent, so that files renamed into it
+    /// (whose data was synced before) keep their names through a power cut. S3: nothing to do.
+    pub async fn sync_names(&self, prefix: &str) -> Result<(), StorageError> {
+        let p = Self::key(prefix)?;
+        match &self.backend {
+            Backend::Local(s) => s.sync_names(&p).await,
+            Backend::Remote(_) => Ok(()),
+        }
+    }
+
     /// Holds the local store's result syncs back while the pause lives (see
     /// `LocalStore::pause_syncs`); nothing to pause on S3.
     pub fn pause_syncs(&self) -> SyncPause {
