@@ -230,7 +230,7 @@ fn write_durably(
         if written - started >= WRITEBACK_EVERY {
             let near_end = expected.get().is_some_and(|&len| len.saturating_sub(written) <= RUN_AHEAD_AT_END);
             let wait = if ended.load(Ordering::Acquire) || near_end { None } else { previous };
-            start_writeback(&f, (started, written - started), wait);
+            crate::disk::start_writeback(&f, (started, written - started), wait);
             previous = Some((started, written - started));
             started = written;
         }
@@ -241,27 +241,6 @@ fn write_durably(
     tracing::debug!(bytes = written, final_sync_secs = t.elapsed().as_secs_f64(), "upload written and synced");
     Ok(())
 }
-
-/// Asks the kernel to start writing `range` back, and waits until `previous` is on the disk (which
-/// also bounds the dirty pages one upload leaves). Advisory: an error here shows again in the final
-/// `sync_data`, which decides.
-#[cfg(target_os = "linux")]
-fn start_writeback(f: &std::fs::File, range: (u64, u64), previous: Option<(u64, u64)>) {
-    use std::os::fd::AsRawFd;
-    let fd = f.as_raw_fd();
-    // SAFETY: sync_file_range takes an open descriptor and two integers; no memory is shared.
-    unsafe {
-        libc::sync_file_range(fd, range.0 as libc::off64_t, range.1 as libc::off64_t, libc::SYNC_FILE_RANGE_WRITE);
-        if let Some((at, len)) = previous {
-            let wait = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-            libc::sync_file_range(fd, at as libc::off64_t, len as libc::off64_t, wait);
-        }
-    }
-}
-
-/// Elsewhere the final `sync_data` does all of it.
-#[cfg(not(target_os = "linux"))]
-fn start_writeback(_f: &std::fs::File, _range: (u64, u64), _previous: Option<(u64, u64)>) {}
 
 /// Looks at the first bytes of a body: refuses it, or says what its header claims.
 pub type PrefixCheck<'a> = dyn FnMut(&[u8]) -> Result<Option<Claim>, Error> + Send + 'a;

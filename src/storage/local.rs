@@ -252,27 +252,16 @@ const QUIET_POLL: std::time::Duration = std::time::Duration::from_micros(200);
 /// in pieces, a commit waits for the pieces in flight only, and none while `quiet` (a count of
 /// [`SyncPause`]s) holds the next piece back.
 fn sync_in_pieces(f: &std::fs::File, quiet: &AtomicUsize) -> std::io::Result<()> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        let meta = f.metadata()?;
-        let (fd, len) = (f.as_raw_fd(), if meta.is_file() { meta.len() } else { 0 });
-        let mut at = 0;
-        while at < len {
-            let held = std::time::Instant::now();
-            while quiet.load(Ordering::Acquire) > 0 && held.elapsed() < QUIET_AT_MOST {
-                std::thread::sleep(QUIET_POLL);
-            }
-            // SAFETY: sync_file_range takes an open descriptor and integers; no memory is shared.
-            unsafe {
-                libc::sync_file_range(fd, at as libc::off64_t, SYNC_PIECE as libc::off64_t, libc::SYNC_FILE_RANGE_WRITE);
-                if at >= SYNC_PIECE {
-                    let wait = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-                    libc::sync_file_range(fd, (at - SYNC_PIECE) as libc::off64_t, SYNC_PIECE as libc::off64_t, wait);
-                }
-            }
-            at += SYNC_PIECE;
+    let meta = f.metadata()?;
+    let len = if meta.is_file() { meta.len() } else { 0 };
+    let mut at = 0;
+    while at < len {
+        let held = std::time::Instant::now();
+        while quiet.load(Ordering::Acquire) > 0 && held.elapsed() < QUIET_AT_MOST {
+            std::thread::sleep(QUIET_POLL);
         }
+        crate::disk::start_writeback(f, (at, SYNC_PIECE), at.checked_sub(SYNC_PIECE).map(|p| (p, SYNC_PIECE)));
+        at += SYNC_PIECE;
     }
     f.sync_all()
 }
