@@ -324,6 +324,12 @@ pub fn read_from<R: Read + Seek>(file: &mut R, have: u64, path: &Path) -> Result
     Cube::from_raw(v.lines, v.samples, v.bands, v.header.dtype, v.header.byte_order, bytes, v.meta())
 }
 
+/// Checks, from its first bytes (`head`: at least its header), that a 3-D `.npy` of `have` bytes holds
+/// exactly the array its header describes, neither cut short nor longer (`path` labels errors).
+pub fn check_length(head: &[u8], have: u64, path: &Path) -> Result<(), CubeError> {
+    validate(&mut io::Cursor::new(head), have, path).map(drop)
+}
+
 /// Like [`read`], but a C-order array whose data starts 64-byte aligned (as NumPy writes it) is mapped
 /// instead of read: the cube's samples are the file's pages (see `cube/bytes.rs` for why, and for the
 /// condition that the file is not changed while the cube lives). Other files are read.

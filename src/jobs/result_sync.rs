@@ -135,13 +135,7 @@ async fn damage(storage: &Storage, job: &Job) -> Option<String> {
 async fn npy_whole(storage: &Storage, key: &str) -> Result<(), String> {
     let size = storage.size(key).await.map_err(|e| e.to_string())?;
     let head = storage.get_range(key, 0..size.min(NPY_HEAD)).await.map_err(|e| e.to_string())?;
-    let header = crate::cube::npy::read_header(&mut &head[..]).map_err(|e| e.to_string())?;
-    let values = header.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).ok_or("the shape overflows")?;
-    let want = values.checked_mul(header.dtype.size() as u64).and_then(|b| b.checked_add(header.data_offset)).ok_or("the shape overflows")?;
-    if size != want {
-        return Err(format!("{size} bytes, where its header makes {want}"));
-    }
-    Ok(())
+    crate::cube::npy::check_length(&head, size, std::path::Path::new(key)).map_err(|e| e.to_string())
 }
 
 /// Whether the job's input is still there to compute it again from: its upload, or the file an
