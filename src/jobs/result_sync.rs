@@ -69,16 +69,8 @@ pub async fn check_at_start(store: &JobStore, storage: &Storage, instance: &str)
             }
             Some(why) => why,
         };
-        // Nothing of the job's results is kept: its eigen systems (stored beside them) go too.
-        let forget = async {
-            store.delete_eigen_of_job(&job.id).await?;
-            if let Err(e) = storage.delete_prefix(&format!("results/{}", job.id)).await {
-                tracing::warn!(job = %job.id, "cannot delete the damaged results: {e}");
-            }
-            Ok::<_, StoreError>(())
-        };
         if input_present(storage, &job).await {
-            forget.await?;
+            forget(store, storage, &job.id).await?;
             if store.requeue_lost(&job.id).await? {
                 checked.requeued += 1;
                 tracing::warn!(job = %job.id, "the job's results did not reach the disk before the machine stopped ({why}); computing them again");
@@ -88,7 +80,7 @@ pub async fn check_at_start(store: &JobStore, storage: &Storage, instance: &str)
                 "the job's results did not reach the disk before the machine stopped ({why}), and its input is gone; submit the cube again"
             );
             if store.fail_lost(&job.id, RESULT_LOST, &message).await? {
-                forget.await?;
+                forget(store, storage, &job.id).await?;
                 checked.lost += 1;
                 tracing::warn!(job = %job.id, "{message}");
             }
@@ -98,6 +90,15 @@ pub async fn check_at_start(store: &JobStore, storage: &Storage, instance: &str)
         tracing::info!(synced = checked.synced, requeued = checked.requeued, lost = checked.lost, "results of jobs that had not reached the disk checked");
     }
     Ok(checked)
+}
+
+/// Deletes job `id`'s damaged results, and the eigen systems stored beside them.
+async fn forget(store: &JobStore, storage: &Storage, id: &str) -> Result<(), StoreError> {
+    store.delete_eigen_of_job(id).await?;
+    if let Err(e) = storage.delete_prefix(&format!("results/{id}")).await {
+        tracing::warn!(job = %id, "cannot delete the damaged results: {e}");
+    }
+    Ok(())
 }
 
 /// What is wrong with `job`'s stored results, or None when each is whole: each `.npy` as long as its
@@ -110,13 +111,10 @@ async fn damage(storage: &Storage, job: &Job) -> Option<String> {
     for (name, key) in &job.results {
         let whole = match name.rsplit_once('.').map(|x| x.1) {
             Some("npy") => npy_whole(storage, key).await,
-            Some("hdr") => match storage.get_bytes(key).await {
-                Ok(b) => std::str::from_utf8(&b)
+            Some(kind @ ("hdr" | "json")) => match storage.get_bytes(key).await {
+                Ok(b) if kind == "hdr" => std::str::from_utf8(&b)
                     .map_err(|_| "not text".to_string())
                     .and_then(|t| crate::cube::envi::parse_header(t).map(drop).map_err(|e| e.to_string())),
-                Err(e) => Err(e.to_string()),
-            },
-            Some("json") => match storage.get_bytes(key).await {
                 Ok(b) => serde_json::from_slice::<serde_json::Value>(&b).map(drop).map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             },
