@@ -127,10 +127,7 @@ mod tests {
     use super::*;
     use crate::config::EarlyStart;
     use crate::jobs::backends::Backends;
-    use crate::jobs::cache::{CacheSettings, ServiceCache};
-    use crate::jobs::store::{JobStore, Lease};
     use crate::mnf::BackendChoice;
-    use crate::storage::Storage;
     use std::time::{Duration, Instant};
 
     /// An upload that is not accepted after all drops its early run: the computation is canceled,
@@ -139,15 +136,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dropped_early_run_leaves_nothing_and_frees_its_worker() {
         let dir = tempfile::tempdir().unwrap();
-        let store = JobStore::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
-        let storage = Storage::local(dir.path().join("objects")).unwrap();
-        let settings = CacheSettings { gpu_cache_bytes: 0, index_cells: 1 << 10, index_on_gpu: false };
-        let cache = ServiceCache::new(&settings, store.clone(), storage.clone()).unwrap();
-        let lease = Lease { owner: "test".into(), duration: Duration::from_secs(30) };
-        let runner = Arc::new(
-            Runner::new(store.clone(), storage.clone(), Backends::new(BackendChoice::Cpu).unwrap(), cache, lease)
-                .with_early_start(EarlyStart::Always),
-        );
+        let runner = Arc::new(Runner::for_test(dir.path(), Backends::new(BackendChoice::Cpu).unwrap(), 0).await.with_early_start(EarlyStart::Always));
+        let (store, storage) = (runner.store.clone(), runner.storage.clone());
         let workers = runner.start(1);
 
         let cube = crate::cube::synthetic::generate(&crate::cube::synthetic::SyntheticSpec::small(200, 120, 32));

@@ -700,7 +700,6 @@ mod tests {
     use crate::backend::{Backend, PreparedCube};
     use crate::cache::keys;
     use crate::jobs::backends::Backends;
-    use crate::jobs::cache::CacheSettings;
     use crate::jobs::model::InputSummary;
     use crate::jobs::store::NewJob;
     use crate::jobs::worker::Runner;
@@ -740,13 +739,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_job_failing_after_its_system_was_stored_leaves_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let store = JobStore::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
-        let storage = Storage::local(dir.path().join("objects")).unwrap();
-        let settings = CacheSettings { gpu_cache_bytes: 0, index_cells: 1 << 10, index_on_gpu: false };
-        let cache = ServiceCache::new(&settings, store.clone(), storage.clone()).unwrap();
-        let lease = Lease { owner: "test".into(), duration: Duration::from_secs(30) };
         let backends = Backends::given(BackendChoice::Cpu, vec![Arc::new(FailingProjection(CpuBackend::new())) as Arc<dyn Backend>]);
-        let runner = Arc::new(Runner::new(store.clone(), storage.clone(), backends, cache, lease));
+        let runner = Arc::new(Runner::for_test(dir.path(), backends, 0).await);
+        let (store, storage) = (runner.store.clone(), runner.storage.clone());
         let workers = runner.start(1);
 
         let cube = crate::cube::synthetic::generate(&crate::cube::synthetic::SyntheticSpec::small(40, 30, 12));

@@ -143,12 +143,9 @@ mod tests {
     use crate::config::EarlyStart;
     use crate::cube::Cube;
     use crate::jobs::backends::Backends;
-    use crate::jobs::cache::{CacheSettings, ServiceCache};
     use crate::jobs::model::{InputSummary, JobStatus};
-    use crate::jobs::store::{JobStore, Lease};
     use crate::mnf::stats::{Denoise, Moments, Projection, Statistics, StatsSpec};
     use crate::mnf::{MnfParams, Monitor};
-    use crate::storage::Storage;
     use std::time::{Duration, Instant};
 
     /// A device that computes on the CPU and says it holds each prepared cube in its memory, so that
@@ -213,14 +210,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_job_of_a_resident_cube_needs_no_input() {
         let dir = tempfile::tempdir().unwrap();
-        let store = JobStore::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
-        let storage = Storage::local(dir.path().join("objects")).unwrap();
-        let settings = CacheSettings { gpu_cache_bytes: 1 << 30, index_cells: 1 << 10, index_on_gpu: false };
-        let cache = ServiceCache::new(&settings, store.clone(), storage.clone()).unwrap();
-        let lease = Lease { owner: "test".into(), duration: Duration::from_secs(30) };
         let device: Arc<dyn Backend> = Arc::new(PretendDevice(CpuBackend::new()));
         let backends = Backends::given(BackendChoice::Cpu, vec![device]);
-        let runner = Arc::new(Runner::new(store.clone(), storage.clone(), backends, cache, lease).with_early_start(EarlyStart::Device));
+        let runner = Arc::new(Runner::for_test(dir.path(), backends, 1 << 30).await.with_early_start(EarlyStart::Device));
+        let (store, storage) = (runner.store.clone(), runner.storage.clone());
         let workers = runner.start(1);
 
         // The earlier job, through the queue and a worker, from its stored upload.

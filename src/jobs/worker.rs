@@ -81,6 +81,17 @@ impl Runner {
         }
     }
 
+    /// A runner for unit tests, its database and store under `dir` (SQLite, a local store), the
+    /// device level of its job cache `gpu_cache_bytes` large, its lease held as "test".
+    #[cfg(test)]
+    pub(crate) async fn for_test(dir: &std::path::Path, backends: Backends, gpu_cache_bytes: u64) -> Runner {
+        let store = JobStore::open(&format!("sqlite://{}", dir.join("t.db").display())).await.unwrap();
+        let storage = Storage::local(dir.join("objects")).unwrap();
+        let settings = super::cache::CacheSettings { gpu_cache_bytes, index_cells: 1 << 10, index_on_gpu: false };
+        let cache = ServiceCache::new(&settings, store.clone(), storage.clone()).unwrap();
+        Runner::new(store, storage, backends, cache, Lease { owner: "test".into(), duration: Duration::from_secs(30) })
+    }
+
     /// Which uploads' jobs start before the upload is synced (`--early-start`).
     pub fn with_early_start(mut self, policy: EarlyStart) -> Runner {
         self.early_start = policy;
