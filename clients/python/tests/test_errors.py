@@ -76,14 +76,16 @@ def test_local_argument_errors_need_no_server() -> None:
         client.submit("/no/such/cube.hdr")
     with pytest.raises(ValueError):
         client.submit("s3://bucket/cube.hdr")
-    with pytest.raises(ValueError):
-        client.submit(CUBES[0].with_suffix(".img"))
+    with pytest.raises(ValueError, match="with its .hdr beside it"):
+        client.submit(Path(__file__))  # neither a header, nor a data file with one beside it, nor a .npy
     with pytest.raises(ValueError):
         client.submit(CUBE, noise_window=(1, 2, 3))
     with pytest.raises(TypeError):
         client.submit(CUBE, components="ten")
     with pytest.raises(ValueError):
         client.submit(CUBE, snr=float("nan"))
+    with pytest.raises(TypeError):
+        client.submit(CUBE, ignore_value="none")
     with pytest.raises(ValueError):
         client.job("../healthz")
     with pytest.raises(ValueError):

@@ -270,3 +270,168 @@ def test_load_npy_still_parses_whole_bytes() -> None:
 
     array = np.arange(12, dtype=np.float32).reshape(2, 3, 2)
     np.testing.assert_array_equal(load_npy(_npy_bytes(array)), array)
+
+
+# -- ignore_value=nan (issue 34) ------------------------------------------------------------------------------
+
+
+def test_ignore_value_nan_is_spelt_nan() -> None:
+    p = Params.build(4, None, None, False, None, float("nan"), None, None)
+    assert p.to_query() == {"components": "4", "ignore_value": "nan"}
+    assert p.to_json() == {"components": 4, "ignore_value": "nan"}
+    assert Params.build(4, None, None, False, None, np.float32("nan"), None, None).to_query()["ignore_value"] == "nan"
+    # JSON bodies: the string "nan" (NaN is no JSON number).
+    href = build_upload("file:///data/x.hdr", p)
+    assert json.loads(href.kwargs["content"])["params"] == {"components": 4, "ignore_value": "nan"}
+    from conftest import CUBES
+
+    multipart = build_upload(CUBES[0], p)
+    with multipart.files:
+        (params_part,) = [f for f in multipart.kwargs["files"] if f[0] == "params"]
+    assert json.loads(params_part[1][1]) == {"components": 4, "ignore_value": "nan"}
+    assert build_upload(np.ones((2, 2, 2), np.float32), p).kwargs["params"]["ignore_value"] == "nan"
+    # Other numbers as before; snr stays a number.
+    assert Params.build(4, None, None, False, None, -9999, None, None).to_json()["ignore_value"] == -9999.0
+    with pytest.raises(ValueError):
+        Params.build(4, float("nan"), None, False, None, None, None, None)
+
+
+# -- to_xarray: coordinates from the metadata's source (issue 34) ------------------------------------------
+
+
+def _meta(source: dict, lines: int = 4, samples: int = 5, bands: int = 6) -> dict:
+    return {**META, "input": {"lines": lines, "samples": samples, "bands": bands}, "components": 3, "source": source}
+
+
+def test_to_xarray_map_coordinates_of_a_north_up_grid() -> None:
+    pytest.importorskip("xarray")
+    # Reference pixel (2.5, 3.5): the centre of line 2, sample 1; 30 m pixels; UTM 13 South on WGS-84.
+    meta = _meta({"map_info": "UTM, 2.5, 3.5, 500000.0, 7000000.0, 30.0, 30.0, 13, South, WGS-84, units=Meters"})
+    da = hypermnf.to_xarray(np.zeros((4, 5, 3), np.float32), meta)
+    np.testing.assert_array_equal(da.x.values, 500000.0 + 30.0 * (np.arange(5) - 1))
+    np.testing.assert_array_equal(da.y.values, 7000000.0 - 30.0 * (np.arange(4) - 2))
+    assert da.x.dims == ("sample",) and da.y.dims == ("line",)
+    wkt = da.attrs["crs_wkt"]
+    assert "32713" in wkt and "10000000" in wkt, wkt  # southern hemisphere: false northing 10,000,000 m
+    assert da.spatial_ref.attrs["GeoTransform"].split() == ["499955.0", "30.0", "0.0", "7000075.0", "0.0", "-30.0"]
+    np.testing.assert_array_equal(da.line.values, np.arange(4))
+    np.testing.assert_array_equal(da.sample.values, np.arange(5))
+
+
+@pytest.mark.parametrize("map_info, epsg", [
+    ("UTM, 1, 1, 0, 0, 1, 1, 13, North, WGS-84", "32613"),
+    ("UTM, 1, 1, 0, 0, 1, 1, 33, North, North America 1983", "26933"),
+    ("UTM, 1, 1, 0, 0, 1, 1, 17, North, North America 1927", "26717"),
+    ("UTM, 1, 1, 0, 0, 1, 1, 17, North, units=Meters", "26717"),  # no datum: NAD27, as GDAL reads it
+    ("Geographic Lat/Lon, 1, 1, -122.5, 37.5, 0.001, 0.001, WGS-84, units=Degrees", "4326"),
+    ("Geographic Lat/Lon, 1, 1, -122.5, 37.5, 0.001, 0.001", "4326"),
+])
+def test_to_xarray_crs_from_a_map_info(map_info: str, epsg: str) -> None:
+    pytest.importorskip("xarray")
+    da = hypermnf.to_xarray(np.zeros((4, 5, 3), np.float32), _meta({"map_info": map_info}))
+    assert f'"{epsg}"' in da.attrs["crs_wkt"] or f",{epsg}]" in da.attrs["crs_wkt"], da.attrs["crs_wkt"]
+
+
+def test_to_xarray_unknown_projection_keeps_the_grid_without_a_crs() -> None:
+    pytest.importorskip("xarray")
+    da = hypermnf.to_xarray(np.zeros((4, 5, 3), np.float32), _meta({"map_info": "Arbitrary, 1, 1, 10, 20, 2, 2, units=Meters"}))
+    np.testing.assert_array_equal(da.x.values, 10.0 + 2.0 * (np.arange(5) + 0.5))
+    assert "crs_wkt" not in da.attrs and "crs_wkt" not in da.spatial_ref.attrs
+    # A map info that is not one: no map coordinates at all.
+    da = hypermnf.to_xarray(np.zeros((4, 5, 3), np.float32), _meta({"map_info": "UTM, nonsense"}))
+    assert "x" not in da.coords and "spatial_ref" not in da.coords
+
+
+def test_to_xarray_rotated_grid() -> None:
+    pytest.importorskip("xarray")
+    from hypermnf._geo import MapInfo
+
+    # Reference pixel (1.5, 1.5) = the centre of the first pixel; rotated 90° counter-clockwise, so that
+    # samples go north and lines go east.
+    meta = _meta({"map_info": "UTM, 1.5, 1.5, 1000.0, 2000.0, 10.0, 20.0, 13, North, WGS-84, rotation=90.0"})
+    da = hypermnf.to_xarray(np.zeros((4, 5, 3), np.float32), meta)
+    assert da.x.dims == ("line", "sample")
+    line, sample = np.meshgrid(np.arange(4), np.arange(5), indexing="ij")
+    np.testing.assert_allclose(da.x.values, 1000.0 + 20.0 * line, atol=1e-9)
+    np.testing.assert_allclose(da.y.values, 2000.0 + 10.0 * sample, atol=1e-9)
+    # 180°: upside down, read as GDAL reads it (lines flipped, no rotation).
+    flipped = MapInfo.parse("{UTM, 1, 1, 100, 200, 1, 1, 13, North, WGS-84, rotation=180}")
+    assert flipped.geotransform() == (100.0, 1.0, 0.0, 200.0, 0.0, 1.0)
+
+
+def test_to_xarray_bands_of_the_denoised_cube_and_a_reduction() -> None:
+    pytest.importorskip("xarray")
+    source = {"wavelength": [400.0, 500.0, 600.0, 700.0, 800.0, 900.0], "wavelength_units": "nm",
+              "fwhm": [10.0] * 6, "band_names": list("abcdef"), "description": "a scene"}
+    meta = _meta(source)
+    denoised = hypermnf.to_xarray(np.ones((4, 5, 6), np.float32), meta, product="denoised")
+    np.testing.assert_array_equal(denoised.band.values, np.arange(6))
+    np.testing.assert_array_equal(denoised.wavelength.values, source["wavelength"])
+    assert denoised.wavelength.attrs["units"] == "nm" and list(denoised.band_name.values) == list("abcdef")
+    assert denoised.attrs["description"] == "a scene"
+    # Wavelengths that do not match the bands are left out rather than misplaced.
+    short = _meta({**source, "wavelength": [400.0, 500.0]})
+    assert "wavelength" not in hypermnf.to_xarray(np.ones((4, 5, 6), np.float32), short, product="denoised").coords
+    # A Reduction carries its metadata and its product.
+    r = hypermnf.Reduction.from_metadata(meta, np.ones((4, 5, 3), np.float32))
+    np.testing.assert_array_equal(r.wavelengths, [400.0, 500.0, 600.0, 800.0, 900.0])  # bands_used 0, 1, 2, 4, 5
+    assert hypermnf.to_xarray(r).dims == ("line", "sample", "component")
+    assert r.to_xarray().dims == ("line", "sample", "component")
+    rd = hypermnf.Reduction.from_metadata(meta, np.ones((4, 5, 6), np.float32), product="denoised")
+    assert rd.components is None and hypermnf.to_xarray(rd).dims == ("line", "sample", "band")
+    with pytest.raises(ValueError, match="holds the denoised"):
+        hypermnf.to_xarray(rd, product="components")
+
+
+def test_to_xarray_writes_the_crs_with_rioxarray_when_installed() -> None:
+    pytest.importorskip("rioxarray")
+    meta = _meta({"map_info": "UTM, 1, 1, 500000.0, 4000000.0, 30.0, 30.0, 13, North, WGS-84"})
+    da = hypermnf.to_xarray(np.zeros((4, 5, 3), np.float32), meta)
+    assert da.rio.crs.to_epsg() == 32613
+    assert tuple(da.rio.transform(recalc=False))[:6] == (30.0, 0.0, 500000.0, 0.0, -30.0, 4000000.0)
+
+
+# -- plot_eigenvalues (issue 34) --------------------------------------------------------------------------
+
+
+def test_plot_eigenvalues_without_matplotlib(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    with pytest.raises(ImportError, match=r"pip install 'hypermnf\[plot\]'"):
+        hypermnf.plot_eigenvalues(META)
+    with pytest.raises(TypeError, match="Job, a Reduction or a metadata dict"):
+        hypermnf.plot_eigenvalues([9.0, 5.0])
+
+
+def test_plot_eigenvalues_of_a_metadata_dict() -> None:
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    ax = hypermnf.plot_eigenvalues({**META, "components": 2})
+    np.testing.assert_array_equal(ax.lines[0].get_ydata(), META["eigenvalues"])
+    assert ax.get_yscale() == "log"
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+# -- inputs a notebook holds (issue 34) ----------------------------------------------------------------
+
+
+def test_a_spectral_python_bip_image_is_sent_from_its_memory_map() -> None:
+    spectral = pytest.importorskip("spectral")
+    from conftest import CUBES
+    from envi import read_cube
+    from hypermnf._inputs import prepare
+    from hypermnf._npy import as_cube
+
+    for header in CUBES:
+        prepared = prepare(spectral.open_image(str(header)))
+        assert isinstance(prepared.cube, np.memmap)
+        np.testing.assert_array_equal(prepared.cube, read_cube(header))
+        sent = as_cube(prepared.cube)
+        # BIP is already (lines, samples, bands) in C order: sent from the map itself, never copied.
+        assert np.shares_memory(sent, prepared.cube) == header.stem.endswith(("bip", "bip_be"))
+    jasper = next(c for c in CUBES if c.stem.startswith("jasper"))
+    prepared = prepare(spectral.open_image(str(jasper)))
+    assert prepared.source["band_names"][:2] == ["AVIRIS channel 4", "AVIRIS channel 5"]
+    assert prepared.ignore_value is None and prepared.bad_bands == []

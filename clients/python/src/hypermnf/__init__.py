@@ -2,23 +2,29 @@
 
     >>> import hypermnf
     >>> client = hypermnf.Client("http://127.0.0.1:8080")
-    >>> job = client.submit(cube, components=10)       # cube: ndarray (lines, samples, bands), .hdr path or file:// href
+    >>> job = client.submit(cube, components=10)       # ndarray, xarray.DataArray, Spectral Python image, ENVI path, file:// href
     >>> job.wait()                                     # progress bar; raises JobFailed / JobCanceled / TimeoutError
     >>> components = job.result()                      # float32 (lines, samples, 10)
     >>> job.eigenvalues, job.snr, job.bands_used
+    >>> r = client.reduce(cube, components=10, full=True)   # a Reduction: components, eigenvalues, wavelengths, metadata
+    >>> hypermnf.to_xarray(r)                          # line/sample (and x/y, CRS) coordinates
+    >>> hypermnf.plot_eigenvalues(job)                 # matplotlib Axes
 """
 
 from .client import Client
 from .errors import APIError, ConnectionError, HyperMNFError, JobCanceled, JobFailed, TimeoutError
 from .interop import to_xarray
 from .job import Job
+from .results import Reduction, plot_eigenvalues
 
 from ._version import __version__
 
 __all__ = [
     "Client",
     "Job",
+    "Reduction",
     "to_xarray",
+    "plot_eigenvalues",
     "HyperMNFError",
     "APIError",
     "ConnectionError",

@@ -187,45 +187,64 @@ def read_npy_stream(chunks: Iterable[bytes], expected_length: Optional[int] = No
             bytes than the header promises.
         ShortBody: (a ValueError) the chunks ended early, e.g. a dropped connection.
     """
-    it = iter(chunks)
-    # Gather the preamble (at most _MAX_PREAMBLE bytes); what follows it in the same chunk is data.
-    head = bytearray()
-    rest = memoryview(b"")
-    length = None
-    for chunk in it:
+    reader = NpyReader(expected_length)
+    for chunk in chunks:
+        reader.feed(chunk)
+    return reader.finish()
+
+
+class NpyReader:
+    """The incremental form of :func:`read_npy_stream`: ``feed`` each chunk as it arrives (from a blocking
+    or an asyncio stream), then ``finish`` returns the array. Same checks, same single allocation."""
+
+    def __init__(self, expected_length: Optional[int] = None) -> None:
+        self.expected_length = expected_length
+        self._head = bytearray()  # the preamble while it is gathered (at most _MAX_PREAMBLE bytes)
+        self._array: Optional[np.ndarray] = None
+        self._flat = memoryview(bytearray())
+        self._length = 0  # of the preamble
+        self._nbytes = 0  # of the data
+        self._offset = 0  # data bytes received
+
+    def feed(self, chunk: bytes) -> None:
         view = memoryview(chunk).cast("B")
-        take = _MAX_PREAMBLE - len(head)
-        head += view[:take]
-        rest = view[take:]
-        length = _preamble_length(head)
-        if length is not None and len(head) >= length:
-            break
-    else:
-        raise ShortBody(len(head), expected_length)
-    shape, fortran, dtype = parse_npy_preamble(head[:length])
-    nbytes = dtype.itemsize * math.prod(shape)  # Python ints: an absurd shape cannot overflow
-    if expected_length is not None and expected_length != length + nbytes:
-        raise ValueError(
-            f"the body is {expected_length} bytes but its .npy header ({dtype}, shape {shape}) "
-            f"promises {length + nbytes}"
-        )
-    array = np.empty(shape, dtype, order="F" if fortran else "C")
-    # The array's memory as flat bytes, in the order the .npy stores it (Fortran order is the .npy's too).
-    flat = memoryview(array.reshape(-1, order="A").view(np.uint8)) if nbytes else memoryview(bytearray())
-    offset = 0
-    for piece in _pieces(head[length:], rest, it):
-        end = offset + len(piece)
-        if end > nbytes:
-            raise ValueError(f"the .npy body holds more than the {length + nbytes} bytes its header promises")
-        flat[offset:end] = piece
-        offset = end
-    if offset < nbytes:
-        raise ShortBody(length + offset, length + nbytes)
-    return array
+        if self._array is not None:
+            self._copy(view)
+            return
+        # Gather the preamble; what follows it in the same chunk is data.
+        take = _MAX_PREAMBLE - len(self._head)
+        self._head += view[:take]
+        length = _preamble_length(self._head)
+        if length is None or len(self._head) < length:
+            return
+        self._start(length)
+        head, self._head = self._head, bytearray()
+        self._copy(memoryview(head)[length:])
+        self._copy(view[take:])
 
+    def finish(self) -> np.ndarray:
+        if self._array is None:
+            raise ShortBody(len(self._head), self.expected_length)
+        if self._offset < self._nbytes:
+            raise ShortBody(self._length + self._offset, self._length + self._nbytes)
+        return self._array
 
-def _pieces(first: bytes, second: memoryview, it: Iterator[bytes]) -> Iterator[bytes]:
-    """The data bytes that came with the preamble, then the remaining chunks."""
-    yield first
-    yield second
-    yield from it
+    def _start(self, length: int) -> None:
+        shape, fortran, dtype = parse_npy_preamble(self._head[:length])
+        nbytes = dtype.itemsize * math.prod(shape)  # Python ints: an absurd shape cannot overflow
+        if self.expected_length is not None and self.expected_length != length + nbytes:
+            raise ValueError(
+                f"the body is {self.expected_length} bytes but its .npy header ({dtype}, shape {shape}) "
+                f"promises {length + nbytes}"
+            )
+        array = np.empty(shape, dtype, order="F" if fortran else "C")
+        # The array's memory as flat bytes, in the order the .npy stores it (Fortran order is the .npy's too).
+        self._flat = memoryview(array.reshape(-1, order="A").view(np.uint8)) if nbytes else memoryview(bytearray())
+        self._array, self._length, self._nbytes = array, length, nbytes
+
+    def _copy(self, piece: memoryview) -> None:
+        end = self._offset + len(piece)
+        if end > self._nbytes:
+            raise ValueError(f"the .npy body holds more than the {self._length + self._nbytes} bytes its header promises")
+        self._flat[self._offset : end] = piece
+        self._offset = end

@@ -23,6 +23,9 @@ DEFAULT_COMPONENTS: int = _DefaultComponents(10)
 NOISE_ESTIMATORS = ("mean-filter", "shift-difference")
 BACKENDS = ("auto", "cpu", "cuda", "cuda-cublas")
 
+# How ``ignore_value=float("nan")`` is spelt on the wire, in a query string and as a JSON string.
+NAN = "nan"
+
 
 @dataclass(frozen=True)
 class Params:
@@ -58,7 +61,7 @@ class Params:
         if snr is not None:
             snr = _as_float("snr", snr)
         if ignore_value is not None:
-            ignore_value = _as_float("ignore_value", ignore_value)
+            ignore_value = _as_float("ignore_value", ignore_value, nan=True)
         bands = [_as_int("bad_bands[]", b) for b in (bad_bands or [])]
         window = None
         if noise_window is not None:
@@ -81,7 +84,8 @@ class Params:
         if self.bad_bands:
             out["bad_bands"] = list(self.bad_bands)
         if self.ignore_value is not None:
-            out["ignore_value"] = self.ignore_value
+            # NaN has no JSON number: the service reads the string "nan" (and ignore_value=nan in a query).
+            out["ignore_value"] = NAN if math.isnan(self.ignore_value) else self.ignore_value
         if self.noise_window is not None:
             out["noise_window"] = list(self.noise_window)
         if self.backend is not None:
@@ -109,13 +113,13 @@ def _as_int(name: str, value: Any) -> int:
     return int(value.__index__())
 
 
-def _as_float(name: str, value: Any) -> float:
+def _as_float(name: str, value: Any, nan: bool = False) -> float:
     if isinstance(value, bool):
         raise TypeError(f"{name} must be a number, got {value!r}")
     try:
         out = float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a number, got {value!r}") from None
-    if math.isnan(out):
+    if math.isnan(out) and not nan:
         raise ValueError(f"{name} must be a number, not NaN")
     return out

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 import httpx
 import numpy as np
 
-from ._inputs import CubeLike, Upload, build_upload
+from ._inputs import CubeLike, Prepared, Upload, build_upload, merged_params, prepare
 from ._params import DEFAULT_COMPONENTS, Params
 from .errors import APIError, ConnectionError, TimeoutError
 from ._version import __version__
-from .job import Job
+from .job import PRODUCTS, Job
+from .results import Reduction
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 # The largest page the service serves (GET /v1/jobs?limit=1..1000).
@@ -41,15 +42,8 @@ class Client:
     """
 
     def __init__(self, url: Optional[str] = None, api_key: Optional[str] = None, timeout: Optional[float] = 60.0) -> None:
-        self.url: str = (url or os.environ.get("HYPERMNF_URL") or DEFAULT_URL).rstrip("/")
-        if not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"url must start with http:// or https://, got {self.url!r}")
-        if api_key is None:
-            api_key = os.environ.get("HYPERMNF_API_KEY") or None
+        self.url, headers = _settings(url, api_key)
         self.timeout = timeout
-        headers = {"User-Agent": f"hypermnf-python/{__version__}", "Accept": "application/json"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=httpx.Timeout(timeout))
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -85,16 +79,21 @@ class Client:
 
         Args:
             cube: a NumPy array shaped (lines, samples, bands) of integers or floats, sent as ``.npy`` (streamed
-                from the array's memory); a path to an ENVI ``.hdr`` (uploaded with the data file beside it,
-                streamed from disk) or to a ``.npy`` file; or a ``"file://..."`` href naming a cube on the
-                server's disk (under one of its ``--input-root`` directories).
+                from the array's memory); an ``xarray.DataArray`` with a band dimension (``band``, ``bands``,
+                ``wavelength``, ...), sent as that array transposed to (lines, samples, bands); a Spectral
+                Python image (``spectral.open_image(...)``), sent from its memory map with its header's
+                ``data ignore value`` and ``bbl``; a path to an ENVI ``.hdr`` or to its data file
+                (``scene.img``; uploaded as the pair, streamed from disk) or to a ``.npy`` file; or a
+                ``"file://..."`` href naming a cube on the server's disk (under one of its ``--input-root``
+                directories).
             components: number of components to keep (default 10). Left at its default, it is not sent
                 when ``snr`` is given.
             noise: ``"mean-filter"`` (default) or ``"shift-difference"``.
             snr: keep the components whose eigenvalue is at least ``1 + snr`` (instead of ``components``).
             inverse: also compute the denoised cube (``job.result(product="denoised")``).
             bad_bands: 0-based bands to leave out (besides the header's ``bbl`` and constant bands).
-            ignore_value: no-data value (overrides the header's ``data ignore value``).
+            ignore_value: no-data value (overrides the header's ``data ignore value``); ``float("nan")`` makes
+                NaN the no-data value (sent as ``nan``).
             noise_window: ``(x0, y0, x1, y1)``: estimate the noise in columns x0..x1, rows y0..y1 only
                 (ends excluded).
             backend: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda-cublas"`` (default: the server's choice).
@@ -107,11 +106,11 @@ class Client:
             APIError: the server refused the request (bad parameters, cube too large, bad format, ...).
             ConnectionError: the server could not be reached.
         """
-        params = Params.build(components, snr, noise, inverse, bad_bands, ignore_value, noise_window, backend)
+        prepared, params = prepare_submission(cube, components, snr, noise, inverse, bad_bands, ignore_value, noise_window, backend)
         # Submitting is idempotent (an identical request answers the same job), so a request that met a
         # pooled connection the server had just closed is sent once more, with a fresh body.
         for attempt in range(_ATTEMPTS):
-            upload = build_upload(cube, params)
+            upload = build_upload(prepared, params)
             with upload.files:
                 try:
                     response = self._submit(upload)
@@ -119,7 +118,7 @@ class Client:
                 except _Disconnected:
                     if attempt + 1 == _ATTEMPTS:
                         raise
-        return Job(self, response.json())
+        return Job(self, response.json(), prepared.source)
 
     def _submit(self, upload: Upload) -> httpx.Response:
         """POSTs ``upload``. An array named by its digest is first asked for without its body: the server
@@ -173,21 +172,30 @@ class Client:
         product: str = "components",
         timeout: Optional[float] = None,
         progress: bool = True,
+        full: bool = False,
         **params: Any,
-    ) -> np.ndarray:
+    ) -> Union[np.ndarray, Reduction]:
         """Submits ``cube``, waits for the job and returns its result, in one call.
 
         ``params`` are those of :meth:`submit` (``noise``, ``snr``, ``inverse``, ...); ``product="denoised"``
         returns the denoised cube (and implies ``inverse=True``). ``timeout`` bounds the wait, in seconds.
 
+        Returns:
+            The array (``full=False``, the default); with ``full=True``, a :class:`~hypermnf.Reduction`: the
+            array with its eigenvalues, SNR, bands used, the wavelengths of those bands and the whole metadata.
+
         Raises:
             JobFailed, JobCanceled, TimeoutError, APIError, ConnectionError.
         """
+        _check_product(product)
         if product == "denoised":
             params["inverse"] = True
         job = self.submit(cube, components=components, **params)
         job.wait(timeout=timeout, progress=progress)
-        return job.result(product=product)
+        array = job.result(product=product)
+        if not full:
+            return array
+        return Reduction.from_metadata(job.metadata, array, product, job.id)
 
     # -- service ---------------------------------------------------------------------------------------
 
@@ -257,6 +265,43 @@ class Client:
             response.close()
             raise _api_error(response)
         return response
+
+
+def _settings(url: Optional[str], api_key: Optional[str]) -> "tuple[str, Dict[str, str]]":
+    """The base URL and the default headers of a client (``$HYPERMNF_URL``, ``$HYPERMNF_API_KEY``)."""
+    base = (url or os.environ.get("HYPERMNF_URL") or DEFAULT_URL).rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        raise ValueError(f"url must start with http:// or https://, got {base!r}")
+    if api_key is None:
+        api_key = os.environ.get("HYPERMNF_API_KEY") or None
+    headers = {"User-Agent": f"hypermnf-python/{__version__}", "Accept": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return base, headers
+
+
+def prepare_submission(
+    cube: CubeLike,
+    components: Optional[int],
+    snr: Optional[float],
+    noise: Optional[str],
+    inverse: bool,
+    bad_bands: Optional[Sequence[int]],
+    ignore_value: Optional[float],
+    noise_window: Optional[Sequence[int]],
+    backend: Optional[str],
+) -> "tuple[Prepared, Params]":
+    """The cube as it will be sent, and the parameters (with a Spectral Python header's no-data value and
+    bad bands where the caller gave none)."""
+    prepared = prepare(cube)
+    ignore_value, bad_bands = merged_params(prepared, ignore_value, bad_bands)
+    params = Params.build(components, snr, noise, inverse, bad_bands, ignore_value, noise_window, backend)
+    return prepared, params
+
+
+def _check_product(product: str) -> None:
+    if product not in PRODUCTS:
+        raise ValueError(f"product must be one of {PRODUCTS}, got {product!r}")
 
 
 class _Disconnected(ConnectionError):

@@ -12,6 +12,7 @@ import numpy as np
 
 from ._npy import ShortBody, read_npy_stream
 from .errors import ConnectionError, JobCanceled, JobFailed, TimeoutError
+from .results import merge_source
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import Client
@@ -34,29 +35,33 @@ PRODUCTS = ("components", "denoised")
 FORMATS = ("npy", "envi")
 
 
-class Job:
-    """One job on the service. Made by :meth:`Client.submit`, :meth:`Client.job` and :meth:`Client.jobs`.
+class _JobState:
+    """What :class:`Job` and :class:`~hypermnf.AsyncJob` share: the job document as last fetched, and the
+    metadata once fetched."""
 
-    ``document`` is the job document as last fetched; :meth:`refresh` (or :meth:`status`) fetches it again.
-    """
-
-    def __init__(self, client: "Client", document: Dict[str, Any]) -> None:
+    def __init__(self, client: Any, document: Dict[str, Any], source: Optional[Dict[str, Any]] = None) -> None:
         if not isinstance(document, dict) or not isinstance(document.get("id"), str):
             raise ValueError(f"not a job document: {document!r}")
         self._client = client
         self.document: Dict[str, Any] = document
         self.id: str = document["id"]
         self._metadata: Optional[Dict[str, Any]] = None
+        # The submission's answer says whether it was an existing job; later fetches of the job document
+        # (refresh, status, wait) describe the job, not that answer, so the flag is kept from the first.
+        self._cached = bool(document.get("cached", False))
+        # What the client knew of the input besides its samples (a DataArray's or SpyFile's wavelengths...).
+        self._source = source
 
     def __repr__(self) -> str:
-        return f"<hypermnf.Job {self.id} {self.document.get('status', '?')}>"
+        return f"<hypermnf.{type(self).__name__} {self.id} {self.document.get('status', '?')}>"
 
     # -- state -----------------------------------------------------------------------------------------
 
     @property
     def cached(self) -> bool:
-        """True when the server answered the submission with an existing identical job."""
-        return bool(self.document.get("cached", False))
+        """True when the server answered the submission with an existing identical job (stays true after
+        :meth:`refresh`, :meth:`status` and :meth:`wait`)."""
+        return self._cached or bool(self.document.get("cached", False))
 
     @property
     def progress(self) -> float:
@@ -67,6 +72,110 @@ class Job:
     def stage(self) -> Optional[str]:
         """The pipeline stage as last fetched (``None`` when not running)."""
         return self.document.get("stage")
+
+    def _adopt_metadata(self, metadata: Any) -> Dict[str, Any]:
+        if not isinstance(metadata, dict):
+            raise ValueError(f"the job's metadata is not a JSON object: {type(metadata).__name__}")
+        self._metadata = merge_source(metadata, self._source)
+        return self._metadata
+
+    def _known_metadata(self) -> Dict[str, Any]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @property
+    def eigenvalues(self) -> np.ndarray:
+        """The MNF eigenvalues (signal-to-noise ratio + 1 of each component), largest first."""
+        return np.asarray(self._known_metadata()["eigenvalues"], dtype=np.float64)
+
+    @property
+    def snr(self) -> np.ndarray:
+        """The signal-to-noise ratio of each component (eigenvalue − 1)."""
+        meta = self._known_metadata()
+        if "snr" in meta:
+            return np.asarray(meta["snr"], dtype=np.float64)
+        return self.eigenvalues - 1.0
+
+    @property
+    def bands_used(self) -> List[int]:
+        """The 0-based input bands the transform used (bad, constant and excluded bands left out)."""
+        return [int(b) for b in self._known_metadata()["bands_used"]]
+
+    def _path(self, suffix: str = "") -> str:
+        from .client import _segment
+
+        return f"/v1/jobs/{_segment(self.id)}{suffix}"
+
+
+class _Waiter:
+    """The decisions of ``wait()``, for the blocking and the asyncio job alike: how long each long poll
+    asks the server to hold, the progress bar, what a document means, and the pause before the next poll."""
+
+    def __init__(self, job: _JobState, timeout: Optional[float], progress: bool, client_timeout: Optional[float]) -> None:
+        self.job, self.timeout, self.progress = job, timeout, progress
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.delay = FIRST_POLL_S
+        self.bar: Any = None
+        # Long polls: the server answers the moment the job finishes. Each is held at most
+        # PROGRESS_EVERY_S while a progress bar shows (so that it moves), else LONG_POLL_S.
+        self.hold = PROGRESS_EVERY_S if progress else LONG_POLL_S
+        if client_timeout is not None:
+            self.hold = min(self.hold, 0.5 * client_timeout)  # the hold must end well before a read times out
+        self.asked = 0.0
+        self.sent = 0.0
+
+    def ask(self) -> float:
+        """The hold to ask for in the next long poll (call just before sending it)."""
+        self.asked = self.hold if self.deadline is None else max(0.0, min(self.hold, self.deadline - time.monotonic()))
+        self.sent = time.monotonic()
+        return self.asked
+
+    def seen(self, document: Dict[str, Any]) -> Optional[float]:
+        """Takes the answer of a poll: ``None`` when the job succeeded, else the pause (seconds) before the
+        next poll. Raises JobFailed, JobCanceled, or TimeoutError once the deadline has passed."""
+        held = time.monotonic() - self.sent
+        status = document.get("status")
+        job = self.job
+        if status not in TERMINAL and self.progress and self.bar is None:
+            self.bar = _progress_bar()(total=100, desc=f"job {job.id[:8]}", unit="%", bar_format=_BAR_FORMAT, leave=True)
+        if self.bar is not None:
+            done = 100.0 if status == "succeeded" else round(100.0 * job.progress, 1)
+            self.bar.n = min(max(done, 0.0), 100.0)
+            self.bar.set_postfix_str(str(job.stage or status), refresh=False)
+            self.bar.refresh()
+        if status == "succeeded":
+            return None
+        if status == "failed":
+            error = document.get("error") or {}
+            raise JobFailed(job.id, error.get("code"), error.get("message"))
+        if status == "canceled":
+            raise JobCanceled(job.id)
+        # A server that held the request has done the waiting; one that answered at once (an older server,
+        # or a wait cut short) is polled with a growing pause instead.
+        pause = 0.0 if self.asked > 0 and held >= 0.8 * self.asked else self.delay
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(
+                    f"job {job.id} still {status} ({job.progress:.0%}) after {self.timeout} s; "
+                    "it goes on on the server: wait() again or cancel() it"
+                )
+            pause = min(pause, left)
+        if pause > 0:
+            self.delay = min(self.delay * POLL_GROWTH, MAX_POLL_S)
+        return pause
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class Job(_JobState):
+    """One job on the service. Made by :meth:`Client.submit`, :meth:`Client.job` and :meth:`Client.jobs`.
+
+    ``document`` is the job document as last fetched; :meth:`refresh` (or :meth:`status`) fetches it again.
+    """
+
+    _client: "Client"
 
     def refresh(self, wait: Optional[float] = None) -> Dict[str, Any]:
         """Fetches the job document again (``GET /v1/jobs/{id}``) and returns it.
@@ -94,52 +203,16 @@ class Job:
             JobCanceled: the job was canceled.
             TimeoutError: ``timeout`` passed first (the job goes on on the server).
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        delay = FIRST_POLL_S
-        bar = None
-        # Long polls: the server answers the moment the job finishes. Each is held at most
-        # PROGRESS_EVERY_S while a progress bar shows (so that it moves), else LONG_POLL_S.
-        hold = PROGRESS_EVERY_S if progress else LONG_POLL_S
-        if self._client.timeout is not None:
-            hold = min(hold, 0.5 * self._client.timeout)  # the hold must end well before a read times out
+        waiter = _Waiter(self, timeout, progress, self._client.timeout)
         try:
             while True:
-                asked = hold if deadline is None else max(0.0, min(hold, deadline - time.monotonic()))
-                sent = time.monotonic()
-                document = self.refresh(wait=asked)
-                held = time.monotonic() - sent
-                status = document.get("status")
-                if status not in TERMINAL and progress and bar is None:
-                    bar = _progress_bar()(total=100, desc=f"job {self.id[:8]}", unit="%", bar_format=_BAR_FORMAT, leave=True)
-                if bar is not None:
-                    done = 100.0 if status == "succeeded" else round(100.0 * self.progress, 1)
-                    bar.n = min(max(done, 0.0), 100.0)
-                    bar.set_postfix_str(str(self.stage or status), refresh=False)
-                    bar.refresh()
-                if status == "succeeded":
+                pause = waiter.seen(self.refresh(wait=waiter.ask()))
+                if pause is None:
                     return self
-                if status == "failed":
-                    error = document.get("error") or {}
-                    raise JobFailed(self.id, error.get("code"), error.get("message"))
-                if status == "canceled":
-                    raise JobCanceled(self.id)
-                # A server that held the request has done the waiting; one that answered at once (an
-                # older server, or a wait cut short) is polled with a growing pause instead.
-                pause = 0.0 if asked > 0 and held >= 0.8 * asked else delay
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise TimeoutError(
-                            f"job {self.id} still {status} ({self.progress:.0%}) after {timeout} s; "
-                            "it goes on on the server: wait() again or cancel() it"
-                        )
-                    pause = min(pause, left)
                 if pause > 0:
                     time.sleep(pause)
-                    delay = min(delay * POLL_GROWTH, MAX_POLL_S)
         finally:
-            if bar is not None:
-                bar.close()
+            waiter.close()
 
     def cancel(self) -> None:
         """Cancels the job if it is queued or running (``DELETE /v1/jobs/{id}``).
@@ -200,33 +273,27 @@ class Job:
     @property
     def metadata(self) -> Dict[str, Any]:
         """The result's metadata (``GET /v1/jobs/{id}/metadata``; the JSON ``hypermnf run`` writes):
-        eigenvalues, SNR, bands used, components, parameters. Fetched once, then kept."""
+        eigenvalues, SNR, bands used, components, parameters, and ``source`` (the request's header metadata:
+        wavelengths, band names, map info...). Fetched once, then kept."""
         if self._metadata is None:
-            self._metadata = self._client._get_json(self._path("/metadata"))
+            self._adopt_metadata(self._client._get_json(self._path("/metadata")))
+        assert self._metadata is not None
         return self._metadata
 
-    @property
-    def eigenvalues(self) -> np.ndarray:
-        """The MNF eigenvalues (signal-to-noise ratio + 1 of each component), largest first."""
-        return np.asarray(self.metadata["eigenvalues"], dtype=np.float64)
+    def _known_metadata(self) -> Dict[str, Any]:
+        return self.metadata
 
-    @property
-    def snr(self) -> np.ndarray:
-        """The signal-to-noise ratio of each component (eigenvalue − 1)."""
-        meta = self.metadata
-        if "snr" in meta:
-            return np.asarray(meta["snr"], dtype=np.float64)
-        return self.eigenvalues - 1.0
+    def preview(self, component: int = 0) -> bytes:
+        """A quicklook of one component as PNG bytes (``GET /v1/jobs/{id}/preview?component=N``): 8-bit
+        greyscale, samples wide and lines high, stretched between its 2nd and 98th percentiles, no-data
+        pixels black. ``component`` is 0-based, below the number kept.
 
-    @property
-    def bands_used(self) -> List[int]:
-        """The 0-based input bands the transform used (bad, constant and excluded bands left out)."""
-        return [int(b) for b in self.metadata["bands_used"]]
+        In a notebook: ``IPython.display.Image(job.preview(0))``.
 
-    def _path(self, suffix: str = "") -> str:
-        from .client import _segment
-
-        return f"/v1/jobs/{_segment(self.id)}{suffix}"
+        Raises:
+            APIError: 409 ``not_ready`` before the job succeeded; 400/404 for a component that was not kept.
+        """
+        return self._client._request("GET", self._path("/preview"), expect=(200,), params=preview_query(component)).content
 
     def _open_stream(self, path: str, query: Dict[str, str]) -> httpx.Response:
         """A streamed GET, opened a second time when the first met a closed connection (as ``_request``
@@ -240,6 +307,12 @@ class Job:
                 if attempt + 1 == _ATTEMPTS:
                     raise
         raise AssertionError("unreachable")
+
+
+def preview_query(component: int) -> Dict[str, str]:
+    if isinstance(component, bool) or not hasattr(component, "__index__"):
+        raise TypeError(f"component must be an integer, got {component!r}")
+    return {"component": str(int(component.__index__()))}
 
 
 def _progress_bar() -> Any:
