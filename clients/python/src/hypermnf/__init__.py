@@ -9,8 +9,11 @@
     >>> r = client.reduce(cube, components=10, full=True)   # a Reduction: components, eigenvalues, wavelengths, metadata
     >>> hypermnf.to_xarray(r)                          # line/sample (and x/y, CRS) coordinates
     >>> hypermnf.plot_eigenvalues(job)                 # matplotlib Axes
+
+``hypermnf.AsyncClient`` offers the same methods as coroutines.
 """
 
+from .aio import AsyncClient, AsyncJob
 from .client import Client
 from .errors import APIError, ConnectionError, HyperMNFError, JobCanceled, JobFailed, TimeoutError
 from .interop import to_xarray
@@ -21,7 +24,9 @@ from ._version import __version__
 
 __all__ = [
     "Client",
+    "AsyncClient",
     "Job",
+    "AsyncJob",
     "Reduction",
     "to_xarray",
     "plot_eigenvalues",
