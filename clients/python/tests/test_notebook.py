@@ -4,7 +4,8 @@ notebook holds (xarray, Spectral Python, an ENVI data file), quicklooks, the eig
 the no-data value.
 
 The tests marked `needs_source` read the metadata's `source` member (the request's own ENVI header
-metadata), which the server sends from 2026-11-26 on."""
+metadata), and those marked `needs_nan_nodata` need `ignore_value=nan` and NaN pixels taken as no-data:
+both are the server's from 2026-11-26 on."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ ESRI_WKT = (
 )
 
 needs_source = pytest.mark.needs_source
+needs_nan_nodata = pytest.mark.needs_nan_nodata
 
 
 def envi_copy(tmp_path: Path, source: Path, extra: Dict[str, str]) -> Path:
@@ -346,6 +348,7 @@ def assert_masked_where_nan(job: hypermnf.Job, holes: list) -> None:
     assert np.isnan(result[tuple(zip(*holes))]).all()
 
 
+@needs_nan_nodata
 def test_ignore_value_nan_reaches_the_server(client: hypermnf.Client, tmp_path: Path) -> None:
     cube, holes = nan_cube()
     sent: List[str] = []
@@ -365,6 +368,7 @@ def test_ignore_value_nan_reaches_the_server(client: hypermnf.Client, tmp_path: 
     assert_same(envi_job.result(), job.result())
 
 
+@needs_nan_nodata
 def test_nan_pixels_of_a_float_cube_are_no_data_by_default(client: hypermnf.Client) -> None:
     cube, holes = nan_cube()
     job = client.submit(cube, components=3, noise="shift-difference").wait(timeout=120, progress=False)
