@@ -68,7 +68,10 @@ __device__ __forceinline__ double sample_f64(const u8* __restrict__ raw, i64 i, 
 }
 
 // Per-pixel validity of `npix` pixels starting at `raw` (BIP): valid[p] = 0 when any band listed in
-// mask_bands holds exactly `ignore`, else 1. One warp per pixel; the lanes split the mask bands.
+// mask_bands holds exactly `ignore`, or a value that is not finite (NaN, +-Inf: the no-data of float
+// products; the host passes ignore = NaN, which equals nothing, for a float cube without a no-data
+// value), else 1 -- the rule of mnf::stats::is_masked. One warp per pixel; the lanes split the mask
+// bands.
 // `valid_count` (may be null) gets the number of valid pixels added.
 extern "C" __global__ void __launch_bounds__(256) pixel_mask(
     const u8* __restrict__ raw, i64 npix, int bands, int dtype, int swap,
@@ -82,7 +85,9 @@ extern "C" __global__ void __launch_bounds__(256) pixel_mask(
     for (i64 p = warp; p < npix; p += n_warps) {
         int hit = 0;
         for (int m = lane; m < n_mask; m += 32) {
-            hit |= sample_f64(raw, p * bands + mask_bands[m], dtype, swap) == ignore;
+            const double x = sample_f64(raw, p * bands + mask_bands[m], dtype, swap);
+            // NaN fails the comparison, so !(|x| <= DBL_MAX) holds exactly for NaN and +-Inf.
+            hit |= (x == ignore) | !(fabs(x) <= 1.7976931348623157e308);
         }
         const int any_hit = __any_sync(0xffffffffu, hit);
         if (lane == 0) {

@@ -191,6 +191,74 @@ async fn owners_share_statistics_but_not_job_ids_or_results() {
     srv.stop().await;
 }
 
+/// Identical pixels under two ENVI headers that differ only in `map info` and `wavelength` (a product
+/// re-georeferenced, a tile cut from two mosaics) are two jobs: each job's metadata and ENVI header
+/// carry its own request's map info and wavelengths, never the other's. The second still reuses the
+/// first one's eigen system (the statistics do not depend on metadata), and each request repeated is
+/// its own job again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_pixels_under_two_headers_keep_their_own_metadata() {
+    use hypermnf::cube::{ByteOrder, Interleave};
+    let tmp = tempfile::tempdir().unwrap();
+    let srv = TestServer::start(args(&tmp.path().join("data"))).await;
+    let bands = 8;
+    let hdr = tmp.path().join("c.hdr");
+    hypermnf::cube::envi::write_cube(&hdr, &synthetic_cube(30, 20, bands, 11), Interleave::Bil, ByteOrder::Little).unwrap();
+    let geometry = std::fs::read_to_string(&hdr).unwrap();
+    let data = std::fs::read(hdr.with_extension("img")).unwrap();
+    let header = |easting: u32, first_nm: u32| {
+        let wl: Vec<String> = (0..bands as u32).map(|b| format!("{}.5", first_nm + 10 * b)).collect();
+        format!(
+            "{}\nmap info = {{UTM, 1.000, 1.000, {easting}.000, 4000000.000, 1.0000000000e+00, 1.0000000000e+00, 11, North, WGS-84, units=Meters}}\n\
+             wavelength units = Nanometers\nwavelength = {{{}}}\n",
+            geometry.trim_end(),
+            wl.join(", ")
+        )
+    };
+    let post = |text: String| {
+        let form = reqwest::multipart::Form::new()
+            .part("header", reqwest::multipart::Part::text(text).file_name("c.hdr"))
+            .part("data", reqwest::multipart::Part::bytes(data.clone()).file_name("c.img"));
+        srv.client.post(srv.url("/v1/jobs?components=3")).multipart(form).send()
+    };
+    let mut ids = Vec::new();
+    for (easting, nm) in [(111111, 400), (222222, 500)] {
+        let r = post(header(easting, nm)).await.unwrap();
+        assert_eq!(r.status(), StatusCode::ACCEPTED, "easting {easting}: a job of its own, not the other header's");
+        let j: Value = r.json().await.unwrap();
+        assert_eq!(j["cached"], false, "{j}");
+        let id = j["id"].as_str().unwrap().to_string();
+        assert_eq!(srv.wait(&id).await["status"], "succeeded");
+        ids.push(id);
+    }
+    for (id, (mine, theirs, nm)) in ids.iter().zip([("111111", "222222", 400.5), ("222222", "111111", 500.5)]) {
+        let md = metadata_of(&srv, id).await;
+        let map_info = md["source"]["map_info"].as_str().unwrap_or_default();
+        assert!(map_info.contains(mine) && !map_info.contains(theirs), "{id}: metadata map info {map_info:?}");
+        assert_eq!(md["source"]["wavelength"][0].as_f64(), Some(nm), "{id}: {}", md["source"]);
+        let (s, zip) = srv.result(id, "?format=envi").await;
+        assert_eq!(s, StatusCode::OK);
+        let mut z = zip::ZipArchive::new(std::io::Cursor::new(zip)).unwrap();
+        let names: Vec<String> = z.file_names().filter(|n| n.ends_with(".hdr")).map(str::to_string).collect();
+        assert!(!names.is_empty());
+        for name in names {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut z.by_name(&name).unwrap(), &mut text).unwrap();
+            assert!(text.contains(mine) && !text.contains(theirs), "{id} {name}:\n{text}");
+        }
+    }
+    // The statistics level does not key on metadata: the second job reused the first one's system.
+    assert_eq!(metadata_of(&srv, &ids[1]).await["statistics"], json!({"reused": true, "from_job": ids[0], "source": "storage"}));
+    // The result level does: each request again is its own job.
+    for (id, (easting, nm)) in ids.iter().zip([(111111, 400), (222222, 500)]) {
+        let r = post(header(easting, nm)).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let j: Value = r.json().await.unwrap();
+        assert_eq!((j["id"].as_str(), j["cached"].as_bool()), (Some(id.as_str()), Some(true)), "{j}");
+    }
+    srv.stop().await;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Helpers
 

@@ -151,8 +151,9 @@ async fn create_inner(ctx: &ApiContext, caller: &Caller, query: Option<String>, 
     if let Some(len) = content_length(req.headers()) {
         if len > ctx.config.max_upload_bytes {
             return Err(Error::too_large(format!(
-                "the body ({len} bytes) exceeds the limit of {} bytes",
-                ctx.config.max_upload_bytes
+                "the body ({len} bytes) exceeds the limit of {} bytes; {}",
+                ctx.config.max_upload_bytes,
+                crate::config::UPLOAD_LIMIT_HINT
             )));
         }
     }
@@ -192,13 +193,14 @@ fn content_length(h: &HeaderMap) -> Option<u64> {
 
 async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req: Request, token: &str) -> ApiResult<Response> {
     let params = params::from_query(query)?;
+    check_backend(ctx, &params)?;
     let canonical = params::canonical(&params);
     let claimed_sha = hex_digest_header(req.headers(), CONTENT_SHA256, "X-Content-SHA256")?;
     let claimed_cube = hex_digest_header(req.headers(), CUBE_DIGEST, "X-Cube-Digest")?;
     // A job this owner already has for the claimed cube (or body) is answered without the body.
     let cube_key = claimed_cube.as_deref().and_then(|c| hex::decode(c).ok()).and_then(|v| <[u8; 32]>::try_from(v).ok());
     let known = match (&claimed_sha, cube_key) {
-        (_, Some(cube)) => existing_job(ctx, &caller.owner, &job_digest(&cube, &canonical)).await?,
+        (_, Some(cube)) => existing_job(ctx, &caller.owner, &CubeKey::of_npy(cube).job_digest(&canonical)).await?,
         (Some(sha), None) => ctx.runner.store.find_live_by_upload(&caller.owner, sha, &canonical).await?,
         (None, None) => None,
     };
@@ -245,10 +247,10 @@ async fn run_on_resident(ctx: &ApiContext, caller: &Caller, cube: [u8; 32], para
     let Some(earlier) = ctx.runner.store.find_by_content(&caller.owner, &hex::encode(cube)).await? else { return Ok(None) };
     tracing::debug!(target: "hypermnf::timing", lookup_ms = began.elapsed().as_secs_f64() * 1e3, "the owner's earlier job of the cube found");
     let i = &earlier.input;
-    params.validate(i.lines, i.samples, i.bands)?;
+    admit(ctx, params, i.lines, i.samples, i.bands, None)?;
     let id = uuid::Uuid::now_v7().to_string();
     let location = format!("uploads/{id}"); // never written: the job needs no input once it succeeded
-    let digest = job_digest(&cube, canonical);
+    let digest = CubeKey::of_npy(cube).job_digest(canonical);
     let new = new_job(id, caller, canonical.to_string(), digest, cube, None, i.clone(), InputKind::Npy, location);
     match resident::run(&ctx.runner, new, &earlier, params).await {
         None => Ok(None),
@@ -269,9 +271,10 @@ async fn run_on_resident(ctx: &ApiContext, caller: &Caller, cube: [u8; 32], para
 pub async fn create_from_npy_bytes(ctx: &ApiContext, caller: &Caller, bytes: bytes::Bytes, params: MnfParams) -> ApiResult<Created> {
     if bytes.len() as u64 > ctx.config.max_upload_bytes {
         return Err(Error::too_large(format!(
-            "the cube ({} bytes) exceeds the limit of {} bytes",
+            "the cube ({} bytes) exceeds the limit of {} bytes; {}",
             bytes.len(),
-            ctx.config.max_upload_bytes
+            ctx.config.max_upload_bytes,
+            crate::config::UPLOAD_LIMIT_HINT
         )));
     }
     let token = format!("upload-{}", uuid::Uuid::now_v7());
@@ -365,7 +368,7 @@ where
         }
         let Some((content, (lines, samples, bands, dtype))) = digested else { return Ok(None) };
         let (lines, samples, bands) = (lines as usize, samples as usize, bands as usize);
-        params.validate(lines, samples, bands)?;
+        admit(ctx, &params, lines, samples, bands, None)?;
         claimed.check_cube(&content)?;
         Ok(Some(InputSummary { lines, samples, bands, data_type: dtype.name().to_string(), interleave: "bip".into() }))
     })();
@@ -385,7 +388,7 @@ where
             let location = format!("scratch/{token}");
             let (cube, params) = decode_and_validate(ctx, InputKind::Npy, location, params).await?;
             let (digest, input) = digest_and_summary(&cube).await?;
-            claimed.check_cube(&digest)?;
+            claimed.check_cube(&digest.content)?;
             enqueue(ctx, caller, digest, input, params, InputKind::Npy, sha, token).await
         }
         (Err(e), _) => {
@@ -558,27 +561,65 @@ async fn decode_and_validate(ctx: &ApiContext, kind: InputKind, location: String
             other => Error::from(other),
         })?;
     tracing::debug!(secs = t.elapsed().as_secs_f64(), "input decoded");
-    params.validate(cube.lines(), cube.samples(), cube.bands())?;
+    admit(ctx, &params, cube.lines(), cube.samples(), cube.bands(), cube.meta.bbl.as_deref())?;
     Ok((Arc::new(cube), params))
 }
 
-/// The cache key: the decoded cube's content digest and the canonical parameters.
-fn job_digest(cube_digest: &[u8; 32], canonical_params: &str) -> String {
-    let mut h = Sha256::new();
-    h.update(b"hypermnf-job-v1");
-    h.update(cube_digest);
-    h.update(canonical_params.as_bytes());
-    hex::encode(h.finalize())
+/// Refuses at submit what a job could only fail with: a backend this server does not have (as
+/// `/v1/info` lists them), and what the cube's shape and `bbl` already doom (`MnfParams::admit`). The
+/// codes are those the job would have failed with.
+fn admit(ctx: &ApiContext, params: &MnfParams, lines: usize, samples: usize, bands: usize, bbl: Option<&[bool]>) -> ApiResult<()> {
+    check_backend(ctx, params)?;
+    Ok(params.admit(lines, samples, bands, bbl)?)
 }
 
-/// The cube's content digest (off the async threads) and what the API shows about it.
-async fn digest_and_summary(cube: &Arc<Cube>) -> ApiResult<([u8; 32], InputSummary)> {
+/// The backend part of [`admit`], which a `.npy` body's parameters meet before its body is read.
+fn check_backend(ctx: &ApiContext, params: &MnfParams) -> ApiResult<()> {
+    ctx.runner
+        .backends
+        .available(params.backend)
+        .map_err(|e| Error::unprocessable(e.code(), format!("{e} (GET /v1/info lists this server's backends)")))
+}
+
+/// What the job cache knows a decoded cube by: its content digest (samples, shape, type, bbl and
+/// no-data), and the digest of the metadata its results carry (`CubeMeta::carried_digest`).
+#[derive(Clone, Copy)]
+struct CubeKey {
+    content: [u8; 32],
+    carried: Option<[u8; 32]>,
+}
+
+impl CubeKey {
+    /// A C-order `.npy`: a cube that carries no metadata into its results.
+    fn of_npy(content: [u8; 32]) -> CubeKey {
+        CubeKey { content, carried: None }
+    }
+
+    /// The result level's key: the cube's digests and the canonical parameters. A cube that carries no
+    /// metadata has the digest jobs had before the carried metadata was keyed on, so their rows are
+    /// still found; one that carries some is a different job from the same pixels under another header.
+    fn job_digest(&self, canonical_params: &str) -> String {
+        let mut h = Sha256::new();
+        h.update(b"hypermnf-job-v1");
+        h.update(self.content);
+        h.update(canonical_params.as_bytes());
+        if let Some(carried) = self.carried {
+            h.update(b"hypermnf-job-carried-v1");
+            h.update(carried);
+        }
+        hex::encode(h.finalize())
+    }
+}
+
+/// The cube's digests (off the async threads) and what the API shows about it.
+async fn digest_and_summary(cube: &Arc<Cube>) -> ApiResult<(CubeKey, InputSummary)> {
     let t = std::time::Instant::now();
     let digest = {
         let cube = cube.clone();
         tokio::task::spawn_blocking(move || cube.content_digest()).await.map_err(Error::internal)?
     };
     tracing::debug!(secs = t.elapsed().as_secs_f64(), "content digest");
+    let digest = CubeKey { content: digest, carried: cube.meta.carried_digest() };
     let input = InputSummary {
         lines: cube.lines(),
         samples: cube.samples(),
@@ -603,7 +644,7 @@ async fn existing_job(ctx: &ApiContext, owner: &str, digest: &str) -> ApiResult<
 async fn enqueue(
     ctx: &ApiContext,
     caller: &Caller,
-    cube_digest: [u8; 32],
+    cube: CubeKey,
     input: InputSummary,
     params: MnfParams,
     kind: InputKind,
@@ -611,7 +652,7 @@ async fn enqueue(
     scratch_token: &str,
 ) -> ApiResult<Created> {
     let id = uuid::Uuid::now_v7().to_string();
-    enqueue_at(ctx, caller, cube_digest, input, params, kind, upload_sha256, format!("uploads/{id}"), Some((scratch_token, id))).await
+    enqueue_at(ctx, caller, cube, input, params, kind, upload_sha256, format!("uploads/{id}"), Some((scratch_token, id))).await
 }
 
 /// Answers with the caller's live job of the same digest, or stores the input at `location` (from
@@ -620,7 +661,7 @@ async fn enqueue(
 async fn enqueue_at(
     ctx: &ApiContext,
     caller: &Caller,
-    cube_digest: [u8; 32],
+    cube: CubeKey,
     input: InputSummary,
     params: MnfParams,
     kind: InputKind,
@@ -629,7 +670,7 @@ async fn enqueue_at(
     scratch: Option<(&str, String)>,
 ) -> ApiResult<Created> {
     let canonical = params::canonical(&params);
-    let digest = job_digest(&cube_digest, &canonical);
+    let digest = cube.job_digest(&canonical);
     if let Some(job) = existing_job(ctx, &caller.owner, &digest).await? {
         ApiMetrics::add(&ctx.metrics.cache_hits, 1);
         return Created::existing(job);
@@ -638,7 +679,7 @@ async fn enqueue_at(
         Some((token, id)) => (id, Some(token)),
         None => (uuid::Uuid::now_v7().to_string(), None),
     };
-    let new = new_job(id, caller, canonical, digest, cube_digest, upload_sha256, input, kind, location);
+    let new = new_job(id, caller, canonical, digest, cube.content, upload_sha256, input, kind, location);
     insert_stored(ctx, new, token, None).await
 }
 
@@ -665,7 +706,8 @@ async fn enqueue_unsynced(
     upload: Unsynced<'_>,
 ) -> ApiResult<Created> {
     let (canonical, choice) = (params::canonical(&params), params.backend);
-    let digest = job_digest(&cube_digest, &canonical);
+    // A little-endian C-order `.npy` (the only kind fed here): it carries no metadata.
+    let digest = CubeKey::of_npy(cube_digest).job_digest(&canonical);
     if let Some(job) = existing_job(ctx, &caller.owner, &digest).await? {
         let _ = upload.sync.wait().await; // the scratch file is not removed under its sync
         ApiMetrics::add(&ctx.metrics.cache_hits, 1);

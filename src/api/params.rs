@@ -13,6 +13,8 @@ pub fn from_query(query: Option<&str>) -> Result<MnfParams, Error> {
     for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         let value = match k.as_ref() {
             "components" => number(&k, &v, true)?,
+            // NaN is a no-data value (float products written by GDAL, xarray and rasterio use it).
+            "ignore_value" if v.eq_ignore_ascii_case("nan") => Value::String("nan".into()),
             "snr" | "ignore_value" => number(&k, &v, false)?,
             "inverse" => match v.as_ref() {
                 "true" | "1" => Value::Bool(true),

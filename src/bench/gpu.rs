@@ -141,7 +141,8 @@ fn backend_mnf_phases(
     let spec = StatsSpec {
         noise: noise_kind,
         window: None,
-        ignore_value: cube.meta.ignore_value,
+        // The pipeline's no-data rule (NaN in float cubes), so that the phases time what a job runs.
+        ignore_value: crate::mnf::pipeline::nodata(cube, &MnfParams::default()),
         mask_bands: pre.used.clone(),
     };
     let scale = noise_kind.scale();

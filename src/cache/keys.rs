@@ -43,6 +43,8 @@ pub fn statistics_key(content: &Digest, params: &MnfParams, backend: &str) -> Di
     match params.ignore_value {
         Some(v) => {
             h.update([1]);
+            // Every NaN is the same no-data value ("nan" from JSON, -nan from a command line).
+            let v = if v.is_nan() { f64::NAN } else { v };
             h.update(v.to_bits().to_le_bytes());
         }
         None => h.update([0]),

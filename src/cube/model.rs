@@ -165,6 +165,55 @@ pub struct CubeMeta {
     pub extra: Vec<(String, String)>,
 }
 
+impl CubeMeta {
+    /// A digest of the metadata that a result carries into its files (the ENVI headers' map info,
+    /// coordinate system string, wavelengths, fwhm, band names, description and other keys, and the
+    /// `source` and `input` members of the metadata JSON), or None when the cube carries none: a
+    /// C-order `.npy`, or an ENVI BIP file whose header says nothing beyond its geometry.
+    ///
+    /// Why the job cache keys on it (`api::jobs::job_digest`): the result level hands back an existing
+    /// job, whose files were written from *its* request's header. Identical pixels under two headers
+    /// (a product re-georeferenced after a better orthorectification, a tile cut from two mosaics) must
+    /// not share a job, or the second request downloads the first one's georeferencing. The statistics
+    /// and device levels do not key on it: an eigen system depends on the samples, bbl and no-data
+    /// only, so the second request still reuses the first one's.
+    ///
+    /// `bbl` and `data ignore value` are left out here because the content digest already holds them.
+    /// The whole record is hashed through its JSON form, so a field added to `CubeMeta` later is keyed
+    /// on without anyone remembering to add it.
+    pub fn carried_digest(&self) -> Option<[u8; 32]> {
+        use sha2::Digest as _;
+        let mut carried = self.clone();
+        carried.bbl = None;
+        carried.ignore_value = None;
+        if carried.source_interleave == Some(Interleave::Bip) {
+            carried.source_interleave = None;
+        }
+        if carried == CubeMeta::default() {
+            return None;
+        }
+        let json = serde_json::to_vec(&carried).expect("CubeMeta serialises");
+        let mut h = sha2::Sha256::new();
+        h.update(b"hypermnf-carried-meta-v1");
+        h.update(json);
+        Some(h.finalize().into())
+    }
+
+    /// The value of a header key kept verbatim in `extra` (matched as ENVI matches keys: case and
+    /// runs of whitespace ignored), without the braces of a list.
+    pub fn extra_value(&self, key: &str) -> Option<&str> {
+        let want = key.split_whitespace().collect::<Vec<_>>();
+        self.extra.iter().find_map(|(k, v)| {
+            let same = k.split_whitespace().count() == want.len()
+                && k.split_whitespace().zip(&want).all(|(a, b)| a.eq_ignore_ascii_case(b));
+            same.then(|| {
+                let v = v.trim();
+                v.strip_prefix('{').and_then(|v| v.strip_suffix('}')).unwrap_or(v).trim()
+            })
+        })
+    }
+}
+
 /// A hyperspectral cube in memory. See the module doc for the layout.
 #[derive(Debug, Clone)]
 pub struct Cube {

@@ -89,6 +89,11 @@ impl Backends {
         Ok(set.devices[i].clone())
     }
 
+    /// Whether this server can run jobs of `choice` at all (`cuda` without a device cannot).
+    pub fn available(&self, choice: BackendChoice) -> Result<(), BackendError> {
+        self.set(choice).map(|_| ())
+    }
+
     /// Every backend a job of `choice` may be given (the split backend, or each device's), without
     /// taking a turn.
     pub fn candidates(&self, choice: BackendChoice) -> Vec<Arc<dyn Backend>> {

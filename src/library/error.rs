@@ -26,17 +26,13 @@ pub enum Error {
     #[error("the inverse (denoised cube) was not computed: ask for it with Mnf::inverse(true) before fit, or call denoise(cube)")]
     InverseNotRequested,
     /// An option out of range or in conflict with another (components and snr both set, a bad band or
-    /// noise window outside the cube, a negative snr, a NaN ignore value, ...).
+    /// noise window outside the cube, a negative snr, ...).
     #[error("invalid options: {0}")]
     InvalidOptions(String),
     /// The cube cannot give an MNF: too few valid pixels for the noise estimate, every band constant,
-    /// a singular noise covariance (duplicated bands), non-finite samples.
+    /// a singular noise covariance (duplicated bands), values too large to square in float64.
     #[error("cannot fit: {0}")]
     Degenerate(String),
-    /// A NaN or infinite sample in a band used, at a pixel that is not no-data (no-data pixels must hold
-    /// the `ignore_value`; NaN cannot be one).
-    #[error("the sample at line {line}, sample {sample}, band {band} is not finite (mark no-data pixels with ignore_value, or exclude the band with bad_bands)")]
-    NonFiniteSample { line: usize, sample: usize, band: usize },
     /// The cube is larger than the crate accepts (`cube::model::MAX_CUBE_BYTES`).
     #[error(transparent)]
     Cube(#[from] CubeError),
@@ -54,7 +50,6 @@ impl Error {
             Error::BandCountMismatch { .. } => "band_count_mismatch",
             Error::DataTypeMismatch { .. } => "data_type_mismatch",
             Error::InverseNotRequested => "inverse_not_requested",
-            Error::NonFiniteSample { .. } => "non_finite_sample",
             Error::InvalidOptions(_) => "invalid_params",
             Error::Degenerate(_) => "degenerate_input",
             Error::Cube(e) => e.code(),

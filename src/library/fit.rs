@@ -173,8 +173,8 @@ impl MnfFit {
     /// The fitted system applied to `cube` (another scene of the same sensor, or the same cube): its
     /// k components, `(lines, samples, k)`, centred on the fitted means. The options of the fit that
     /// apply per pixel (`bad_bands`, `ignore_value`) apply here too. Copies `cube` first when it is
-    /// not in standard layout, as `fit` does. A non-finite sample makes its pixel's components NaN
-    /// (pixels are projected one by one; nothing else is affected).
+    /// not in standard layout, as `fit` does. A pixel with a non-finite sample in a used band is no-data:
+    /// its components are NaN (pixels are projected one by one; nothing else is affected).
     pub fn transform<T: Sample>(&self, cube: ArrayView3<'_, T>) -> Result<Array3<f32>, Error> {
         let (lines, samples, _) = self.check_bands(&cube)?;
         let out = self.apply(cube, &self.apply_params)?;

@@ -118,7 +118,8 @@ impl Mnf {
     }
 
     /// The no-data value (`--ignore-value`): pixels holding it in any used band are left out of the
-    /// statistics and are NaN in the outputs.
+    /// statistics and are NaN in the outputs. In float cubes NaN and ±Inf are no-data without it
+    /// (`f64::NAN` here only sets aside a value the cube's metadata gave).
     pub fn ignore_value(mut self, value: f64) -> Self {
         self.params.ignore_value = Some(value);
         self
@@ -140,17 +141,12 @@ impl Mnf {
     ///
     /// Errors, never panics: [`Error::EmptyAxis`], [`Error::TooManyComponents`] (checked before the
     /// work where the count of bands already tells, after the statistics where constant bands are
-    /// found), [`Error::InvalidOptions`], [`Error::NonFiniteSample`] (a NaN or infinity where the
-    /// statistics would read it), [`Error::Degenerate`] (a cube with too few pixels or no noise to
+    /// found), [`Error::InvalidOptions`], [`Error::Degenerate`] (a cube with too few pixels or no noise to
     /// estimate), [`Error::Backend`] (`Backend::Cuda` without a device).
     pub fn fit<T: Sample>(&self, cube: ArrayView3<'_, T>) -> Result<MnfFit, Error> {
         let dim = checked_dim(&cube)?;
         self.check_components(dim.2, None)?;
         self.params.validate(dim.0, dim.1, dim.2)?;
-        let used = crate::mnf::bands::preselect(dim.2, None, &self.params.bad_bands).used;
-        if let Some((line, sample, band)) = sample::first_non_finite(&cube, &used, self.params.ignore_value) {
-            return Err(Error::NonFiniteSample { line, sample, band });
-        }
         let backend = crate::backend::select(self.params.backend)?;
         with_cube(cube, |c| self.fit_cube(c, backend))?
     }

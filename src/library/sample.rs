@@ -17,8 +17,6 @@ mod sealed {
     /// Keeps [`Sample`](super::Sample) to the primitive types below, for which reading their memory
     /// as bytes is sound (no padding, every bit pattern valid), and carries their decoding.
     pub trait Sealed: Copy {
-        /// Whether the type has non-finite values (NaN, ±inf) at all.
-        const FLOAT: bool;
         /// One sample from its `size_of::<Self>()` bytes in the given byte order.
         fn decode(bytes: &[u8], big_endian: bool) -> Self;
         /// The value widened to f64, as the pipeline widens it.
@@ -37,7 +35,6 @@ pub trait Sample: sealed::Sealed + Send + Sync + 'static {
 macro_rules! sample {
     ($($t:ty => $d:ident),* $(,)?) => {$(
         impl sealed::Sealed for $t {
-            const FLOAT: bool = matches!(DataType::$d, DataType::F32 | DataType::F64);
             fn to_f64(self) -> f64 {
                 self as f64
             }
@@ -78,35 +75,6 @@ pub(super) fn checked_dim<T>(view: &ArrayView3<'_, T>) -> Result<(usize, usize, 
         return Err(Error::EmptyAxis { lines, samples, bands });
     }
     Ok((lines, samples, bands))
-}
-
-/// The first sample (line, sample, band) that is NaN or infinite, among the bands `used` (those the
-/// pipeline measures: all but the bad bands) of the pixels that are not no-data (`ignore` in one of the
-/// `used` bands, as `mnf::stats::is_masked` decides). Such a sample would make every covariance
-/// non-finite, and the pipeline would then report a singular noise covariance, which misleads. Integer
-/// types have none and are not scanned.
-pub(super) fn first_non_finite<T: Sample>(
-    view: &ArrayView3<'_, T>,
-    used: &[usize],
-    ignore: Option<f64>,
-) -> Option<(usize, usize, usize)> {
-    if !T::FLOAT {
-        return None;
-    }
-    let mut px = vec![0.0f64; view.dim().2];
-    for (l, line) in view.outer_iter().enumerate() {
-        for (s, pixel) in line.outer_iter().enumerate() {
-            for (o, v) in px.iter_mut().zip(pixel.iter()) {
-                *o = v.to_f64();
-            }
-            if let Some(&b) = used.iter().find(|&&b| !px[b].is_finite()) {
-                if !crate::mnf::stats::is_masked(&px, ignore, used) {
-                    return Some((l, s, b));
-                }
-            }
-        }
-    }
-    None
 }
 
 /// Runs `f` on `view` as a cube: its own memory when the view is in standard layout (C-contiguous),

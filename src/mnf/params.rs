@@ -149,11 +149,43 @@ pub struct MnfParams {
     pub inverse: bool,
     /// 0-based band indices to exclude, in addition to the header's `bbl` and constant bands.
     pub bad_bands: Vec<usize>,
-    /// No-data value (overrides the header's `data ignore value`).
+    /// No-data value (overrides the header's `data ignore value`). NaN is allowed (`"nan"` in JSON):
+    /// in float cubes NaN and ±Inf are no-data whatever this says, so NaN here only sets aside the
+    /// header's value.
+    #[serde(with = "nodata_json")]
     pub ignore_value: Option<f64>,
     /// Compute the noise statistics inside this rectangle only.
     pub noise_window: Option<Window>,
     pub backend: BackendChoice,
+}
+
+/// A no-data value in JSON: a number, or the string `"nan"` (any case) for NaN, which JSON numbers
+/// cannot hold (serde_json would write it as null, which reads back as "no value").
+pub mod nodata_json {
+    use serde::{de::Error as _, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(x) if x.is_nan() => s.serialize_some("nan"),
+            Some(x) => s.serialize_some(x),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Value {
+            Number(f64),
+            Text(String),
+        }
+        match Option::<Value>::deserialize(d)? {
+            None => Ok(None),
+            Some(Value::Number(x)) => Ok(Some(x)),
+            Some(Value::Text(t)) if t.eq_ignore_ascii_case("nan") => Ok(Some(f64::NAN)),
+            Some(Value::Text(t)) => Err(D::Error::custom(format!("ignore_value must be a number or \"nan\", not {t:?}"))),
+        }
+    }
 }
 
 /// Components kept when neither `components` nor `snr` is given.
@@ -180,11 +212,6 @@ impl MnfParams {
                 return Err(MnfError::InvalidParams(format!("snr must be a finite number >= 0, not {s}")));
             }
         }
-        if let Some(v) = self.ignore_value {
-            if v.is_nan() {
-                return Err(MnfError::InvalidParams("ignore value must be a number, not NaN".into()));
-            }
-        }
         if let Some(&b) = self.bad_bands.iter().find(|&&b| b >= bands) {
             return Err(MnfError::InvalidParams(format!(
                 "bad band {b} is out of range: the cube has bands 0..{}",
@@ -203,9 +230,110 @@ impl MnfParams {
     }
 }
 
+/// Why an image of `pixels` pixels gives no MNF (fewer than 2).
+pub(crate) fn few_pixels_message(pixels: u64) -> String {
+    format!("the image has {pixels} pixel(s): MNF needs at least 2 (and the noise estimate a few more)")
+}
+
+/// Why `residuals` (fewer than 2) noise residuals give no noise estimate.
+pub(crate) fn few_residuals_message(params: &MnfParams, residuals: u64) -> String {
+    let need = match params.noise {
+        NoiseEstimator::MeanFilter => "the mean-filter estimator needs 3 × 3 neighbourhoods of valid pixels (at least 3 lines and 3 samples)",
+        NoiseEstimator::ShiftDifference => "the shift-difference estimator needs pairs of valid diagonal neighbours (at least 2 lines and 2 samples)",
+    };
+    let window = if params.noise_window.is_some() { " inside the noise window" } else { "" };
+    format!("only {residuals} noise residual(s) in the image{window}: {need}")
+}
+
+impl MnfParams {
+    /// [`validate`](Self::validate), and what else the shape and the header's `bbl` tell before any
+    /// sample is read: the errors a job of these parameters could only end in (the service refuses
+    /// them at submit, with the codes the job would have failed with).
+    ///
+    /// * every band excluded by `bbl` and `bad_bands` (`invalid_params`);
+    /// * too few pixels, or noise residuals (inside the noise window, if any), for the bands left
+    ///   (`degenerate_input`): a covariance of B bands needs at least B + 1 samples. The counts here
+    ///   are upper bounds (no-data pixels only lower them), so nothing that could succeed is refused;
+    ///   the pipeline checks the real counts again.
+    pub fn admit(&self, lines: usize, samples: usize, bands: usize, bbl: Option<&[bool]>) -> Result<(), MnfError> {
+        self.validate(lines, samples, bands)?;
+        let used = super::bands::preselect(bands, bbl, &self.bad_bands).used.len();
+        if used == 0 {
+            return Err(MnfError::InvalidParams("every band is excluded (bbl and bad bands)".into()));
+        }
+        let pixels = lines as u64 * samples as u64;
+        let residuals = self.max_noise_residuals(lines, samples);
+        if pixels < 2 {
+            return Err(MnfError::Degenerate(few_pixels_message(pixels)));
+        }
+        if residuals < 2 {
+            return Err(MnfError::Degenerate(few_residuals_message(self, residuals)));
+        }
+        let need = used as u64 + 1;
+        if pixels < need || residuals < need {
+            let window = if self.noise_window.is_some() { " inside the noise window" } else { "" };
+            return Err(MnfError::Degenerate(format!(
+                "too few pixels for the number of bands: {lines} × {samples} = {pixels} pixel(s) give at most {residuals} \
+                 {} noise residual(s){window} for {used} band(s) after bad bands; each covariance of {used} bands needs \
+                 at least {need} samples. Use a larger cube{}, or fewer bands (bad_bands)",
+                self.noise.name(),
+                if self.noise_window.is_some() { " or noise window" } else { "" }
+            )));
+        }
+        Ok(())
+    }
+
+    /// The most noise residuals the estimator can form on a `lines` × `samples` image (every pixel
+    /// valid), counting only residuals centred inside the noise window when there is one.
+    pub fn max_noise_residuals(&self, lines: usize, samples: usize) -> u64 {
+        // The pixels a residual may be centred on: the mean filter needs all 8 neighbours inside the
+        // image, the shift difference its lower-right neighbour.
+        let (ys, xs) = match self.noise {
+            NoiseEstimator::MeanFilter => (1..lines.saturating_sub(1), 1..samples.saturating_sub(1)),
+            NoiseEstimator::ShiftDifference => (0..lines.saturating_sub(1), 0..samples.saturating_sub(1)),
+        };
+        let (ys, xs) = match self.noise_window {
+            Some(w) => (ys.start.max(w.y0)..ys.end.min(w.y1), xs.start.max(w.x0)..xs.end.min(w.x1)),
+            None => (ys, xs),
+        };
+        ys.len() as u64 * xs.len() as u64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn admit_refuses_what_the_shape_already_dooms() {
+        let p = |json: &str| -> MnfParams { serde_json::from_str(json).unwrap() };
+        // 10 x 10 pixels: 64 mean-filter residuals, 81 shift differences.
+        assert_eq!(p("{}").max_noise_residuals(10, 10), 64);
+        assert_eq!(p(r#"{"noise": "shift-difference"}"#).max_noise_residuals(10, 10), 81);
+        assert_eq!(p(r#"{"noise_window": [0, 0, 3, 10]}"#).max_noise_residuals(10, 10), 2 * 8);
+        assert!(p("{}").admit(10, 10, 63, None).is_ok());
+        let e = p("{}").admit(10, 10, 425, None).unwrap_err();
+        assert_eq!(e.code(), "degenerate_input");
+        let msg = e.to_string();
+        assert!(msg.contains("100 pixel") && msg.contains("64") && msg.contains("425 band"), "{msg}");
+        assert!(!msg.contains("linear combination"), "{msg}");
+        // Bad bands lower the band count: 425 bands, 400 of them bad, fit.
+        let bad: Vec<usize> = (0..400).collect();
+        let q = MnfParams { bad_bands: bad, ..MnfParams::default() };
+        assert!(q.admit(10, 10, 425, None).is_ok());
+        // bbl too.
+        let bbl: Vec<bool> = (0..425).map(|b| b >= 400).collect();
+        assert!(p("{}").admit(10, 10, 425, Some(&bbl)).is_ok());
+        // Every band excluded.
+        let e = MnfParams { bad_bands: vec![0, 1], ..MnfParams::default() }.admit(5, 5, 2, None).unwrap_err();
+        assert_eq!(e.code(), "invalid_params");
+        let e = MnfParams { bad_bands: vec![0], ..MnfParams::default() }.admit(5, 5, 2, Some(&[true, false])).unwrap_err();
+        assert_eq!(e.code(), "invalid_params");
+        // A noise window with too few residuals for 3 bands: it covers two of them.
+        let e = p(r#"{"noise_window": [0, 0, 3, 2]}"#).admit(20, 20, 3, None).unwrap_err();
+        assert!(e.to_string().contains("noise window"), "{e}");
+        assert!(p(r#"{"noise_window": [0, 0, 4, 4]}"#).admit(20, 20, 3, None).is_ok());
+    }
 
     #[test]
     fn a_window_fits_when_it_is_a_non_empty_rectangle_inside_the_image() {

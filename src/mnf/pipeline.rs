@@ -13,7 +13,7 @@ use super::bands::{self, BandSelection};
 use super::compute::{Backend, BackendError, PreparedCube};
 use super::eigen::{self, NoiseWhitening};
 use super::params::{MnfParams, DEFAULT_COMPONENTS};
-use super::result::{EigenSystem, InputInfo, Metadata, NoiseInfo, PixelInfo};
+use super::result::{EigenSystem, InputInfo, Metadata, NoiseInfo, PixelInfo, SourceInfo};
 use super::stats::{Denoise, Moments, Projection, StatsSpec};
 use super::{MnfError, Monitor, Stage};
 use crate::cube::Cube;
@@ -57,8 +57,18 @@ pub fn apply(
     apply_on(cube, params, system, backend, prepared.as_mut(), monitor, BTreeMap::new())
 }
 
+/// The no-data value given: the request's, else the header's (what the metadata reports).
 fn ignore_value(cube: &Cube, params: &MnfParams) -> Option<f64> {
     params.ignore_value.or(cube.meta.ignore_value)
+}
+
+/// The no-data value the passes compare with ([`crate::mnf::stats::is_masked`]). NaN and ±Inf are
+/// no-data in float cubes (the no-data of float products written by GDAL, xarray and rasterio), so a
+/// float cube without a value gets NaN, which turns masking on and equals nothing: exactly the
+/// pixels holding a non-finite value in a band checked are left out, as an ignore value would leave
+/// them out. An integer cube cannot hold NaN, and keeps the passes without a mask.
+pub(crate) fn nodata(cube: &Cube, params: &MnfParams) -> Option<f64> {
+    ignore_value(cube, params).or_else(|| cube.dtype().is_float().then_some(f64::NAN))
 }
 
 /// `analyse` on a prepared cube; adds the statistics and eigen times (ms) to `timings`.
@@ -69,7 +79,7 @@ pub fn analyse_on(
     monitor: &Monitor,
     timings: &mut BTreeMap<String, f64>,
 ) -> Result<EigenSystem, MnfError> {
-    params.validate(cube.lines(), cube.samples(), cube.bands())?;
+    params.admit(cube.lines(), cube.samples(), cube.bands(), cube.meta.bbl.as_deref())?;
     let pre = bands::preselect(cube.bands(), cube.meta.bbl.as_deref(), &params.bad_bands);
     if pre.used.is_empty() {
         return Err(MnfError::InvalidParams("every band is excluded (bbl and bad bands)".into()));
@@ -77,7 +87,7 @@ pub fn analyse_on(
     let spec = StatsSpec {
         noise: params.noise,
         window: params.noise_window,
-        ignore_value: ignore_value(cube, params),
+        ignore_value: nodata(cube, params),
         mask_bands: pre.used.clone(),
     };
     let scale = params.noise.scale();
@@ -99,6 +109,7 @@ pub fn analyse_on(
     )?;
     let stats_ms = t0.elapsed().as_secs_f64() * 1e3;
     check_counts(&stats.data, &stats.noise, stats.masked_pixels, params)?;
+    check_enough_for_bands(&stats.data, &stats.noise, stats.masked_pixels, pre.used.len(), params)?;
     check_finite(&stats.data, &stats.noise, &pre.used)?;
 
     // The eigen stage, for the job's progress and /metrics (without it the service's stage clock
@@ -177,34 +188,47 @@ fn whiten(
 
 fn check_counts(data: &Moments, noise: &Moments, masked: u64, params: &MnfParams) -> Result<(), MnfError> {
     if data.n < 2 && masked == 0 {
-        return Err(MnfError::Degenerate(format!(
-            "the image has {} pixel(s): MNF needs at least 2 (and the noise estimate a few more)",
-            data.n
-        )));
+        return Err(MnfError::Degenerate(super::params::few_pixels_message(data.n)));
     }
     if data.n < 2 {
         return Err(MnfError::Degenerate(format!(
-            "only {} valid pixel(s): every other pixel holds the no-data value",
+            "only {} valid pixel(s): every other pixel is no-data (it holds the no-data value, or NaN or ±Inf)",
             data.n
         )));
     }
     if noise.n < 2 {
-        let need = match params.noise {
-            super::NoiseEstimator::MeanFilter => "the mean-filter estimator needs 3 × 3 neighbourhoods of valid pixels (at least 3 lines and 3 samples)",
-            super::NoiseEstimator::ShiftDifference => "the shift-difference estimator needs pairs of valid diagonal neighbours (at least 2 lines and 2 samples)",
-        };
-        return Err(MnfError::Degenerate(format!(
-            "only {} noise residual(s) in the image{}: {need}",
-            noise.n,
-            if params.noise_window.is_some() { " inside the noise window" } else { "" }
-        )));
+        return Err(MnfError::Degenerate(super::params::few_residuals_message(params, noise.n)));
     }
     Ok(())
 }
 
-/// Refuses bands whose statistics are not finite numbers: NaN or infinite samples, or values whose
-/// squares overflow float64. Unchecked, such a band passes for constant (NaN compares false, so every
-/// band is dropped) or poisons the eigenproblem, and the job fails with a reason that points elsewhere.
+/// Refuses a cube with fewer pixels (or noise residuals) than it has bands, plus one. A covariance of
+/// `bands` bands formed from n samples has rank at most n − 1: with fewer, the noise covariance is
+/// singular and its Cholesky factor fails, which would be reported as bands that are linear
+/// combinations of others (a 10 × 10 tile of a 425-band AVIRIS-NG line is the usual case). Said here
+/// with the counts, before any factorisation.
+fn check_enough_for_bands(data: &Moments, noise: &Moments, masked: u64, bands: usize, params: &MnfParams) -> Result<(), MnfError> {
+    let need = bands as u64 + 1;
+    if data.n >= need && noise.n >= need {
+        return Ok(());
+    }
+    let residuals = match params.noise {
+        super::NoiseEstimator::MeanFilter => "mean-filter residuals (one per valid pixel whose 3 × 3 neighbourhood is valid)",
+        super::NoiseEstimator::ShiftDifference => "shift-difference residuals (one per pair of valid diagonal neighbours)",
+    };
+    let window = if params.noise_window.is_some() { " inside the noise window" } else { "" };
+    Err(MnfError::Degenerate(format!(
+        "too few pixels for the number of bands: {} valid pixel(s) ({masked} no-data) and {} noise residual(s){window} for \
+         {bands} band(s) after bad bands; each covariance of {bands} bands needs at least {need} samples ({residuals}). \
+         Use a larger cube, or fewer bands (bad_bands)",
+        data.n, noise.n
+    )))
+}
+
+/// Refuses bands whose statistics are not finite numbers: values whose squares overflow float64
+/// (NaN and ±Inf samples are no-data in float cubes, so they never reach the statistics). Unchecked,
+/// such a band passes for constant (NaN compares false, so every band is dropped) or poisons the
+/// eigenproblem, and the job fails with a reason that points elsewhere.
 fn check_finite(data: &Moments, noise: &Moments, used: &[usize]) -> Result<(), MnfError> {
     let bad: Vec<usize> = used
         .iter()
@@ -216,9 +240,8 @@ fn check_finite(data: &Moments, noise: &Moments, used: &[usize]) -> Result<(), M
     }
     let shown: Vec<String> = bad.iter().take(10).map(usize::to_string).collect();
     Err(MnfError::Degenerate(format!(
-        "{} band(s) have statistics that are not finite (bands {}{}): the cube holds NaN or infinite samples \
-         there, or values too large to square in float64; give such pixels an ignore value, or list the \
-         bands in bad_bands",
+        "{} band(s) have statistics that are not finite (bands {}{}): the cube holds values too large to \
+         square in float64 there; give such pixels an ignore value, or list the bands in bad_bands",
         bad.len(),
         shown.join(", "),
         if bad.len() > 10 { ", ..." } else { "" }
@@ -290,7 +313,7 @@ pub fn apply_on_to(
     sink: Option<&mut dyn ComponentSink>,
 ) -> Result<MnfOutput, MnfError> {
     let k = choose_k(params, &system.eigenvalues)?;
-    let ignore = ignore_value(cube, params);
+    let ignore = nodata(cube, params);
     let mask_bands = bands::preselect(cube.bands(), cube.meta.bbl.as_deref(), &params.bad_bands).used;
 
     let t = Instant::now();
@@ -364,13 +387,14 @@ pub fn apply_on_to(
             total: cube.pixels() as u64,
             used: system.pixels_used,
             masked: system.pixels_masked,
-            ignore_value: ignore,
+            ignore_value: ignore_value(cube, params),
         },
         means: system.means.clone(),
         transform: (0..u).map(|r| system.transform[r * u..r * u + k].to_vec()).collect(),
         inverse: params.inverse,
         timings_ms: timings,
         statistics: None,
+        source: SourceInfo::of(&cube.meta),
     };
     Ok(MnfOutput { components, k, denoised, metadata })
 }

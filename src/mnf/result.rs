@@ -36,8 +36,11 @@ pub struct PixelInfo {
     pub total: u64,
     /// Pixels that entered the data statistics.
     pub used: u64,
-    /// No-data pixels (excluded, NaN in the output).
+    /// No-data pixels (excluded, NaN in the output): those holding the no-data value, and in float
+    /// cubes those holding NaN or ±Inf, in any band checked.
     pub masked: u64,
+    /// The no-data value given (by the request, else the header): a number, or NaN (`"nan"` in JSON).
+    #[serde(default, with = "super::params::nodata_json")]
     pub ignore_value: Option<f64>,
 }
 
@@ -73,6 +76,41 @@ pub struct Metadata {
     /// cache (only the projection ran); absent otherwise, and always absent from `hypermnf run`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub statistics: Option<StatisticsReuse>,
+    /// What the input's header said about its bands and its place on the ground: this request's own
+    /// header, never another one's (the job cache keys on it).
+    #[serde(default)]
+    pub source: SourceInfo,
+}
+
+/// The input's band and georeferencing metadata, as its header gave it (all null for a `.npy`).
+/// `wavelength`, `fwhm` and `band_names` have one entry per input band: index them with
+/// `bands_used` for the bands the transform uses.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SourceInfo {
+    pub wavelength: Option<Vec<f64>>,
+    /// As the header wrote it (`Nanometers`, `Micrometers`, ...).
+    pub wavelength_units: Option<String>,
+    pub fwhm: Option<Vec<f64>>,
+    pub band_names: Option<Vec<String>>,
+    pub description: Option<String>,
+    /// ENVI `map info`, verbatim.
+    pub map_info: Option<String>,
+    /// ENVI `coordinate system string` (WKT), verbatim.
+    pub coordinate_system_string: Option<String>,
+}
+
+impl SourceInfo {
+    pub fn of(meta: &crate::cube::CubeMeta) -> SourceInfo {
+        SourceInfo {
+            wavelength: meta.wavelength.clone(),
+            wavelength_units: meta.wavelength_units.clone(),
+            fwhm: meta.fwhm.clone(),
+            band_names: meta.band_names.clone(),
+            description: meta.description.clone(),
+            map_info: meta.map_info.clone(),
+            coordinate_system_string: meta.extra_value("coordinate system string").filter(|v| !v.is_empty()).map(str::to_string),
+        }
+    }
 }
 
 /// Where a reused eigen system came from.

@@ -179,7 +179,8 @@ pub struct StatsSpec {
     pub noise: NoiseEstimator,
     /// Noise residuals are taken only at pixels inside this window (their neighbours may lie outside).
     pub window: Option<super::params::Window>,
-    /// No-data value: a pixel equal to it in any of `mask_bands` is excluded everywhere.
+    /// No-data value: a pixel equal to it, or not finite, in any of `mask_bands` is excluded
+    /// everywhere ([`is_masked`]); None: no pixel is.
     pub ignore_value: Option<f64>,
     /// Bands checked for the no-data value (the bands not already excluded by `bbl` or the user).
     pub mask_bands: Vec<usize>,
@@ -211,11 +212,15 @@ pub struct Denoise {
     pub mask_bands: Vec<usize>,
 }
 
-/// True when pixel `px` (B values) holds the no-data value in any of the mask bands.
+/// True when pixel `px` (B values) is no-data: it holds the no-data value, or a value that is not
+/// finite, in any of the mask bands. `None` turns masking off (an integer cube without a no-data
+/// value: it cannot hold NaN); a float cube without one is given NaN, which equals nothing, so that
+/// only its non-finite values mask (`mnf::pipeline::nodata`). The GPU's `pixel_mask` kernel applies
+/// the same rule.
 #[inline]
 pub fn is_masked(px: &[f64], ignore: Option<f64>, mask_bands: &[usize]) -> bool {
     match ignore {
-        Some(v) => mask_bands.iter().any(|&b| px[b] == v),
+        Some(v) => mask_bands.iter().any(|&b| px[b] == v || !px[b].is_finite()),
         None => false,
     }
 }

@@ -63,8 +63,9 @@ pub fn description(base: &BaseUrl) -> Value {
             json!({"type": "boolean", "default": false})),
         "bad_bands": literal("Bad bands", "0-based bands to exclude, beside the header's bbl and constant bands.",
             json!({"type": "array", "items": {"type": "integer", "minimum": 0}})),
-        "ignore_value": literal("No-data value", "Pixels holding this value in any band are left out (overrides the header's data ignore value).",
-            json!({"type": "number"})),
+        "ignore_value": literal("No-data value", "Pixels holding this value in any band are left out (overrides the header's data ignore value). \
+            A number, or \"nan\"; in float cubes NaN and ±Inf pixels are no-data whatever this says.",
+            json!({"oneOf": [{"type": "number"}, {"type": "string", "enum": ["nan", "NaN", "NAN"]}]})),
         "noise_window": literal("Noise window", "[x0, y0, x1, y1]: the noise statistics from columns x0..x1 and rows y0..y1 only (ends excluded).",
             json!({"type": "array", "minItems": 4, "maxItems": 4, "items": {"type": "integer", "minimum": 0}})),
         "backend": literal("Backend", "Where the job runs.",
