@@ -46,8 +46,11 @@ pub struct ServeArgs {
     /// Jobs run at the same time.
     #[arg(long, env = "HYPERMNF_WORKERS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub workers: u16,
-    /// Largest accepted upload in bytes (the whole request body), and the largest cube a header may claim.
-    #[arg(long, env = "HYPERMNF_MAX_UPLOAD_BYTES", default_value_t = 4 << 30)]
+    /// Largest accepted upload in bytes (the whole request body), and the largest cube a header may
+    /// claim; 413 past it. `auto` (the default): 64 GiB, capped at start-up by the free space of the
+    /// file system holding DATA_DIR (where uploads are received) less a margin of 5 % of that free
+    /// space, at least 1 GiB. A number is used as given. `/v1/info` reports the effective value.
+    #[arg(long, env = "HYPERMNF_MAX_UPLOAD_BYTES", value_name = "BYTES|auto", default_value = "auto", value_parser = parse_upload_limit)]
     pub max_upload_bytes: u64,
     /// File of API keys: one per line, `key` or `name:key`; `#` starts a comment. When given, every
     /// `/v1` request needs `Authorization: Bearer <key>`, and each key sees only its own jobs.
@@ -91,6 +94,66 @@ pub enum EarlyStart {
 /// 4 GiB: a dozen cubes of the published design's size (299 MB each as int16) on an 80 GB device.
 pub const DEFAULT_GPU_CACHE_BYTES: u64 = 4 << 30;
 
+/// The upload limit by default, before the cap by free disk space: 64 GiB, room for the flight lines
+/// scientists download (AVIRIS-NG and AVIRIS-3 ENVI lines of 5–30 GB, EMIT granules of 1.8 GB).
+pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 64 << 30;
+
+/// `ServeArgs::max_upload_bytes` before start-up has resolved it: `--max-upload-bytes auto` (the
+/// default). [`ServeArgs::resolve_upload_limit`] replaces it with the effective limit.
+pub const MAX_UPLOAD_AUTO: u64 = 0;
+
+/// The smallest free-space margin left by the default limit (the margin is 5 % of the free space, at
+/// least this).
+pub const UPLOAD_MARGIN_MIN: u64 = 1 << 30;
+
+/// Where a 413 for the upload limit says how to raise it.
+pub const UPLOAD_LIMIT_HINT: &str = "raise it with --max-upload-bytes (or HYPERMNF_MAX_UPLOAD_BYTES)";
+
+/// Parses `--max-upload-bytes`: `auto`, or a positive number of bytes.
+fn parse_upload_limit(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(MAX_UPLOAD_AUTO);
+    }
+    match s.parse::<u64>() {
+        Ok(0) => Err("the upload limit must be at least 1 byte (`auto` for the default)".to_string()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("the upload limit must be a number of bytes or `auto`, not {s:?}")),
+    }
+}
+
+/// The default upload limit where the data dir's file system has `free` bytes available (None: it
+/// could not be asked): [`DEFAULT_MAX_UPLOAD_BYTES`], capped at `free` less a margin of 5 % of `free`
+/// (at least [`UPLOAD_MARGIN_MIN`]), so that an accepted upload leaves room for its results, the
+/// database and the rest of the machine. Never below 1 byte: a full disk refuses every upload (413),
+/// with a warning at start-up.
+pub fn default_upload_limit(free: Option<u64>) -> u64 {
+    match free {
+        None => DEFAULT_MAX_UPLOAD_BYTES,
+        Some(free) => {
+            let margin = (free / 20).max(UPLOAD_MARGIN_MIN);
+            DEFAULT_MAX_UPLOAD_BYTES.min(free.saturating_sub(margin)).max(1)
+        }
+    }
+}
+
+/// Bytes available to this (unprivileged) process on the file system holding `path`, or on that of
+/// its nearest existing ancestor (`statvfs`: available blocks × fragment size). None if it cannot be
+/// asked.
+pub fn free_disk_bytes(path: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    path.ancestors().filter(|p| !p.as_os_str().is_empty()).find_map(|p| {
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
+        // SAFETY: `c` is a NUL-terminated path and `st` a properly sized, writable struct statvfs.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+            return None;
+        }
+        Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    })
+}
+
 impl ServeArgs {
     /// The defaults, as `hypermnf serve` with no options and no environment would use them, with the
     /// given data dir (tests and the benchmark start from this).
@@ -106,7 +169,7 @@ impl ServeArgs {
             devices: DeviceSelection::All,
             split_cube: false,
             workers: 1,
-            max_upload_bytes: 4 << 30,
+            max_upload_bytes: MAX_UPLOAD_AUTO,
             api_keys_file: None,
             input_roots: Vec::new(),
             insecure: false,
@@ -115,6 +178,35 @@ impl ServeArgs {
             gpu_cache_bytes: DEFAULT_GPU_CACHE_BYTES,
             early_start: EarlyStart::Device,
         }
+    }
+
+    /// Resolves `max_upload_bytes` once, at start-up (`api::context`, after the data dir exists): an
+    /// explicit value stays as given; `auto` becomes [`default_upload_limit`] of the data dir's free
+    /// space, logged with how it was reached.
+    pub fn resolve_upload_limit(mut self) -> Self {
+        if self.max_upload_bytes != MAX_UPLOAD_AUTO {
+            tracing::info!(max_upload_bytes = self.max_upload_bytes, "upload limit (as given)");
+            return self;
+        }
+        let free = free_disk_bytes(&self.data_dir);
+        let limit = default_upload_limit(free);
+        self.max_upload_bytes = limit;
+        match free {
+            None => tracing::warn!(
+                max_upload_bytes = limit,
+                "upload limit: the free space of {} could not be read, so the default is not capped",
+                self.data_dir.display()
+            ),
+            Some(free) if limit < DEFAULT_MAX_UPLOAD_BYTES => tracing::warn!(
+                max_upload_bytes = limit,
+                free_bytes = free,
+                "upload limit: {} has {free} bytes free, so the {DEFAULT_MAX_UPLOAD_BYTES}-byte default is capped \
+                 to leave a margin; free space, or {UPLOAD_LIMIT_HINT}",
+                self.data_dir.display()
+            ),
+            Some(free) => tracing::info!(max_upload_bytes = limit, free_bytes = free, "upload limit (default)"),
+        }
+        self
     }
 
     /// The name this instance claims jobs under.
@@ -175,6 +267,68 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn upload_limit_default_is_64_gib_capped_by_free_space_less_a_margin() {
+        const GIB: u64 = 1 << 30;
+        // Plenty of space, or space unknown: the default as it is.
+        assert_eq!(default_upload_limit(Some(10_000 * GIB)), 64 * GIB);
+        assert_eq!(default_upload_limit(None), 64 * GIB);
+        assert_eq!(default_upload_limit(Some(100 * GIB)), 64 * GIB);
+        // Just under 64 GiB once the 5 % margin is taken.
+        assert_eq!(default_upload_limit(Some(67 * GIB)), 67 * GIB - 67 * GIB / 20);
+        // Less: free space less 5 % of it...
+        assert_eq!(default_upload_limit(Some(40 * GIB)), 38 * GIB);
+        // ... or less 1 GiB where 5 % is smaller.
+        assert_eq!(default_upload_limit(Some(10 * GIB)), 9 * GIB);
+        // A nearly full disk refuses uploads (1 byte), never a limit of 0 (the `auto` marker).
+        assert_eq!(default_upload_limit(Some(GIB / 2)), 1);
+        assert_eq!(default_upload_limit(Some(0)), 1);
+    }
+
+    #[test]
+    fn upload_limit_option_and_resolution() {
+        assert_eq!(parse_upload_limit("auto"), Ok(MAX_UPLOAD_AUTO));
+        assert_eq!(parse_upload_limit(" AUTO "), Ok(MAX_UPLOAD_AUTO));
+        assert_eq!(parse_upload_limit("1048576"), Ok(1 << 20));
+        assert!(parse_upload_limit("0").is_err());
+        assert!(parse_upload_limit("4G").unwrap_err().contains("auto"));
+
+        let dir = tempfile::tempdir().unwrap();
+        // The default: resolved from the data dir's file system (one that does not exist yet counts
+        // as its nearest existing ancestor's).
+        let args = ServeArgs::with_data_dir(dir.path().join("not/yet"));
+        assert_eq!(args.max_upload_bytes, MAX_UPLOAD_AUTO);
+        let free = free_disk_bytes(dir.path()).expect("statvfs answers for a temp dir");
+        assert!(free > 0);
+        let resolved = args.resolve_upload_limit().max_upload_bytes;
+        // The free space moves while other tests write: compare with the bounds around the reading.
+        assert!(resolved >= 1 && resolved <= DEFAULT_MAX_UPLOAD_BYTES && resolved <= free, "{resolved} of {free} free");
+        // An explicit value is used as given, however large or small.
+        for given in [1u64, 123_456, 1 << 50] {
+            let mut args = ServeArgs::with_data_dir(dir.path());
+            args.max_upload_bytes = given;
+            assert_eq!(args.resolve_upload_limit().max_upload_bytes, given);
+        }
+    }
+
+    #[test]
+    fn upload_limit_from_the_command_line_and_the_environment() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        use clap::Parser as _;
+        let parse = |args: &[&str]| Cli::try_parse_from([&["hypermnf"], args].concat()).map(|c| c.serve.max_upload_bytes);
+        // HYPERMNF_MAX_UPLOAD_BYTES is not set in the test environment (scripts/test.sh sets none).
+        if std::env::var_os("HYPERMNF_MAX_UPLOAD_BYTES").is_none() {
+            assert_eq!(parse(&[]).unwrap(), MAX_UPLOAD_AUTO);
+        }
+        assert_eq!(parse(&["--max-upload-bytes", "auto"]).unwrap(), MAX_UPLOAD_AUTO);
+        assert_eq!(parse(&["--max-upload-bytes", "5000000000"]).unwrap(), 5_000_000_000);
+        assert!(parse(&["--max-upload-bytes", "0"]).is_err());
+    }
 
     #[test]
     fn durations() {

@@ -36,6 +36,9 @@ pub async fn metrics(State(ctx): State<ApiContext>) -> ApiResult<Response> {
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }
 
+/// Version, backends, devices, and `max_upload_bytes`: the effective upload limit, as resolved at
+/// start-up (`ServeArgs::resolve_upload_limit`: the option's value as given, or the 64 GiB default
+/// capped by the data dir's free space).
 pub async fn info(State(ctx): State<ApiContext>, _caller: Caller) -> Response {
     let b = ctx.runner.backends.default_backend();
     let mut backends = vec![json!({"name": "cpu", "device": if b.name() == "cpu" { b.device() } else { "CPU".to_string() }})];

@@ -115,6 +115,7 @@ impl Server {
 /// and the default backend, and puts back in the queue the jobs a dead process left running.
 pub async fn context(args: ServeArgs) -> anyhow::Result<ApiContext> {
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("cannot create the data dir {}", args.data_dir.display()))?;
+    let args = args.resolve_upload_limit();
     let keys = match &args.api_keys_file {
         Some(p) => Some(Arc::new(auth::ApiKeys::load(p)?)),
         None => None,

@@ -57,7 +57,11 @@ impl Budget {
     pub fn take(&mut self, n: usize) -> Result<(), Error> {
         self.used += n as u64;
         if self.used > self.limit {
-            return Err(Error::too_large(format!("the upload exceeds the limit of {} bytes", self.limit)));
+            return Err(Error::too_large(format!(
+                "the upload exceeds the limit of {} bytes; {}",
+                self.limit,
+                crate::config::UPLOAD_LIMIT_HINT
+            )));
         }
         Ok(())
     }
@@ -88,9 +92,10 @@ pub fn check_claim(lines: u64, samples: u64, bands: u64, dtype: DataType, offset
     let claim = Claim { offset, data, bip_le: None };
     if claim.total() > limit {
         return Err(Error::too_large(format!(
-            "the header claims {lines} x {samples} x {bands} {} ({} bytes), more than the limit of {limit} bytes",
+            "the header claims {lines} x {samples} x {bands} {} ({} bytes), more than the limit of {limit} bytes; {}",
             dtype.name(),
-            claim.total()
+            claim.total(),
+            crate::config::UPLOAD_LIMIT_HINT
         )));
     }
     Ok(claim)
