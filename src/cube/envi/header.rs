@@ -1,6 +1,19 @@
 //! Parsing an ENVI header (.hdr): the `ENVI` magic line, `key = value` entries, `{ ... }` values over
 //! several lines, `;` comment lines. Keys are matched case- and whitespace-insensitively; entries that
 //! hypermnf does not interpret are kept as written so that outputs carry them on.
+//!
+//! Headers as real tools write them are accepted, as GDAL and Spectral Python accept them:
+//! - an empty value (`band names = {}`, `coordinate system string = {}`, as EMIT's tools write them,
+//!   or nothing after the `=`) is treated as if the entry were absent, for every key;
+//! - `wavelength units` is kept as written (`Nanometers`, `Micrometers`, `um`, `Unknown`, ...);
+//!   [`wavelength_scale_nm`] and `CubeMeta::wavelengths_nm` give the wavelengths in nm;
+//! - without a `wavelength` entry, wavelengths written only inside `band names` (`376.44 Nanometers`,
+//!   `Band 1 (400.5 nm)`, or plain numbers such as `400.5`) become the wavelength list
+//!   ([`wavelengths_from_band_names`]). Neither GDAL nor Spectral Python reads them there (GDAL shows the
+//!   names as band descriptions, Spectral Python leaves `bands.centers` empty); orthorectified AVIRIS-NG
+//!   radiance is distributed that way, so hypermnf does;
+//! - `map info` is kept verbatim (a `rotation=` included) and `coordinate system string` (WKT) is kept
+//!   in the extras: both go on into the output headers.
 
 use std::collections::HashMap;
 
@@ -66,6 +79,12 @@ fn excerpt(s: &str) -> String {
 
 fn header_err(msg: impl Into<String>) -> CubeError {
     CubeError::Header(msg.into())
+}
+
+/// A value that says nothing: empty, or braces with only white space inside (`{}`, `{ }`). GDAL and
+/// Spectral Python read it as an empty list; here the entry is treated as absent, whatever its key.
+pub(crate) fn is_empty_value(value: &str) -> bool {
+    unbrace(value).is_empty()
 }
 
 /// Splits the text into (key as written, value as written) entries.
@@ -140,7 +159,8 @@ fn list_items(value: &str) -> Vec<&str> {
     items
 }
 
-/// Entries looked up by normalised key; interpreted keys may appear only once.
+/// Entries looked up by normalised key; interpreted keys may appear only once. Entries with an empty
+/// value ([`is_empty_value`]) are left out, as if absent.
 struct Lookup<'a> {
     entries: &'a [(String, String)],
     index: HashMap<String, usize>,
@@ -149,7 +169,10 @@ struct Lookup<'a> {
 impl<'a> Lookup<'a> {
     fn new(entries: &'a [(String, String)]) -> Result<Self, CubeError> {
         let mut index = HashMap::new();
-        for (i, (key, _)) in entries.iter().enumerate() {
+        for (i, (key, value)) in entries.iter().enumerate() {
+            if is_empty_value(value) {
+                continue;
+            }
             let norm = normalize_key(key);
             let interpreted = GEOMETRY_KEYS.contains(&norm.as_str()) || META_KEYS.contains(&norm.as_str());
             if index.insert(norm.clone(), i).is_some() && interpreted {
@@ -164,7 +187,7 @@ impl<'a> Lookup<'a> {
     }
 
     fn required(&self, key: &str) -> Result<&'a str, CubeError> {
-        self.get(key).ok_or_else(|| header_err(format!("missing required key '{key}'")))
+        self.get(key).ok_or_else(|| header_err(format!("missing required key '{key}' (absent or empty)")))
     }
 }
 
@@ -222,11 +245,106 @@ fn parse_interleave(value: &str) -> Result<Interleave, CubeError> {
     }
 }
 
+/// Nanometres per unit of an ENVI `wavelength units` value: 1 for nanometres (`Nanometers`, `nm`),
+/// 1000 for micrometres (`Micrometers`, `um`, `µm`, `microns`), 10⁶ for millimetres (`Millimeters`,
+/// `mm`; GDAL knows these three); case-insensitive. None for anything else (`Unknown`, `Index`,
+/// `Wavenumber`, `GHz`, ...): the values' unit is not known.
+pub fn wavelength_scale_nm(units: &str) -> Option<f64> {
+    match units.trim().to_lowercase().as_str() {
+        "nanometers" | "nanometer" | "nanometres" | "nanometre" | "nm" => Some(1.0),
+        "micrometers" | "micrometer" | "micrometres" | "micrometre" | "microns" | "micron" | "um" | "µm" | "μm" => {
+            Some(1000.0)
+        }
+        "millimeters" | "millimeter" | "millimetres" | "millimetre" | "mm" => Some(1.0e6),
+        _ => None,
+    }
+}
+
+/// One band name's wavelength: the whole name as a number (`400.5`), or the one number in it followed
+/// by a length unit (`376.44 Nanometers`, `Band 1 (400.5 nm)`, `0.4005um`), with that unit as written.
+/// None when the name holds no such number, or more than one.
+fn wavelength_in_name(name: &str) -> Option<(f64, Option<&str>)> {
+    let name = name.trim();
+    if let Ok(v) = name.parse::<f64>() {
+        return (v.is_finite() && v > 0.0).then_some((v, None));
+    }
+    let mut found = None;
+    let mut rest = name;
+    let mut prev: Option<char> = None;
+    while let Some(c) = rest.chars().next() {
+        // A number starts at a digit not glued to a word or another number (`channel_0`, `B12`).
+        let starts = c.is_ascii_digit() && !prev.is_some_and(|p| p.is_alphanumeric() || p == '_' || p == '.');
+        if !starts {
+            prev = Some(c);
+            rest = &rest[c.len_utf8()..];
+            continue;
+        }
+        let len = rest.find(|ch: char| !(ch.is_ascii_digit() || ch == '.')).unwrap_or(rest.len());
+        let (number, after) = rest.split_at(len);
+        let unit_text = after.trim_start();
+        let unit_len = unit_text.find(|ch: char| !ch.is_alphabetic()).unwrap_or(unit_text.len());
+        let unit = &unit_text[..unit_len];
+        if !unit.is_empty() && wavelength_scale_nm(unit).is_some() {
+            let v = number.parse::<f64>().ok().filter(|v| v.is_finite() && *v > 0.0)?;
+            if found.is_some() {
+                return None;
+            }
+            found = Some((v, Some(unit)));
+        }
+        prev = number.chars().last();
+        rest = after;
+    }
+    found
+}
+
+/// Wavelengths written only in the band names, with their unit as written (None for plain numbers):
+/// every name must hold one ([`wavelength_in_name`]), all in the same unit or all plain numbers.
+/// Plain integers that count the bands (0..n or 1..n) are indices, not wavelengths: None.
+pub fn wavelengths_from_band_names(names: &[String]) -> Option<(Vec<f64>, Option<String>)> {
+    let parsed: Vec<(f64, Option<&str>)> = names.iter().map(|n| wavelength_in_name(n)).collect::<Option<_>>()?;
+    let first_unit = parsed.first()?.1;
+    let same_unit = |u: Option<&str>| match (u, first_unit) {
+        (None, None) => true,
+        (Some(a), Some(b)) => wavelength_scale_nm(a) == wavelength_scale_nm(b),
+        _ => false,
+    };
+    if !parsed.iter().all(|&(_, u)| same_unit(u)) {
+        return None;
+    }
+    let values: Vec<f64> = parsed.iter().map(|&(v, _)| v).collect();
+    if first_unit.is_none() {
+        let counts_from = |start: f64| values.iter().enumerate().all(|(i, &v)| v == start + i as f64);
+        if counts_from(0.0) || counts_from(1.0) {
+            return None;
+        }
+    }
+    Some((values, first_unit.map(str::to_string)))
+}
+
+/// Wavelengths taken from the band names in `unit`, expressed in the header's `wavelength units` when
+/// both units are known lengths (converted), and giving the header its units when it had none.
+fn in_header_units(values: Vec<f64>, unit: Option<&str>, header_units: &mut Option<String>) -> Vec<f64> {
+    let Some(unit) = unit else { return values };
+    match header_units.as_deref().map(wavelength_scale_nm) {
+        None => {
+            *header_units = Some(unit.to_string());
+            values
+        }
+        Some(Some(header_scale)) => {
+            let scale = wavelength_scale_nm(unit).expect("only known units are parsed from names") / header_scale;
+            values.into_iter().map(|v| v * scale).collect()
+        }
+        Some(None) => values,
+    }
+}
+
 /// Parses and validates the text of an ENVI header.
 ///
 /// Required: the `ENVI` magic line, `samples`, `lines`, `bands`, `data type`; `interleave` unless there
 /// is one band, `byte order` unless samples are single bytes (where they cannot matter). `header offset`
 /// defaults to 0. Per-band lists (bbl, wavelength, fwhm, band names) must have one entry per band.
+/// An entry whose value is empty (`{}`) counts as absent. Without `wavelength`, wavelengths in the band
+/// names are used ([`wavelengths_from_band_names`]).
 pub fn parse_header(text: &str) -> Result<EnviHeader, CubeError> {
     let entries = split_entries(text)?;
     let h = Lookup::new(&entries)?;
@@ -279,6 +397,11 @@ pub fn parse_header(text: &str) -> Result<EnviHeader, CubeError> {
     if let Some(v) = h.get("band names") {
         meta.band_names = Some(per_band("band names", v, bands)?.into_iter().map(String::from).collect());
     }
+    if meta.wavelength.is_none() {
+        if let Some((values, unit)) = meta.band_names.as_deref().and_then(wavelengths_from_band_names) {
+            meta.wavelength = Some(in_header_units(values, unit.as_deref(), &mut meta.wavelength_units));
+        }
+    }
     if let Some(v) = h.get("description") {
         meta.description = Some(unbrace(v).to_string());
     }
@@ -287,9 +410,9 @@ pub fn parse_header(text: &str) -> Result<EnviHeader, CubeError> {
     }
     meta.extra = entries
         .iter()
-        .filter(|(key, _)| {
+        .filter(|(key, value)| {
             let norm = normalize_key(key);
-            !GEOMETRY_KEYS.contains(&norm.as_str()) && !META_KEYS.contains(&norm.as_str())
+            !is_empty_value(value) && !GEOMETRY_KEYS.contains(&norm.as_str()) && !META_KEYS.contains(&norm.as_str())
         })
         .cloned()
         .collect();
@@ -320,6 +443,96 @@ mod tests {
             h.meta.extra,
             vec![("sensor type".to_string(), "AVIRIS".to_string()), ("my list".to_string(), "{a,\n  b}".to_string())]
         );
+    }
+
+    const GEOMETRY: &str = "ENVI\nsamples = 3\nlines = 2\nbands = 2\ndata type = 4\ninterleave = bil\nbyte order = 0\n";
+
+    #[test]
+    fn empty_values_count_as_absent() {
+        let h = parse_header(&format!(
+            "{GEOMETRY}band names = {{}}\nwavelength = {{ }}\nfwhm = {{\n}}\nbbl = {{}}\nmap info = {{}}\n\
+             coordinate system string = {{}}\ndescription = {{}}\nwavelength units =\ndata ignore value = {{}}\n\
+             sensor type =\nkept = {{x}}\n"
+        ))
+        .unwrap();
+        let m = &h.meta;
+        assert_eq!((&m.band_names, &m.wavelength, &m.fwhm, &m.bbl), (&None, &None, &None, &None));
+        assert_eq!((&m.map_info, &m.description, &m.wavelength_units, m.ignore_value), (&None, &None, &None, None));
+        assert_eq!(m.extra, vec![("kept".to_string(), "{x}".to_string())]);
+        assert_eq!(h.entries.len(), 17, "entries keeps every entry as written");
+        // An empty entry does not count as a first occurrence.
+        let h = parse_header(&format!("{GEOMETRY}band names = {{}}\nband names = {{a, b}}\n")).unwrap();
+        assert_eq!(h.meta.band_names, Some(vec!["a".to_string(), "b".to_string()]));
+        // A required key that is empty is missing.
+        let err = parse_header(&GEOMETRY.replace("samples = 3", "samples = {}")).unwrap_err().to_string();
+        assert!(err.contains("missing required key 'samples'"), "{err}");
+    }
+
+    #[test]
+    fn wavelength_units_in_nm() {
+        for (units, scale) in [("Nanometers", Some(1.0)), ("nm", Some(1.0)), ("NM", Some(1.0)), ("Micrometers", Some(1000.0))] {
+            assert_eq!(wavelength_scale_nm(units), scale, "{units}");
+        }
+        for units in ["um", "µm", "μm", "microns", " Micrometers "] {
+            assert_eq!(wavelength_scale_nm(units), Some(1000.0), "{units}");
+        }
+        assert_eq!(wavelength_scale_nm("Millimeters"), Some(1.0e6));
+        for units in ["Unknown", "Index", "Wavenumber", "GHz", ""] {
+            assert_eq!(wavelength_scale_nm(units), None, "{units}");
+        }
+        let meta = |w: &[f64], u: Option<&str>| CubeMeta {
+            wavelength: Some(w.to_vec()),
+            wavelength_units: u.map(str::to_string),
+            ..CubeMeta::default()
+        };
+        assert_eq!(meta(&[0.4, 2.5], Some("Micrometers")).wavelengths_nm(), Some(vec![400.0, 2500.0]));
+        assert_eq!(meta(&[0.4, 2.5], Some("um")).wavelengths_nm(), Some(vec![400.0, 2500.0]));
+        assert_eq!(meta(&[400.0, 2500.0], Some("Nanometers")).wavelengths_nm(), Some(vec![400.0, 2500.0]));
+        // Unknown or absent units: as given, nothing guessed.
+        assert_eq!(meta(&[0.4, 2.5], Some("Unknown")).wavelengths_nm(), Some(vec![0.4, 2.5]));
+        assert_eq!(meta(&[0.4, 2.5], None).wavelengths_nm(), Some(vec![0.4, 2.5]));
+        assert_eq!(CubeMeta::default().wavelengths_nm(), None);
+        // The header's units string is kept as written.
+        let h = parse_header(&format!("{GEOMETRY}wavelength units = Micrometers\nwavelength = {{0.4, 0.41}}\n")).unwrap();
+        assert_eq!(h.meta.wavelength_units.as_deref(), Some("Micrometers"));
+        assert_eq!(h.meta.wavelength, Some(vec![0.4, 0.41]));
+        assert_eq!(h.meta.wavelengths_nm(), Some(vec![400.0, 410.0]));
+    }
+
+    #[test]
+    fn wavelengths_written_only_in_band_names() {
+        let names = |list: &str| parse_header(&format!("{GEOMETRY}band names = {{{list}}}\n")).unwrap().meta;
+        // AVIRIS-NG orthorectified radiance writes them this way.
+        let m = names("376.44 Nanometers,\n381.45 Nanometers");
+        assert_eq!(m.wavelength, Some(vec![376.44, 381.45]));
+        assert_eq!(m.wavelength_units.as_deref(), Some("Nanometers"));
+        assert_eq!(m.band_names.as_ref().unwrap()[0], "376.44 Nanometers", "the names stay as written");
+        let m = names("Band 1 (400.5 nm), Band 2 (405.2 nm)");
+        assert_eq!((m.wavelength, m.wavelength_units.as_deref()), (Some(vec![400.5, 405.2]), Some("nm")));
+        let m = names("0.4005um, 0.4052 um");
+        assert_eq!((m.wavelengths_nm(), m.wavelength_units.as_deref()), (Some(vec![400.5, 405.2]), Some("um")));
+        // Plain numbers: the wavelengths, in the header's units (none here).
+        let m = names("400.5, 405.2");
+        assert_eq!((m.wavelength, m.wavelength_units), (Some(vec![400.5, 405.2]), None));
+        // Not wavelengths: indices, channel names, geometry bands, a mix, two numbers with units.
+        for list in ["1, 2", "0, 1", "channel_0, channel_1", "Path length (m), Slope", "400 nm, 405", "B1 400 nm 410 nm, 405 nm"] {
+            assert_eq!(names(list).wavelength, None, "{list}");
+        }
+        // The wavelength list, when there is one, wins.
+        let h = parse_header(&format!("{GEOMETRY}wavelength = {{1, 2}}\nband names = {{400 nm, 500 nm}}\n")).unwrap();
+        assert_eq!(h.meta.wavelength, Some(vec![1.0, 2.0]));
+        assert_eq!(h.meta.wavelength_units, None);
+        // Names in nm under a header in micrometres: converted to the header's units.
+        let h = parse_header(&format!("{GEOMETRY}wavelength units = Micrometers\nband names = {{400 nm, 500 nm}}\n")).unwrap();
+        assert_eq!(h.meta.wavelength, Some(vec![0.4, 0.5]));
+        assert_eq!(h.meta.wavelengths_nm(), Some(vec![400.0, 500.0]));
+    }
+
+    #[test]
+    fn map_info_with_rotation_is_kept_verbatim() {
+        let map = "UTM, 1, 1, 353128.75, 3813729.77, 15, 15, 11, North, WGS-84, units=Meters, rotation=-12.50000000";
+        let h = parse_header(&format!("{GEOMETRY}Map Info = {{{map}}}\n")).unwrap();
+        assert_eq!(h.meta.map_info.as_deref(), Some(map));
     }
 
     #[test]

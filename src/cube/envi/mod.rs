@@ -1,7 +1,8 @@
 //! ENVI cubes: a text header (.hdr) and a raw data file beside it, in BSQ, BIL or BIP, any of the
 //! real ENVI data types, either byte order.
 //!
-//! - [`parse_header`] reads and validates the header text ([`header`]);
+//! - [`parse_header`] reads and validates the header text ([`header`]), accepting headers as GDAL and
+//!   Spectral Python do (empty `{}` values, any key case, wavelengths in the band names; see there);
 //! - [`read`] / [`read_parts`] check the data file against it and stream it into a BIP [`Cube`]
 //!   ([`reader`]), keeping the samples in their file data type and byte order;
 //! - [`write_f32_bsq`] writes MNF results, [`write_cube`] any cube in any layout ([`writer`]).
@@ -12,9 +13,21 @@ mod writer;
 
 use std::path::Path;
 
-pub use header::{parse_header, EnviHeader};
+pub use header::{parse_header, wavelength_scale_nm, wavelengths_from_band_names, EnviHeader};
 
 use super::{ByteOrder, Cube, CubeError, CubeMeta, Interleave};
+
+impl CubeMeta {
+    /// The wavelengths in nanometres: as given when `wavelength units` says nanometres, × 1000 for
+    /// micrometres, × 10⁶ for millimetres ([`wavelength_scale_nm`]). When the units are absent or not
+    /// a known length (`Unknown`, `Index`, `Wavenumber`, ...) the values are returned **as given**,
+    /// unconverted: nothing is guessed from their magnitudes. `wavelength_units` itself always keeps the
+    /// source's string. None without wavelengths.
+    pub fn wavelengths_nm(&self) -> Option<Vec<f64>> {
+        let scale = self.wavelength_units.as_deref().and_then(wavelength_scale_nm).unwrap_or(1.0);
+        self.wavelength.as_ref().map(|w| w.iter().map(|&v| v * scale).collect())
+    }
+}
 
 /// What an ENVI float32 BSQ output header carries besides the geometry.
 #[derive(Debug, Clone, Default)]

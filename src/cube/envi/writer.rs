@@ -5,7 +5,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use super::header::{normalize_key, GEOMETRY_KEYS, META_KEYS};
+use super::header::{is_empty_value, normalize_key, GEOMETRY_KEYS, META_KEYS};
 use super::OutputHeader;
 use crate::cube::layout::{write_from_bip, Dims, FileOrder};
 use crate::cube::model::checked_cube_bytes;
@@ -86,7 +86,8 @@ impl HeaderText {
         self.entry("interleave", interleave.name());
         self.entry("byte order", order.envi_code());
     }
-    /// Map info and the uninterpreted entries of the source.
+    /// Map info (verbatim, `rotation=` included) and the uninterpreted entries of the source, the
+    /// `coordinate system string` (WKT) among them; entries with an empty value (`{}`) are left out.
     fn carried(&mut self, meta: &CubeMeta, keep_spectral: bool) {
         if let Some(map) = &meta.map_info {
             self.braced("map info", map);
@@ -94,7 +95,7 @@ impl HeaderText {
         for (key, value) in &meta.extra {
             let norm = normalize_key(key);
             let ours = [&GEOMETRY_KEYS[..], &META_KEYS[..], &WRITTEN_KEYS[..]].concat().contains(&norm.as_str());
-            if ours || (!keep_spectral && BAND_KEYED.contains(&norm.as_str())) {
+            if ours || is_empty_value(value) || (!keep_spectral && BAND_KEYED.contains(&norm.as_str())) {
                 continue;
             }
             self.entry(key, value);
