@@ -135,7 +135,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let backend = run_backend(params.backend, &args.devices, args.split_cube)?;
     let t = Instant::now();
     eprintln!("hypermnf: reading {}", args.input.display());
-    let cube = hypermnf::cube::open(&args.input)?;
+    // Mapped in the layout the file is stored in: a flight line is neither copied nor transposed here.
+    let cube = hypermnf::cube::map(&args.input)?;
     let read_ms = t.elapsed().as_secs_f64() * 1e3;
     eprintln!(
         "hypermnf: {} lines x {} samples x {} bands, {} ({:.0} ms)",

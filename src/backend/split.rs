@@ -132,7 +132,7 @@ impl SplitBackend {
 /// `CudaBackend::memory_budget`). A backend without device memory always fits.
 fn fits(backend: &dyn Backend, cube: &Cube) -> bool {
     let Some((used, total)) = backend.memory_in_use() else { return true };
-    let need = (cube.raw().len() as u64 + cube.pixels() as u64 + (256 << 20)) * 10 / 9 + (256 << 20);
+    let need = (cube.raw_len() as u64 + cube.pixels() as u64 + (256 << 20)) * 10 / 9 + (256 << 20);
     total.saturating_sub(used) >= need
 }
 
@@ -178,7 +178,7 @@ impl Backend for SplitBackend {
         }
         if self.mode == SplitMode::WhenTooLarge {
             tracing::info!(
-                bytes = cube.raw().len(),
+                bytes = cube.raw_len(),
                 device = %self.parts[0].device(),
                 devices = self.parts.len(),
                 "the cube does not fit the device's free memory: split over the devices"

@@ -37,7 +37,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         spec.lines,
         spec.samples,
         spec.bands,
-        cube.raw().len() as f64 / 1e6,
+        cube.raw_len() as f64 / 1e6,
         t.elapsed().as_secs_f64(),
         rayon::current_num_threads()
     );
@@ -71,7 +71,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     println!(
         "peak resident memory: {:.0} MB (cube {:.0} MB + components {:.0} MB; {:.0} MB before the runs)",
         peak as f64 / 1e6,
-        cube.raw().len() as f64 / 1e6,
+        cube.raw_len() as f64 / 1e6,
         (cube.pixels() * args.components * 4) as f64 / 1e6,
         rss_before as f64 / 1e6
     );

@@ -254,7 +254,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             cube.lines(),
             cube.samples(),
             cube.bands(),
-            cube.raw().len() >> 20,
+            cube.raw_len() >> 20,
             t.elapsed().as_secs_f64()
         );
         if !args.devices_only {

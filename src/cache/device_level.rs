@@ -29,7 +29,7 @@ impl std::fmt::Debug for DeviceLevel {
 /// pixel mask, the per-pass chunk buffers (three 64 MiB work matrices, rounded up), and the margin the
 /// backend leaves free (a tenth of the free memory plus 256 MiB).
 pub fn resident_need(cube: &Cube) -> u64 {
-    let raw = cube.raw().len() as u64;
+    let raw = cube.raw_len() as u64;
     let mask = cube.pixels() as u64;
     let passes = 256u64 << 20;
     (raw + mask + passes) * 10 / 9 + (256 << 20)
@@ -195,7 +195,7 @@ mod tests {
             Some((self.used.load(Ordering::SeqCst), self.total))
         }
         fn prepare<'c>(&'c self, cube: &'c Cube, _: &Monitor) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError> {
-            let bytes = cube.raw().len() as u64;
+            let bytes = cube.raw_len() as u64;
             self.used.fetch_add(bytes, Ordering::SeqCst);
             Ok(Box::new(FakeCube { bytes, pooled: self.pooled.clone() }))
         }

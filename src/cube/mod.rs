@@ -66,6 +66,18 @@ pub fn open(path: &Path) -> Result<Cube, CubeError> {
     }
 }
 
+/// Opens a cube by its file name as [`open`] does, but mapped instead of read: an ENVI file in the
+/// layout it is stored in (BIL and BSQ are never transposed on the host, see
+/// [`Cube::storage`](model::Cube::storage)), a C-order `.npy` as it is. What `hypermnf run` and the
+/// service's jobs read: a flight line of many GB then holds no memory of its own.
+pub fn map(path: &Path) -> Result<Cube, CubeError> {
+    match path.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref() {
+        Some("hdr") => envi::map(path),
+        Some("npy") => npy::map(path),
+        _ => Err(not_a_cube_file(path)),
+    }
+}
+
 fn not_a_cube_file(path: &Path) -> CubeError {
     CubeError::Unsupported(format!("{}: input must be an ENVI header (.hdr) or a NumPy array (.npy)", path.display()))
 }

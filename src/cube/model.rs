@@ -224,6 +224,9 @@ pub struct Cube {
     byte_order: ByteOrder,
     /// Owned, or borrowed for the length of a `with_borrowed` call (bytes.rs says why that is sound).
     data: SampleBytes,
+    /// The order of the samples in `data`: BIP, except for an ENVI file mapped in the layout it is
+    /// stored in ([`Cube::from_mapped_native`]), which is read without a transpose on the host.
+    storage: Interleave,
     pub meta: CubeMeta,
 }
 
@@ -276,7 +279,7 @@ impl Cube {
         meta: CubeMeta,
     ) -> Result<Self, CubeError> {
         check_size(lines, samples, bands, dtype, data.len())?;
-        Ok(Cube { lines, samples, bands, dtype, byte_order, data: SampleBytes::Owned(data), meta })
+        Ok(Cube { lines, samples, bands, dtype, byte_order, data: SampleBytes::Owned(data), storage: Interleave::Bip, meta })
     }
 
     /// Runs `f` on a cube whose samples are `data`, borrowed instead of copied (same checks as
@@ -295,7 +298,7 @@ impl Cube {
         f: impl FnOnce(&Cube) -> R,
     ) -> Result<R, CubeError> {
         check_size(lines, samples, bands, dtype, data.len())?;
-        let cube = Cube { lines, samples, bands, dtype, byte_order, data: SampleBytes::borrowed(data), meta };
+        let cube = Cube { lines, samples, bands, dtype, byte_order, data: SampleBytes::borrowed(data), storage: Interleave::Bip, meta };
         // `cube` is dropped at the end of this function, while `data` is still borrowed.
         Ok(f(&cube))
     }
@@ -315,11 +318,43 @@ impl Cube {
         len: usize,
         meta: CubeMeta,
     ) -> Result<Self, CubeError> {
+        Self::from_mapped_native(lines, samples, bands, dtype, byte_order, Interleave::Bip, map, file, offset, len, meta)
+    }
+
+    /// [`from_mapped`](Self::from_mapped) for samples stored in `storage` order (an ENVI BIL or BSQ
+    /// file mapped as it is). Such a cube is never transposed on the host: the CPU backend widens a
+    /// block of lines at a time into BIP ([`decode_lines_f64`](Self::decode_lines_f64)), the CUDA
+    /// backend copies blocks of lines in the file's order and reorders them on the device, and the
+    /// content digest gathers each of its leaves.
+    #[allow(clippy::too_many_arguments)] // the same fields as `from_raw`, plus where the samples lie
+    pub(super) fn from_mapped_native(
+        lines: usize,
+        samples: usize,
+        bands: usize,
+        dtype: DataType,
+        byte_order: ByteOrder,
+        storage: Interleave,
+        map: memmap2::Mmap,
+        file: std::fs::File,
+        offset: usize,
+        len: usize,
+        meta: CubeMeta,
+    ) -> Result<Self, CubeError> {
         check_size(lines, samples, bands, dtype, len)?;
         if offset.checked_add(len).is_none_or(|end| end > map.len()) {
             return Err(CubeError::SizeMismatch(format!("{len} bytes from offset {offset} run past a {} byte file", map.len())));
         }
-        Ok(Cube { lines, samples, bands, dtype, byte_order, data: SampleBytes::Mapped { map, offset, len, file }, meta })
+        Ok(Cube { lines, samples, bands, dtype, byte_order, data: SampleBytes::Mapped { map, offset, len, file }, storage, meta })
+    }
+
+    /// The order of the samples in memory: BIP, or the layout of a natively mapped ENVI file.
+    pub fn storage(&self) -> Interleave {
+        self.storage
+    }
+
+    /// Bytes of samples (whatever their order).
+    pub fn raw_len(&self) -> usize {
+        self.data.as_slice().len()
     }
 
     /// Whether the samples are a file mapping ([`crate::cube::npy::map`]) rather than memory of their own.
@@ -374,8 +409,17 @@ impl Cube {
     pub fn byte_order(&self) -> ByteOrder {
         self.byte_order
     }
-    /// Raw BIP bytes in the cube's byte order (what the GPU backend uploads).
+    /// Raw BIP bytes in the cube's byte order (what the GPU backend uploads). Only for a cube stored
+    /// BIP: a natively mapped BIL or BSQ file has no BIP bytes (see [`storage`](Self::storage));
+    /// callers that may see one read it with [`decode_lines_f64`](Self::decode_lines_f64),
+    /// [`copy_lines_bip`](Self::copy_lines_bip) or the file ([`raw_file`](Self::raw_file)).
     pub fn raw(&self) -> &[u8] {
+        assert_eq!(self.storage, Interleave::Bip, "Cube::raw on a cube stored {}", self.storage.name());
+        self.data.as_slice()
+    }
+
+    /// The samples in their stored order (see [`storage`](Self::storage)), in the cube's byte order.
+    pub fn stored(&self) -> &[u8] {
         self.data.as_slice()
     }
     /// Bytes of one line (samples × bands samples).
@@ -388,9 +432,90 @@ impl Cube {
         &self.raw()[first * lb..(first + count) * lb]
     }
 
-    /// Widens lines `first..first + count` into `out` (BIP order, length count × samples × bands).
+    /// Widens lines `first..first + count` into `out` (BIP order, length count × samples × bands),
+    /// whatever the stored order: a BIL line or a BSQ band slab of those lines is widened as it lies
+    /// and put in place (the only reordering a natively mapped cube sees on the CPU, a block at a time).
     pub fn decode_lines_f64(&self, first: usize, count: usize, out: &mut [f64]) {
-        decode_into(self.raw_lines(first, count), self.dtype, self.byte_order, out)
+        let (s, b) = (self.samples, self.bands);
+        let size = self.dtype.size();
+        let data = self.data.as_slice();
+        match self.storage {
+            Interleave::Bip => decode_into(self.raw_lines(first, count), self.dtype, self.byte_order, out),
+            Interleave::Bil => {
+                assert_eq!(out.len(), count * s * b, "decode_lines_f64: length mismatch");
+                let mut line = vec![0f64; s * b];
+                for (i, l) in (first..first + count).enumerate() {
+                    let at = l * s * b * size;
+                    decode_into(&data[at..at + s * b * size], self.dtype, self.byte_order, &mut line);
+                    let dst = &mut out[i * s * b..(i + 1) * s * b];
+                    for (band, row) in line.chunks_exact(s).enumerate() {
+                        for (px, v) in row.iter().enumerate() {
+                            dst[px * b + band] = *v;
+                        }
+                    }
+                }
+            }
+            Interleave::Bsq => {
+                assert_eq!(out.len(), count * s * b, "decode_lines_f64: length mismatch");
+                let mut plane = vec![0f64; count * s];
+                for band in 0..b {
+                    let at = (band * self.lines + first) * s * size;
+                    decode_into(&data[at..at + count * s * size], self.dtype, self.byte_order, &mut plane);
+                    for (px, v) in plane.iter().enumerate() {
+                        out[px * b + band] = *v;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Widens the pixel at (`line`, `sample`) into `out` (`bands` values).
+    pub fn decode_pixel_f64(&self, line: usize, sample: usize, out: &mut [f64]) {
+        let (s, b, size) = (self.samples, self.bands, self.dtype.size());
+        let data = self.data.as_slice();
+        match self.storage {
+            Interleave::Bip => {
+                let at = (line * s + sample) * b * size;
+                decode_into(&data[at..at + b * size], self.dtype, self.byte_order, out)
+            }
+            storage => {
+                for (band, o) in out.iter_mut().enumerate().take(b) {
+                    let at = self.stored_index(storage, line, sample, band) * size;
+                    decode_into(&data[at..at + size], self.dtype, self.byte_order, std::slice::from_mut(o));
+                }
+            }
+        }
+    }
+
+    /// Raw bytes of lines `first..first + count` in BIP order (the cube's byte order), into `out`:
+    /// a copy of [`raw_lines`](Self::raw_lines), gathered for a cube stored BIL or BSQ.
+    pub fn copy_lines_bip(&self, first: usize, count: usize, out: &mut [u8]) {
+        let size = self.dtype.size();
+        if self.storage == Interleave::Bip {
+            out.copy_from_slice(self.raw_lines(first, count));
+            return;
+        }
+        let (s, b) = (self.samples, self.bands);
+        assert_eq!(out.len(), count * s * b * size, "copy_lines_bip: length mismatch");
+        let data = self.data.as_slice();
+        for (i, px) in out.chunks_exact_mut(b * size).enumerate() {
+            let (l, c) = (first + i / s, i % s);
+            for (band, o) in px.chunks_exact_mut(size).enumerate() {
+                let at = self.stored_index(self.storage, l, c, band) * size;
+                o.copy_from_slice(&data[at..at + size]);
+            }
+        }
+    }
+
+    /// Where sample (`line`, `sample`, `band`) is among the stored samples.
+    #[inline]
+    fn stored_index(&self, storage: Interleave, line: usize, sample: usize, band: usize) -> usize {
+        let (l, s, b) = (self.lines, self.samples, self.bands);
+        match storage {
+            Interleave::Bip => (line * s + sample) * b + band,
+            Interleave::Bil => (line * b + band) * s + sample,
+            Interleave::Bsq => (band * l + line) * s + sample,
+        }
     }
 
     /// Widens the whole cube to f64 BIP (tests and references only: it doubles memory).
@@ -453,6 +578,9 @@ impl Cube {
     pub fn content_digest(&self) -> [u8; 32] {
         let header = super::npy::canonical_header(self.dtype, self.lines, self.samples, self.bands);
         let suffix = self.digest_suffix();
+        if self.storage != Interleave::Bip {
+            return self.content_digest_gathered(&header, &suffix);
+        }
         let raw = self.raw();
         let size = self.dtype.size();
         if self.byte_order == ByteOrder::Little || size == 1 {
@@ -475,6 +603,42 @@ impl Cube {
             }
             super::digest::feed_parts(&[&suffix], start.max(h_len + r_len) - (h_len + r_len), end.saturating_sub(h_len + r_len), |b| {
                 h.update(b)
+            });
+        })
+    }
+
+    /// [`content_digest`](Self::content_digest) of a cube stored BIL or BSQ: each leaf's samples are
+    /// gathered (and made little-endian) from the stored order, a leaf at a time on every core, so the
+    /// cube is never transposed whole.
+    fn content_digest_gathered(&self, header: &[u8], suffix: &[u8]) -> [u8; 32] {
+        let size = self.dtype.size();
+        let (h_len, r_len) = (header.len() as u64, self.raw_len() as u64);
+        let swap = self.byte_order == ByteOrder::Big && size > 1;
+        let (s, b) = (self.samples, self.bands);
+        let data = self.data.as_slice();
+        super::digest::of_stream(h_len + r_len + suffix.len() as u64, |start, end, h| {
+            use sha2::Digest;
+            super::digest::feed_parts(&[header], start, end, |x| h.update(x));
+            let (a, z) = (start.max(h_len) - h_len, end.min(h_len + r_len).saturating_sub(h_len));
+            if a < z {
+                // Whole samples around a..z, in BIP order, then the part of them in the leaf.
+                let (e0, e1) = ((a / size as u64) as usize, z.div_ceil(size as u64) as usize);
+                let mut bytes = Vec::with_capacity((e1 - e0) * size);
+                for e in e0..e1 {
+                    let (px, band) = (e / b, e % b);
+                    let at = self.stored_index(self.storage, px / s, px % s, band) * size;
+                    let sample = &data[at..at + size];
+                    if swap {
+                        bytes.extend(sample.iter().rev());
+                    } else {
+                        bytes.extend_from_slice(sample);
+                    }
+                }
+                let skip = (a - e0 as u64 * size as u64) as usize;
+                h.update(&bytes[skip..skip + (z - a) as usize]);
+            }
+            super::digest::feed_parts(&[suffix], start.max(h_len + r_len) - (h_len + r_len), end.saturating_sub(h_len + r_len), |x| {
+                h.update(x)
             });
         })
     }

@@ -331,7 +331,7 @@ mod tests {
             self.alive.fetch_add(1, Ordering::SeqCst);
             self.prepared.fetch_add(1, Ordering::SeqCst);
             let inner = self.cpu.prepare(cube, monitor)?;
-            Ok(Box::new(TightCube { inner, bytes: cube.raw().len() as u64, alive: self.alive.clone() }))
+            Ok(Box::new(TightCube { inner, bytes: cube.raw_len() as u64, alive: self.alive.clone() }))
         }
     }
 

@@ -21,12 +21,13 @@ pub fn load_cube(kind: InputKind, location: &str, storage: &Storage, rt: &tokio:
     match kind {
         // Mapped: the upload is ours, written once (a copy from S3 is a scratch file of this job).
         InputKind::Npy => npy::map(local("cube.npy")?.path()),
+        // Mapped in the layout it is stored in: a BIL or BSQ upload is never transposed on the host.
         InputKind::Envi => {
             let hdr = local("cube.hdr")?;
             let text = std::fs::read_to_string(hdr.path()).map_err(|e| CubeError::io(hdr.path(), e))?;
-            crate::cube::envi::read_parts(&text, local("cube.img")?.path())
+            crate::cube::envi::map_parts(&text, local("cube.img")?.path())
         }
-        InputKind::Href => crate::cube::open(Path::new(location)),
+        InputKind::Href => crate::cube::map(Path::new(location)),
     }
 }
 

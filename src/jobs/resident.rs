@@ -180,7 +180,7 @@ mod tests {
             Some((0, 1 << 40))
         }
         fn prepare<'c>(&'c self, cube: &'c Cube, monitor: &Monitor) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError> {
-            Ok(Box::new(PretendCube(self.0.prepare(cube, monitor)?, cube.raw().len() as u64)))
+            Ok(Box::new(PretendCube(self.0.prepare(cube, monitor)?, cube.raw_len() as u64)))
         }
     }
 

@@ -12,16 +12,18 @@ const COMMON: &str = include_str!("../../../kernels/common.cuh");
 const NOISE: &str = include_str!("../../../kernels/noise.cu");
 const COVARIANCE: &str = include_str!("../../../kernels/covariance.cu");
 const TRANSFORM: &str = include_str!("../../../kernels/transform.cu");
+const REORDER: &str = include_str!("../../../kernels/reorder.cu");
 
 /// The whole program as NVRTC sees it: common.cuh first, then the kernels with their
 /// `#include "common.cuh"` lines removed (NVRTC is given no include path).
 pub(crate) fn program_source() -> String {
-    let mut src = String::with_capacity(COMMON.len() + NOISE.len() + COVARIANCE.len() + TRANSFORM.len() + 256);
+    let mut src = String::with_capacity(COMMON.len() + NOISE.len() + COVARIANCE.len() + TRANSFORM.len() + REORDER.len() + 256);
     src.push_str(&COMMON.replace("#pragma once", ""));
     for (name, body) in [
         ("noise.cu", NOISE),
         ("covariance.cu", COVARIANCE),
         ("transform.cu", TRANSFORM),
+        ("reorder.cu", REORDER),
     ] {
         src.push_str(&format!("\n// ---- kernels/{name}\n"));
         for line in body.lines() {
@@ -158,6 +160,9 @@ mod tests {
             let found = src.contains(&format!("void __launch_bounds__(256) {k}("))
                 || k.strip_prefix("project_px").is_some_and(|kp| src.contains(&format!("PROJECT_PX({kp})")));
             assert!(found, "kernel {k} missing");
+        }
+        for size in [1, 2, 4, 8] {
+            assert!(src.contains(&format!("REORDER(reorder_to_bip{size}, ")), "reorder_to_bip{size} missing");
         }
     }
 

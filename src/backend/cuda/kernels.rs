@@ -123,6 +123,10 @@ impl<T> DevPtr<T> {
     pub(crate) fn addr(self) -> u64 {
         self.addr
     }
+    /// `len` elements at device address `addr` (a place inside a buffer the caller holds).
+    pub(crate) fn raw(addr: u64, len: usize) -> Self {
+        DevPtr { addr, len, _t: PhantomData }
+    }
 }
 
 /// Where a launch may check, in debug builds, that a buffer holds what the kernel will touch.
@@ -237,6 +241,8 @@ pub(crate) struct Kernels {
     noise_mean_filter_w16: [CudaFunction; 2],
     /// project_w16{s,u}{KP}: the projection for the same cubes, by KP (a multiple of 4).
     project_w16: Vec<(usize, [CudaFunction; 2])>,
+    /// reorder_to_bip{1,2,4,8}, by element size.
+    reorder_to_bip: [CudaFunction; 4],
     /// Use the 2-byte integer fast paths where a cube qualifies (false: the generic kernels only; tests
     /// compare both).
     pub(crate) wide: bool,
@@ -349,6 +355,7 @@ impl Kernels {
                 .iter()
                 .map(|&kp| Ok((kp, [f(&format!("project_w16s{kp}"))?, f(&format!("project_w16u{kp}"))?])))
                 .collect::<Result<_, BackendError>>()?,
+            reorder_to_bip: [f("reorder_to_bip1")?, f("reorder_to_bip2")?, f("reorder_to_bip4")?, f("reorder_to_bip8")?],
             wide: true,
             module,
         })
@@ -382,6 +389,42 @@ impl Kernels {
         // its limit; and that memory stays allocated, and no other work writes what the kernel reads or
         // touches what it writes, until `s` has run the kernel (the backend orders its streams with events).
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(cuda(what))
+    }
+
+    /// Transposes `groups` matrices of `rows` x `cols` elements of `size` bytes from `src` into `dst`
+    /// (kernels/reorder.cu): a block of BIL lines (rows = bands, cols = samples, a group per line) or
+    /// of BSQ lines (rows = bands, cols = pixels, one group) into BIP. `src` and `dst` must not overlap.
+    pub(crate) fn reorder_to_bip(
+        &self,
+        s: &CudaStream,
+        src: DevPtr<u8>,
+        dst: DevPtr<u8>,
+        groups: usize,
+        rows: usize,
+        cols: usize,
+        size: usize,
+    ) -> Result<(), BackendError> {
+        let bytes = groups * rows * cols * size;
+        if bytes == 0 {
+            return Ok(());
+        }
+        src.holds(bytes);
+        dst.holds(bytes);
+        let f = match size {
+            1 => &self.reorder_to_bip[0],
+            2 => &self.reorder_to_bip[1],
+            4 => &self.reorder_to_bip[2],
+            8 => &self.reorder_to_bip[3],
+            other => return Err(BackendError::Invalid(format!("no reorder kernel for {other}-byte samples"))),
+        };
+        let tiles = |n: usize| n.div_ceil(32) as u64;
+        let cfg = LaunchConfig {
+            grid_dim: (tiles(cols).min(1 << 20) as u32, tiles(rows).min(65535) as u32, (groups as u64).min(65535) as u32),
+            block_dim: (32, 8, 1),
+            shared_mem_bytes: 0,
+        };
+        let args = [src.into(), dst.into(), (groups as i64).into(), (rows as i32).into(), (cols as i64).into()];
+        self.launch(s, f, cfg, &args, "launch reorder_to_bip")
     }
 
     /// valid[p] for `npix` pixels from `raw`; adds the valid count to `count` (None: not counted).

@@ -24,7 +24,6 @@ use super::device::{cuda, dtoh_async, event, htod_async, is_registered, DevBuf, 
 use super::kernels::{self, CovParts, DevPtr, NoiseArgs, Pixels, RawType, COV_TILE, MAX_CONST_T, PX_KP};
 use super::{CudaBackend, Route};
 use crate::backend::{check_window, BackendError, ChunkDone, PreparedCube};
-use crate::cube::model::decode_into;
 use crate::cube::Cube;
 use crate::mnf::stats::{is_masked, Denoise, Moments, Projection, Statistics, StatsSpec};
 use crate::mnf::{Monitor, NoiseEstimator, Stage};
@@ -165,6 +164,16 @@ struct Staging<'c> {
     next: usize,
 }
 
+/// A cube stored BIL or BSQ (an ENVI file mapped as it is): blocks of its lines are read from the file
+/// in that order into the staging buffers, copied to a landing buffer on the device, and reordered
+/// into BIP there (`Kernels::reorder_to_bip`), so the host never transposes it.
+struct Native<'c> {
+    storage: crate::cube::Interleave,
+    file: &'c std::fs::File,
+    /// Offset of the first stored sample in the file.
+    base: u64,
+}
+
 /// The mask the valid-pixel buffer was computed for.
 #[derive(Clone, PartialEq)]
 struct MaskKey {
@@ -185,6 +194,10 @@ pub struct CudaCube<'c> {
     /// Where `host` is a file's mapping: the file and the offset of `host[0]` in it. Staging copies
     /// read it with positioned reads (the mapping is not populated, see `cube::npy::map`).
     file: Option<(&'c std::fs::File, u64)>,
+    /// Set for a cube stored BIL or BSQ (`host` is then empty): see [`Native`].
+    native: Option<Native<'c>>,
+    /// The device buffer a native block lands in before it is reordered into place.
+    land: Option<Pooled<'c, DevBuf>>,
     registered: bool,
     lay: Layout,
     compute: std::sync::Arc<CudaStream>,
@@ -206,18 +219,31 @@ impl<'c> CudaCube<'c> {
         let began = Instant::now();
         be.ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent"))?;
         let t = RawType::of(cube.dtype(), cube.byte_order());
-        let raw = cube.raw_lines(range.start, range.len());
+        let stored_bip = cube.storage() == crate::cube::Interleave::Bip;
+        let native = match (stored_bip, cube.raw_file()) {
+            (false, Some((file, base))) if !RawType::host_converted(cube.dtype()) => {
+                Some(Native { storage: cube.storage(), file, base })
+            }
+            _ => None,
+        };
         // i64 / u64: no device conversion; widen to f64 on the host (documented in RawType::of).
         let host: Cow<'c, [u8]> = if RawType::host_converted(cube.dtype()) {
             let mut v = vec![0f64; range.len() * cube.samples() * cube.bands()];
-            decode_into(raw, cube.dtype(), cube.byte_order(), &mut v);
+            cube.decode_lines_f64(range.start, range.len(), &mut v);
             Cow::Owned(v.iter().flat_map(|x| x.to_le_bytes()).collect())
+        } else if native.is_some() {
+            Cow::Borrowed(&[])
+        } else if !stored_bip {
+            // Stored BIL/BSQ without a file to read from: gathered here (not made by any reader).
+            let mut v = vec![0u8; range.len() * cube.line_bytes()];
+            cube.copy_lines_bip(range.start, range.len(), &mut v);
+            Cow::Owned(v)
         } else {
-            Cow::Borrowed(raw)
+            Cow::Borrowed(cube.raw_lines(range.start, range.len()))
         };
         let registered = is_registered(&be.registry, &host);
         let file = match (&host, cube.raw_file()) {
-            (Cow::Borrowed(_), Some((f, at))) => Some((f, at + (range.start * cube.line_bytes()) as u64)),
+            (Cow::Borrowed(_), Some((f, at))) if native.is_none() => Some((f, at + (range.start * cube.line_bytes()) as u64)),
             _ => None,
         };
         let (lines, samples, bands) = (range.len(), cube.samples(), cube.bands());
@@ -227,7 +253,9 @@ impl<'c> CudaCube<'c> {
         let budget = be.memory_budget()?;
         // Resident: the raw cube, its mask, and per-pass chunk buffers (work matrix + two output chunks).
         let pass_bytes = |cl: usize| cl * samples * (bands * 4 * 3 + 1);
-        let resident_need = host.len() + lines * samples + pass_bytes(chunk_lines);
+        // The raw lines on the device (the host holds none of a native cube's).
+        let raw_bytes = lines * samples * bands * t.size;
+        let resident_need = raw_bytes + lines * samples + pass_bytes(chunk_lines);
         let resident = resident_need <= budget;
         if !resident {
             // Two slots of (chunk + 2 halo lines) raw + mask, plus the per-pass buffers.
@@ -242,7 +270,7 @@ impl<'c> CudaCube<'c> {
         let streams = [&compute, &copy];
         let dev = |bytes: usize| be.dev_pool.take(bytes, &streams, |n| DevBuf::alloc(&be.ctx, n));
         let (resident, slots) = if resident {
-            let raw = dev(host.len())?;
+            let raw = dev(raw_bytes)?;
             // Timed only when the per-chunk timeline is logged (hypermnf::timing at debug level).
             let timed = tracing::enabled!(target: "hypermnf::timing", tracing::Level::DEBUG);
             let arrived = (0..n).map(|_| event(&be.ctx, timed)).collect::<Result<Vec<_>, _>>()?;
@@ -284,6 +312,8 @@ impl<'c> CudaCube<'c> {
             shifts: None,
             host,
             file,
+            native,
+            land: None,
             registered,
             timeline: Timeline {
                 resident: resident.is_some(),
@@ -353,6 +383,9 @@ impl<'c> CudaCube<'c> {
         if range.is_empty() {
             return Ok(());
         }
+        if self.native.is_some() {
+            return self.send_native(range, dst);
+        }
         if self.registered {
             // SAFETY: the registered host memory outlives this prepared cube (borrowed for 'c) and is
             // not written; dst holds range.len() bytes (checked by the callers' layout).
@@ -395,6 +428,76 @@ impl<'c> CudaCube<'c> {
             unsafe { htod_async(dst + (at - range.start) as u64, &st.buf[i].as_slice()[..src.len()], &self.copy)? };
             st.copied[i].record(&self.copy).map_err(cuda("cuEventRecord"))?;
             at = end;
+        }
+        Ok(())
+    }
+
+    /// [`send`](Self::send) for a cube stored BIL or BSQ: `range` (whole lines, in bytes of this
+    /// prepared cube's BIP lines) goes in blocks of whole lines. Each block is read from the file in
+    /// the stored order with parallel positioned reads into a staging buffer (BIL: one run of bytes;
+    /// BSQ: one run per band), copied to the landing buffer, and reordered into BIP at its place in
+    /// `dst` on the copy stream, so a later wait on the copy stream covers the reorder too.
+    fn send_native(&mut self, range: std::ops::Range<usize>, dst: u64) -> Result<(), BackendError> {
+        use std::os::unix::fs::FileExt;
+        let lb = self.lay.line_bytes();
+        let (samples, bands, size) = (self.cube.samples(), self.cube.bands(), self.lay.t.size);
+        let cube_lines = self.cube.lines();
+        debug_assert!(range.start % lb == 0 && range.end % lb == 0, "whole lines");
+        let piece = STAGING_PIECE.max(lb);
+        let block_lines = piece / lb;
+        if self.staging.is_none() {
+            let ctx = &self.be.ctx;
+            self.staging = Some(Staging {
+                buf: [self.pinned(piece)?, self.pinned(piece)?],
+                copied: [event(ctx, false)?, event(ctx, false)?],
+                next: 0,
+            });
+        }
+        if self.land.as_ref().is_none_or(|l| l.size() < piece) {
+            let streams = [&self.compute, &self.copy];
+            self.land = Some(self.be.dev_pool.take(piece, &streams, |n| DevBuf::alloc(&self.be.ctx, n))?);
+        }
+        let native = self.native.as_ref().expect("a native cube");
+        let (storage, file, base) = (native.storage, native.file, native.base);
+        let land = DevPtr::<u8>::of(self.land.as_ref().expect("allocated above"));
+        let st = self.staging.as_mut().expect("staging allocated above");
+        let read_err = |e: std::io::Error| BackendError::Invalid(format!("cannot read the cube's file: {e}"));
+        let (l_first, l_end) = (self.first + range.start / lb, self.first + range.end / lb);
+        let mut l0 = l_first;
+        while l0 < l_end {
+            let l1 = (l0 + block_lines).min(l_end);
+            let n = l1 - l0;
+            let bytes = n * lb;
+            let i = st.next;
+            st.next ^= 1;
+            st.copied[i].synchronize().map_err(cuda("cuEventSynchronize"))?;
+            let host = &mut st.buf[i].as_mut_slice()[..bytes];
+            match storage {
+                crate::cube::Interleave::Bil => host
+                    .par_chunks_mut(1 << 20)
+                    .enumerate()
+                    .try_for_each(|(j, d)| file.read_exact_at(d, base + (l0 * lb + (j << 20)) as u64))
+                    .map_err(read_err)?,
+                // Band b's lines l0..l1 lie at ((b * lines) + l0) * samples samples in.
+                _ => host
+                    .par_chunks_mut(n * samples * size)
+                    .enumerate()
+                    .try_for_each(|(b, d)| file.read_exact_at(d, base + (((b * cube_lines) + l0) * samples * size) as u64))
+                    .map_err(read_err)?,
+            }
+            // SAFETY: the staging buffer is not touched again before `copied[i]` has passed (synchronized
+            // above before each reuse, and in Drop); the landing buffer holds `piece` >= bytes bytes and is
+            // only read by the reorder below, on the same stream.
+            unsafe { htod_async(land.addr(), &st.buf[i].as_slice()[..bytes], &self.copy)? };
+            st.copied[i].record(&self.copy).map_err(cuda("cuEventRecord"))?;
+            let at = dst + ((l0 - l_first) * lb) as u64;
+            let out = DevPtr::<u8>::raw(at, bytes);
+            let (groups, cols) = match storage {
+                crate::cube::Interleave::Bil => (n, samples),
+                _ => (1, n * samples),
+            };
+            self.be.kernels.reorder_to_bip(&self.copy, land, out, groups, bands, cols, size)?;
+            l0 = l1;
         }
         Ok(())
     }
@@ -668,11 +771,7 @@ impl<'c> CudaCube<'c> {
 /// coordinates).
 pub(crate) fn sample_shifts(cube: &Cube, first: usize, l_n: usize, spec: &StatsSpec) -> (Vec<f64>, Vec<f64>) {
     let (s_n, b) = (cube.samples(), cube.bands());
-    let size = cube.dtype().size();
-    let pixel = |l: usize, s: usize, out: &mut [f64]| {
-        let at = ((first + l) * s_n + s) * b * size;
-        decode_into(&cube.raw()[at..at + b * size], cube.dtype(), cube.byte_order(), out);
-    };
+    let pixel = |l: usize, s: usize, out: &mut [f64]| cube.decode_pixel_f64(first + l, s, out);
     let masked = |px: &[f64]| is_masked(px, spec.ignore_value, &spec.mask_bands);
     let mut x = vec![0.0; b];
     let mut y = vec![0.0; b];

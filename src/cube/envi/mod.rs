@@ -8,11 +8,13 @@
 //! - [`write_f32_bsq`] writes MNF results, [`write_cube`] any cube in any layout ([`writer`]).
 
 mod header;
+mod mapped;
 mod reader;
 mod writer;
 
 use std::path::Path;
 
+pub use mapped::{map, map_parts};
 pub use header::{parse_header, wavelength_scale_nm, wavelengths_from_band_names, EnviHeader};
 
 use super::{ByteOrder, Cube, CubeError, CubeMeta, Interleave};

@@ -71,22 +71,30 @@ pub(super) fn read_data(header: EnviHeader, data: &Path) -> Result<Cube, CubeErr
 /// The size is checked against the header before anything is allocated; the cube is then allocated
 /// once and the bytes streamed into it (BIP straight in, BSQ/BIL through a bounded buffer).
 pub(super) fn read_data_from<R: Read + Seek>(header: EnviHeader, r: &mut R, have: u64, name: &Path) -> Result<Cube, CubeError> {
+    let len = checked_data_len(&header, have, name)?;
+    let geometry = geometry(&header);
+    let mut bytes = Vec::new();
+    bytes
+        .try_reserve_exact(len)
+        .map_err(|_| CubeError::TooLarge(format!("cannot allocate {len} bytes for {geometry}")))?;
+    bytes.resize(len, 0);
+
+    let dims = Dims::new(header.lines, header.samples, header.bands);
+    read_into_bip(r, header.header_offset, FileOrder::of(header.interleave), dims, header.data_type.size(), &mut bytes)
+        .map_err(|e| CubeError::io(name, e))?;
+
+    Cube::from_raw(header.lines, header.samples, header.bands, header.data_type, header.byte_order, bytes, header.meta)
+}
+
+/// The bytes of samples `header` describes, checked against the `have` bytes of the data file `name`
+/// (exactly the header offset plus the samples: a shorter file is truncated, a longer one is not the
+/// file the header describes).
+pub(super) fn checked_data_len(header: &EnviHeader, have: u64, name: &Path) -> Result<usize, CubeError> {
     let need = header.data_bytes()?;
     let total = header.header_offset.checked_add(need).ok_or_else(|| {
         CubeError::TooLarge(format!("header offset {} + {need} bytes of samples overflows", header.header_offset))
     })?;
-    let geometry = format!(
-        "{} lines x {} samples x {} bands of {}{}",
-        header.lines,
-        header.samples,
-        header.bands,
-        header.data_type.name(),
-        if header.header_offset > 0 {
-            format!(" after a {}-byte header offset", header.header_offset)
-        } else {
-            String::new()
-        }
-    );
+    let geometry = geometry(header);
     if have < total {
         return Err(CubeError::SizeMismatch(format!(
             "{}: truncated: {have} bytes, header needs {total} ({geometry})",
@@ -101,19 +109,23 @@ pub(super) fn read_data_from<R: Read + Seek>(header: EnviHeader, r: &mut R, have
         )));
     }
 
-    let len = usize::try_from(need)
-        .map_err(|_| CubeError::TooLarge(format!("{need} bytes do not fit this machine's address space")))?;
-    let mut bytes = Vec::new();
-    bytes
-        .try_reserve_exact(len)
-        .map_err(|_| CubeError::TooLarge(format!("cannot allocate {len} bytes for {geometry}")))?;
-    bytes.resize(len, 0);
+    usize::try_from(need).map_err(|_| CubeError::TooLarge(format!("{need} bytes do not fit this machine's address space")))
+}
 
-    let dims = Dims::new(header.lines, header.samples, header.bands);
-    read_into_bip(r, header.header_offset, FileOrder::of(header.interleave), dims, header.data_type.size(), &mut bytes)
-        .map_err(|e| CubeError::io(name, e))?;
-
-    Cube::from_raw(header.lines, header.samples, header.bands, header.data_type, header.byte_order, bytes, header.meta)
+/// The header's geometry, for messages.
+fn geometry(header: &EnviHeader) -> String {
+    format!(
+        "{} lines x {} samples x {} bands of {}{}",
+        header.lines,
+        header.samples,
+        header.bands,
+        header.data_type.name(),
+        if header.header_offset > 0 {
+            format!(" after a {}-byte header offset", header.header_offset)
+        } else {
+            String::new()
+        }
+    )
 }
 
 /// Parses the header text; errors name the header file.
