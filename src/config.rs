@@ -201,7 +201,7 @@ impl ServeArgs {
                 max_upload_bytes = limit,
                 free_bytes = free,
                 "upload limit: {} has {free} bytes free, so the {DEFAULT_MAX_UPLOAD_BYTES}-byte default is capped \
-                 to leave a margin; free space, or {UPLOAD_LIMIT_HINT}",
+                 to leave a margin; free disk space, or {UPLOAD_LIMIT_HINT}",
                 self.data_dir.display()
             ),
             Some(free) => tracing::info!(max_upload_bytes = limit, free_bytes = free, "upload limit (default)"),
