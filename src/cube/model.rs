@@ -624,15 +624,26 @@ impl Cube {
                 // Whole samples around a..z, in BIP order, then the part of them in the leaf.
                 let (e0, e1) = ((a / size as u64) as usize, z.div_ceil(size as u64) as usize);
                 let mut bytes = Vec::with_capacity((e1 - e0) * size);
-                for e in e0..e1 {
-                    let (px, band) = (e / b, e % b);
-                    let at = self.stored_index(self.storage, px / s, px % s, band) * size;
-                    let sample = &data[at..at + size];
-                    if swap {
-                        bytes.extend(sample.iter().rev());
-                    } else {
-                        bytes.extend_from_slice(sample);
+                // Pixel by pixel: its bands lie `step` samples apart from its first one.
+                let (step, line_stride) = match self.storage {
+                    Interleave::Bil => (s, b * s),
+                    _ => (self.lines * s, s),
+                };
+                let mut e = e0;
+                while e < e1 {
+                    let (px, band0) = (e / b, e % b);
+                    let band1 = b.min(band0 + (e1 - e));
+                    let first = (px / s) * line_stride + px % s;
+                    for band in band0..band1 {
+                        let at = (first + band * step) * size;
+                        let sample = &data[at..at + size];
+                        if swap {
+                            bytes.extend(sample.iter().rev());
+                        } else {
+                            bytes.extend_from_slice(sample);
+                        }
                     }
+                    e += band1 - band0;
                 }
                 let skip = (a - e0 as u64 * size as u64) as usize;
                 h.update(&bytes[skip..skip + (z - a) as usize]);
