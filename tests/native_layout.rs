@@ -244,3 +244,25 @@ fn the_gpu_mnf_of_a_mapped_cube_is_bit_identical() {
         }
     }
 }
+
+/// A small case of the above for compute-sanitizer (racecheck instruments every shared-memory access
+/// of the reorder kernel; scripts/gpu-sanitize.sh runs the tests named *sanitizer_small_case*): every
+/// element size, BIL and BSQ, a cube whose sides are not multiples of the 32 x 32 tile.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn native_layout_sanitizer_small_case() {
+    use hypermnf::backend::cuda::{CudaBackend, Route};
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = CudaBackend::new(Route::Kernels).unwrap_or_else(|e| panic!("CUDA backend: {e}"));
+    for dtype in [DataType::U8, DataType::I16, DataType::F32, DataType::F64] {
+        let c = cube(6, 19, 37, 35, dtype);
+        for layout in [Interleave::Bil, Interleave::Bsq] {
+            let hdr = write(dir.path(), &c, layout, ByteOrder::Big);
+            let (read, mapped) = (envi::read(&hdr).unwrap(), envi::map(&hdr).unwrap());
+            let params = MnfParams { components: Some(3), ..MnfParams::default() };
+            let a = mnf::run(&mapped, &params, &gpu, &Monitor::silent()).unwrap();
+            let b = mnf::run(&read, &params, &gpu, &Monitor::silent()).unwrap();
+            assert_same_output(&format!("{} {}", layout.name(), dtype.name()), &a, &b);
+        }
+    }
+}
