@@ -52,6 +52,11 @@ pub struct ServeArgs {
     /// space, at least 1 GiB. A number is used as given. `/v1/info` reports the effective value.
     #[arg(long, env = "HYPERMNF_MAX_UPLOAD_BYTES", value_name = "BYTES|auto", default_value = "auto", value_parser = parse_upload_limit)]
     pub max_upload_bytes: u64,
+    /// How long a resumable upload (`/v1/uploads`, tus) is kept after its last PATCH, finished or not,
+    /// until a job is made from it: then it expires and its disk space is freed.
+    #[arg(long, env = "HYPERMNF_UPLOAD_EXPIRY_SECS", value_name = "SECONDS", default_value_t = DEFAULT_UPLOAD_EXPIRY_SECS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub upload_expiry_secs: u64,
     /// File of API keys: one per line, `key` or `name:key`; `#` starts a comment. When given, every
     /// `/v1` request needs `Authorization: Bearer <key>`, and each key sees only its own jobs.
     #[arg(long, env = "HYPERMNF_API_KEYS_FILE")]
@@ -97,6 +102,9 @@ pub const DEFAULT_GPU_CACHE_BYTES: u64 = 4 << 30;
 /// The upload limit by default, before the cap by free disk space: 64 GiB, room for the flight lines
 /// scientists download (AVIRIS-NG and AVIRIS-3 ENVI lines of 5–30 GB, EMIT granules of 1.8 GB).
 pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 64 << 30;
+
+/// How long a resumable upload is kept after its last PATCH by default: 24 hours.
+pub const DEFAULT_UPLOAD_EXPIRY_SECS: u64 = 24 * 3600;
 
 /// `ServeArgs::max_upload_bytes` before start-up has resolved it: `--max-upload-bytes auto` (the
 /// default). [`ServeArgs::resolve_upload_limit`] replaces it with the effective limit.
@@ -170,6 +178,7 @@ impl ServeArgs {
             split_cube: false,
             workers: 1,
             max_upload_bytes: MAX_UPLOAD_AUTO,
+            upload_expiry_secs: DEFAULT_UPLOAD_EXPIRY_SECS,
             api_keys_file: None,
             input_roots: Vec::new(),
             insecure: false,

@@ -448,10 +448,38 @@ async fn create_href(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req
             }
         })?
         .to_bytes();
+    if let Some(request) = super::tus::job_request(&bytes)? {
+        return super::tus::create_job(ctx, caller, request).await;
+    }
     let request: HrefRequest = serde_json::from_slice(&bytes)
         .map_err(|e| Error::bad_request("invalid_json", format!("expected {{\"input\": {{\"href\": \"file:///...\"}}, \"params\": {{...}}}}: {e}")))?;
     let params = params::from_json(request.params)?;
     create_from_href(ctx, caller, &request.input.href, params).await
+}
+
+/// A job from files already on this instance's disk: a completed resumable upload (`api::tus`), its
+/// `.npy` (`InputKind::Npy`), or its ENVI header and data file (`InputKind::Envi`, in that order). They
+/// are linked into scratch under an upload's names (no copy), then checked, digested and enqueued as
+/// `create_multipart` does, which moves them into the job's input. The caller removes its own names
+/// of the files once this succeeded; a refusal leaves them as they were.
+pub(crate) async fn create_from_files(ctx: &ApiContext, caller: &Caller, kind: InputKind, files: &[&Path], params: MnfParams) -> ApiResult<Created> {
+    let names: &[&str] = if kind == InputKind::Envi { &["cube.hdr", "cube.img"] } else { &["cube.npy"] };
+    if files.len() != names.len() || kind == InputKind::Href {
+        return Err(Error::internal(anyhow::anyhow!("create_from_files: {} file(s) for a {kind:?} input", files.len())));
+    }
+    let token = format!("upload-{}", uuid::Uuid::now_v7());
+    let _scratch = ScratchGuard { storage: ctx.runner.storage.clone(), token: token.clone() };
+    let dir = ctx.runner.storage.scratch_dir(&token)?;
+    for (file, name) in files.iter().zip(names) {
+        let to = dir.join(name);
+        if std::fs::hard_link(file, &to).is_err() {
+            // Another file system than the scratch area's: a copy, synced as an upload is.
+            std::fs::copy(file, &to).and_then(|_| std::fs::File::open(&to)?.sync_all()).map_err(Error::disk)?;
+        }
+    }
+    let (cube, params) = decode_and_validate(ctx, kind, format!("scratch/{token}"), params).await?;
+    let (digest, input) = digest_and_summary(&cube).await?;
+    enqueue(ctx, caller, digest, input, params, kind, None, &token).await
 }
 
 /// A job from a `file://` href under an input root (also the OGC API's href inputs).

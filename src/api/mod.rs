@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod ogc;
 pub mod params;
 pub mod preview;
+pub mod tus;
 pub mod upload;
 pub mod web;
 
@@ -55,7 +56,8 @@ pub fn app(ctx: ApiContext) -> Router {
         .route("/jobs/{id}/result", get(jobs::result))
         .route("/jobs/{id}/metadata", get(jobs::metadata))
         .route("/jobs/{id}/preview", get(preview::preview))
-        .route("/info", get(health::info));
+        .route("/info", get(health::info))
+        .merge(tus::routes());
     // Results are float samples that hardly compress; JSON does.
     let compress = DefaultPredicate::new()
         .and(NotForContentType::const_new("application/x-npy"))
@@ -169,7 +171,10 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let addr = listener.local_addr()?;
     let running = ctx.runner.start(workers);
-    let expiry = tokio::spawn(expire_loop(ctx.clone()));
+    let (jobs_ctx, uploads_ctx) = (ctx.clone(), ctx.clone());
+    let expiry = tokio::spawn(async move {
+        tokio::join!(expire_loop(jobs_ctx), tus::expire_loop(uploads_ctx));
+    });
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let router = app(ctx.clone());
     let task = tokio::spawn(async move {
