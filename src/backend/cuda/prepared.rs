@@ -570,12 +570,9 @@ impl<'c> CudaCube<'c> {
         ignore: Option<f64>,
         mask_bands: &[usize],
     ) -> Result<Option<(f64, Pooled<'c, DevBuf>, i32)>, BackendError> {
+        // NaN is allowed: it equals no sample, and pixel_mask masks the non-finite ones (the pipeline
+        // gives a float cube without a no-data value NaN, see mnf::pipeline::nodata).
         let Some(v) = ignore else { return Ok(None) };
-        if v.is_nan() {
-            return Err(BackendError::Invalid(
-                "the no-data value must be a number, not NaN".into(),
-            ));
-        }
         if let Some(&b) = mask_bands.iter().find(|&&b| b >= self.lay.bands) {
             return Err(BackendError::Invalid(format!(
                 "mask band {b} is out of range (bands: {})",
