@@ -51,6 +51,9 @@ echo "HYPERMNF_TEST_POSTGRES_URL=$HYPERMNF_TEST_POSTGRES_URL"
 hypermnf_garage_start
 hypermnf_garage_selfcheck
 export HYPERMNF_REQUIRE_S3=1
+# The real AVIRIS-NG and EMIT samples are read from ../shared/data/formats (CI has a copy of shared/
+# beside the clone; see its PROVENANCE.md): their tests fail, rather than skip, without it.
+export HYPERMNF_REQUIRE_FORMATS=1
 echo "HYPERMNF_TEST_S3_URL=$HYPERMNF_TEST_S3_URL (AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL)"
 
 step "cargo test"
