@@ -215,3 +215,68 @@ def test_a_wrong_key_is_reported_on_the_page(server, browser):
     key.send_keys("not-the-key", Keys.TAB)
     wait(browser, lambda d: "unauthorized" in d.find_element(By.ID, "server-info").text, 20)
     browser.execute_script("localStorage.clear()")
+
+
+def test_large_files_go_up_resumably_with_tus(server, browser):
+    """With the page's tus threshold set low, the ENVI pair and a .npy go up through /v1/uploads
+    (tus-js-client's POST and PATCH requests) and make the same jobs a plain upload does."""
+    browser.get(server + "/?f=html")
+    browser.execute_script("localStorage.setItem('hypermnf-api-key', arguments[0]);"
+                           "localStorage.setItem('hypermnf-tus-threshold', '1000');", KEY)
+    browser.refresh()
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#job-table tbody tr") or d.find_element(By.ID, "no-jobs").is_displayed(),
+         20, "the job list did not load")
+    # The log so far (the wrong key of the test before, the page before the key was set) is read and
+    # dropped: what follows must log no error.
+    browser.get_log("browser")
+
+    def tus_requests():
+        return browser.execute_script(
+            "return performance.getEntriesByType('resource').map(e => e.name).filter(n => n.includes('/v1/uploads'))")
+
+    def selected():
+        rows = browser.find_elements(By.CSS_SELECTOR, "#job-table tr.selected")
+        return rows[0].get_attribute("data-id") if rows else None
+
+    def choose(paths, components):
+        browser.find_element(By.ID, "files").clear()
+        browser.find_element(By.ID, "files").send_keys("\n".join(str(p) for p in paths))
+        comps = browser.find_element(By.ID, "components")
+        comps.clear()
+        comps.send_keys(str(components))
+        browser.execute_script("document.getElementById('inverse').checked = false")
+
+    hdr, img = DATA / "jasper_ridge_r198_bil.hdr", DATA / "jasper_ridge_r198_bil.img"
+    choose([hdr, img], 4)
+    before = selected()
+    browser.find_element(By.ID, "upload-button").click()
+    wait(browser, lambda d: "uploaded" in d.find_element(By.ID, "upload-status").text, 60,
+         "the resumable upload did not finish: " + browser.find_element(By.ID, "upload-status").text)
+    assert float(browser.find_element(By.ID, "upload-progress").get_attribute("value")) == 1.0
+    # The creations and the uploads of both files (data and header) went to /v1/uploads.
+    names = tus_requests()
+    assert any(n.endswith("/v1/uploads") for n in names), names
+    assert len({n for n in names if not n.endswith("/v1/uploads")}) == 2, names
+    wait(browser, lambda d: selected() not in (None, before), 30, "the new job was not selected")
+    job = selected_job(browser)
+    meta = check_detail(browser, server, job)
+    assert meta["components"] == 4 and meta["input"]["bands"] == 198 and meta["input"]["interleave"] == "bil"
+
+    # A .npy the same way (the Salinas-A chip of the first test: its job answers if that test ran).
+    cube = np.fromfile(DATA / "salinasA_224_bip_be.img", dtype=">i2").reshape(83, 86, 224)[:60, :60]
+    npy = ARTIFACTS / "salinas-60x60-tus.npy"
+    buf = io.BytesIO()
+    np.save(buf, cube)
+    npy.write_bytes(buf.getvalue())
+    browser.execute_script("performance.clearResourceTimings()")
+    choose([npy], 6)
+    browser.find_element(By.ID, "upload-button").click()
+    wait(browser, lambda d: any(t in d.find_element(By.ID, "upload-status").text for t in ("uploaded", "ran before")), 60,
+         "the .npy sent resumably made no job: " + browser.find_element(By.ID, "upload-status").text)
+    assert len({n for n in tus_requests() if not n.endswith("/v1/uploads")}) == 1
+    job = selected_job(browser)
+    meta = check_detail(browser, server, job)
+    assert (meta["input"]["lines"], meta["input"]["samples"], meta["components"]) == (60, 60, 6)
+    severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not severe, "\n".join(e["message"] for e in severe)
+    browser.execute_script("localStorage.clear()")

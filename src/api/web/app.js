@@ -264,64 +264,137 @@ function downloads(job, meta) {
 
 // ---- upload --------------------------------------------------------------------------------------------
 
+// Files of at least this many bytes go up resumably (tus 1.0, /v1/uploads, with tus-js-client): in one
+// PATCH that is resumed from the server's offset after a dropped connection, or after a reload of the
+// page (tus-js-client remembers the upload in this browser). Smaller ones go in one POST /v1/jobs.
+// localStorage "hypermnf-tus-threshold" (bytes) overrides the threshold.
+const TUS_THRESHOLD = Number(localStorage.getItem("hypermnf-tus-threshold")) || 64 * 1048576;
+
+function uploadStatus(text, error) {
+  const status = $("upload-status");
+  status.textContent = text;
+  status.classList.toggle("error", !!error);
+}
+
+function mib(n) {
+  return (n / 1048576).toFixed(1);
+}
+
+// The answer to a job request: select the job, or say why it was refused.
+function jobAnswered(status, job, statusText) {
+  $("upload-button").disabled = false;
+  if (status === 200 || status === 201 || status === 202) {
+    $("upload-progress").value = 1;
+    if (job.cached) state.cached.add(job.id);
+    uploadStatus(job.cached ? "the same cube and parameters ran before: here is that job" : "uploaded; the job is queued");
+    state.selected = job.id;
+    state.shown = null;
+    refresh();
+  } else {
+    uploadStatus("refused: " + (job && job.code ? job.code + ": " + job.message : status + " " + statusText), true);
+  }
+}
+
+// One file up with tus; resolves to the upload's id.
+function tusUpload(file, onProgress) {
+  return new Promise((resolve, reject) => {
+    const upload = new tus.Upload(file, {
+      endpoint: location.origin + "/v1/uploads",
+      headers: authHeaders(),
+      metadata: { filename: file.name, filetype: file.type || "application/octet-stream" },
+      retryDelays: [0, 1000, 3000, 5000, 10000, 20000],
+      removeFingerprintOnSuccess: true,
+      onProgress,
+      onSuccess: () => resolve(upload.url.split("/").pop()),
+      onError: (e) => {
+        let detail = e.message || String(e);
+        try { const body = JSON.parse(e.originalResponse.getBody()); detail = body.code + ": " + body.message; } catch (_) { /* no JSON answer */ }
+        reject(new Error(detail));
+      },
+    });
+    // An upload of this file left unfinished in this browser (a lost connection, a reload) goes on.
+    upload.findPreviousUploads().then((previous) => {
+      if (previous.length) upload.resumeFromPreviousUpload(previous[0]);
+      upload.start();
+    }, reject);
+  });
+}
+
+async function resumableJob(data, header, params) {
+  const bar = $("upload-progress");
+  const upload = await tusUpload(data, (sent, total) => {
+    bar.value = sent / total;
+    uploadStatus(`uploading (resumable): ${mib(sent)} of ${mib(total)} MiB`);
+  });
+  const body = { upload, params };
+  if (header) body.header_upload = await tusUpload(header, () => {});
+  const r = await fetch("/v1/jobs", {
+    method: "POST",
+    headers: Object.assign({ "Content-Type": "application/json" }, authHeaders()),
+    body: JSON.stringify(body),
+  });
+  let job = null;
+  try { job = await r.json(); } catch (_) { /* not JSON */ }
+  jobAnswered(r.status, job, r.statusText);
+}
+
 $("upload-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   const files = Array.from($("files").files);
-  const status = $("upload-status");
-  status.classList.remove("error");
   const params = { components: Number($("components").value) || 10, noise: $("noise").value, inverse: $("inverse").checked };
-  let body, contentType = null, query = "";
   const npy = files.filter((f) => /\.npy$/i.test(f.name));
   const hdr = files.filter((f) => /\.hdr$/i.test(f.name));
+  let data, header = null;
   if (files.length === 1 && npy.length === 1) {
-    body = npy[0];
-    contentType = "application/x-npy";
-    query = "?" + new URLSearchParams({ components: params.components, noise: params.noise, inverse: params.inverse });
+    data = npy[0];
   } else if (files.length === 2 && hdr.length === 1) {
+    header = hdr[0];
+    data = files.find((f) => f !== header);
+  } else {
+    uploadStatus("choose one .npy file, or an ENVI .hdr with its data file", true);
+    return;
+  }
+  const bar = $("upload-progress");
+  bar.value = 0;
+  $("upload-button").disabled = true;
+  if (data.size >= TUS_THRESHOLD) {
+    uploadStatus("uploading (resumable) …");
+    resumableJob(data, header, params).catch((e) => {
+      $("upload-button").disabled = false;
+      uploadStatus("the upload failed: " + e.message, true);
+    });
+    return;
+  }
+  let body, query = "";
+  if (header) {
     body = new FormData();
-    body.append("header", hdr[0]);
-    body.append("data", files.find((f) => f !== hdr[0]));
+    body.append("header", header);
+    body.append("data", data);
     body.append("params", JSON.stringify(params));
   } else {
-    status.textContent = "choose one .npy file, or an ENVI .hdr with its data file";
-    status.classList.add("error");
-    return;
+    body = data;
+    query = "?" + new URLSearchParams({ components: params.components, noise: params.noise, inverse: params.inverse });
   }
   const xhr = new XMLHttpRequest();
   xhr.open("POST", "/v1/jobs" + query);
   for (const [k, v] of Object.entries(authHeaders())) xhr.setRequestHeader(k, v);
-  if (contentType) xhr.setRequestHeader("Content-Type", contentType);
-  const bar = $("upload-progress");
-  bar.value = 0;
-  $("upload-button").disabled = true;
+  if (!header) xhr.setRequestHeader("Content-Type", "application/x-npy");
   xhr.upload.onprogress = (e) => {
     if (e.lengthComputable) {
       bar.value = e.loaded / e.total;
-      status.textContent = `uploading: ${(e.loaded / 1048576).toFixed(1)} of ${(e.total / 1048576).toFixed(1)} MiB`;
+      uploadStatus(`uploading: ${mib(e.loaded)} of ${mib(e.total)} MiB`);
     }
   };
   xhr.onload = () => {
-    $("upload-button").disabled = false;
     let job = null;
     try { job = JSON.parse(xhr.responseText); } catch (_) { /* not JSON */ }
-    if (xhr.status === 200 || xhr.status === 202) {
-      bar.value = 1;
-      if (job.cached) state.cached.add(job.id);
-      status.textContent = job.cached ? "the same cube and parameters ran before: here is that job" : "uploaded; the job is queued";
-      state.selected = job.id;
-      state.shown = null;
-      refresh();
-    } else {
-      status.textContent = "refused: " + (job ? job.code + ": " + job.message : xhr.status + " " + xhr.statusText);
-      status.classList.add("error");
-    }
+    jobAnswered(xhr.status, job, xhr.statusText);
   };
   xhr.onerror = () => {
     $("upload-button").disabled = false;
-    status.textContent = "the upload failed (connection lost)";
-    status.classList.add("error");
+    uploadStatus("the upload failed (connection lost)", true);
   };
-  status.textContent = "uploading …";
+  uploadStatus("uploading …");
   xhr.send(body);
 });
 

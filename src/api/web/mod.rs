@@ -2,7 +2,9 @@
 //! HTML (browsers), beside the OGC landing page's JSON for API clients. One self-contained document
 //! (HTML, CSS and script compiled in from this directory, nothing fetched from elsewhere, so it works
 //! offline) that talks to `/v1`: the job list, one job's eigenvalue plot, component quicklooks
-//! (`/v1/jobs/{id}/preview`), dropped bands, timings and downloads, and uploads with a progress bar.
+//! (`/v1/jobs/{id}/preview`), dropped bands, timings and downloads, and uploads with a progress bar:
+//! large files go up resumably (tus, `/v1/uploads`) through tus-js-client, compiled in from
+//! `tus.min.js` (version and MIT licence at its top).
 
 use std::sync::LazyLock;
 
@@ -12,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 static PAGE: LazyLock<String> = LazyLock::new(|| {
     include_str!("index.html")
         .replacen("/*STYLE*/", include_str!("app.css"), 1)
+        .replacen("/*TUS*/", include_str!("tus.min.js"), 1)
         .replacen("/*SCRIPT*/", include_str!("app.js"), 1)
 });
 
@@ -79,7 +82,10 @@ mod tests {
 
     #[test]
     fn the_page_is_whole_and_self_contained() {
-        assert!(!PAGE.contains("/*STYLE*/") && !PAGE.contains("/*SCRIPT*/"));
+        assert!(!PAGE.contains("/*STYLE*/") && !PAGE.contains("/*SCRIPT*/") && !PAGE.contains("/*TUS*/"));
+        // tus-js-client is in, with its licence, and nothing closes its script early.
+        assert!(PAGE.contains("tus-js-client 4.3.1") && PAGE.contains("The MIT License"));
+        assert_eq!(PAGE.matches("</script>").count(), 2);
         assert!(PAGE.contains("upload-progress") && PAGE.contains("function plot("));
         // Nothing from elsewhere: no external scripts, styles or fonts.
         for needle in ["http://", "https://", "src=\"//"] {
