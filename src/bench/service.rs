@@ -214,7 +214,7 @@ fn submit_and_follow(addr: SocketAddr, npy: &[u8], query: &str) -> anyhow::Resul
 }
 
 /// Long polls job `id` until it succeeded.
-fn follow(addr: SocketAddr, id: &str) -> anyhow::Result<()> {
+pub(super) fn follow(addr: SocketAddr, id: &str) -> anyhow::Result<()> {
     loop {
         let r = request(addr, "GET", &format!("/v1/jobs/{id}?wait=50"), &[], None, false)?;
         let j: serde_json::Value = serde_json::from_slice(&r.body)?;
@@ -228,7 +228,7 @@ fn follow(addr: SocketAddr, id: &str) -> anyhow::Result<()> {
 
 /// One warm-up run of the pipeline, then `runs` timed ones (ms); `cube_for_run`, timed too, gives each
 /// run its cube.
-fn time_pipeline<'a>(
+pub(super) fn time_pipeline<'a>(
     runs: usize,
     backend: &dyn crate::backend::Backend,
     params: &MnfParams,
@@ -374,18 +374,21 @@ fn percentiles(v: &[f64]) -> (f64, f64, f64) {
     (at(0.5), at(0.99), *s.last().unwrap_or(&0.0))
 }
 
-struct Reply {
-    status: u16,
-    body: Vec<u8>,
+pub(super) struct Reply {
+    pub(super) status: u16,
+    pub(super) body: Vec<u8>,
     /// When the last byte of the body was handed to the socket (None: no body sent).
-    last_byte: Option<Instant>,
+    pub(super) last_byte: Option<Instant>,
     /// When the answer's head had been read.
-    received: Instant,
+    pub(super) received: Instant,
 }
+
+/// Writes a request body of a known length to the socket (a file streamed from disk).
+pub(super) type SendBody<'a> = &'a mut dyn FnMut(&mut TcpStream) -> std::io::Result<()>;
 
 /// One HTTP/1.1 request on a fresh connection. With `expect_continue`, the body is sent only if the
 /// server answers `100 Continue`.
-fn request(
+pub(super) fn request(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -407,20 +410,50 @@ fn request_into(
     expect_continue: bool,
     buf: Vec<u8>,
 ) -> anyhow::Result<Reply> {
+    match body {
+        Some(b) => exchange(addr, method, path, headers, Some((b.len() as u64, &mut |s: &mut TcpStream| s.write_all(b))), expect_continue, buf),
+        None => exchange(addr, method, path, headers, None, expect_continue, buf),
+    }
+}
+
+/// [`request`] with a body of `len` bytes that `send` writes to the socket, without holding it in
+/// memory (a multi-GB file).
+pub(super) fn request_streamed(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    len: u64,
+    send: SendBody<'_>,
+) -> anyhow::Result<Reply> {
+    exchange(addr, method, path, headers, Some((len, send)), false, Vec::new())
+}
+
+/// The exchange behind [`request_into`] and [`request_streamed`]: `body` is the length and the writer
+/// of the request body.
+fn exchange(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<(u64, SendBody<'_>)>,
+    expect_continue: bool,
+    buf: Vec<u8>,
+) -> anyhow::Result<Reply> {
     let mut s = TcpStream::connect(addr)?;
     s.set_nodelay(true)?;
     let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
-    if let Some(b) = body {
-        head.push_str(&format!("content-length: {}\r\n", b.len()));
+    if let Some((len, _)) = &body {
+        head.push_str(&format!("content-length: {len}\r\n"));
     }
     head.push_str("\r\n");
     s.write_all(head.as_bytes())?;
     let mut reader = BufReader::with_capacity(1 << 20, s.try_clone()?);
     let mut last_byte = None;
-    if let Some(b) = body {
+    if let Some((_, send)) = body {
         if expect_continue {
             let (status, headers) = read_head(&mut reader)?;
             if status != 100 {
@@ -429,7 +462,7 @@ fn request_into(
                 return Ok(Reply { status, body, last_byte: None, received });
             }
         }
-        s.write_all(b)?;
+        send(&mut s)?;
         last_byte = Some(Instant::now());
     }
     let (status, headers) = read_head(&mut reader)?;
