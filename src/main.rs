@@ -38,6 +38,8 @@ enum BenchCommand {
     Hashtable(hypermnf::bench::hashtable::Args),
     /// The HTTP service over loopback.
     Service(hypermnf::bench::service::Args),
+    /// A flight-line-shaped ENVI file (598 × N × 425) through the CLI, the pipeline and the service, against its floors.
+    Flightline(hypermnf::bench::flightline::Args),
 }
 
 #[derive(clap::Args)]
@@ -98,6 +100,7 @@ fn main() -> ExitCode {
             BenchCommand::Gpu(a) => hypermnf::bench::gpu::run(&a),
             BenchCommand::Hashtable(a) => hypermnf::bench::hashtable::run(&a),
             BenchCommand::Service(a) => hypermnf::bench::service::run(&a),
+            BenchCommand::Flightline(a) => hypermnf::bench::flightline::run(&a),
         },
         Command::Info => info(),
     };

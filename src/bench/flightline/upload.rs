@@ -1,0 +1,150 @@
+//! The service part of `hypermnf bench flightline`: the flight line sent to an in-process server
+//! (the same code as `hypermnf serve`) as a multipart ENVI upload, header and data parts, the data
+//! streamed from the file with `sendfile`; the rate of the upload and the time from its last byte to
+//! `succeeded` (seen through a long poll). Each timed upload goes to a fresh server on a fresh data
+//! dir, after one small warm-up job there, so that no run finds the job cache or the statistics of
+//! an earlier one. The HTTP client is `bench service`'s.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+
+use crate::bench::service::{follow, request, request_streamed, Reply};
+use crate::config::ServeArgs;
+use crate::mnf::BackendChoice;
+
+const BOUNDARY: &str = "hypermnf-flightline-7d3c2a19e8b4";
+
+/// What the server part measured.
+pub struct Measured {
+    /// The effective upload limit of a server started with the default settings (`/v1/info`).
+    pub max_upload_bytes: u64,
+    /// The limit the timed servers were started with, where the default was too small for the file.
+    pub raised_to: Option<u64>,
+    /// Per run: the data file's bytes over the time from the request's first byte to the answer.
+    pub upload_gbps: Vec<f64>,
+    /// Per run: the upload's last byte until `succeeded` is seen (ms).
+    pub after_upload_ms: Vec<f64>,
+    pub device: String,
+}
+
+/// One ENVI file: its header text and data file.
+pub struct Envi<'a> {
+    pub header: String,
+    pub data: &'a Path,
+}
+
+impl Envi<'_> {
+    fn parts(&self) -> anyhow::Result<(String, u64, String)> {
+        let head = format!(
+            "--{BOUNDARY}\r\ncontent-disposition: form-data; name=\"params\"\r\ncontent-type: application/json\r\n\r\n{{\"components\": 10}}\r\n\
+             --{BOUNDARY}\r\ncontent-disposition: form-data; name=\"header\"; filename=\"flightline.hdr\"\r\ncontent-type: text/plain\r\n\r\n{}\r\n\
+             --{BOUNDARY}\r\ncontent-disposition: form-data; name=\"data\"; filename=\"flightline.img\"\r\ncontent-type: application/octet-stream\r\n\r\n",
+            self.header
+        );
+        let len = std::fs::metadata(self.data)
+            .with_context(|| format!("reading {}", self.data.display()))?
+            .len();
+        Ok((head, len, format!("\r\n--{BOUNDARY}--\r\n")))
+    }
+
+    /// The whole request body's length.
+    fn body_len(&self) -> anyhow::Result<u64> {
+        let (head, len, tail) = self.parts()?;
+        Ok(head.len() as u64 + len + tail.len() as u64)
+    }
+}
+
+/// POSTs `envi` as a multipart upload (the data part sent from the file by `sendfile`) and follows
+/// its job until it succeeded: (the reply, when the request started).
+fn submit(addr: SocketAddr, envi: &Envi) -> anyhow::Result<(Reply, Instant)> {
+    let (head, len, tail) = envi.parts()?;
+    let mut file = std::fs::File::open(envi.data).with_context(|| format!("opening {}", envi.data.display()))?;
+    let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
+    let mut send = |s: &mut TcpStream| -> std::io::Result<()> {
+        s.write_all(head.as_bytes())?;
+        // std's copy from a file to a socket is sendfile(2) on Linux: the page cache to the socket.
+        let sent = std::io::copy(&mut (&mut file).take(len), s)?;
+        if sent != len {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the data file shrank while it was sent",
+            ));
+        }
+        s.write_all(tail.as_bytes())
+    };
+    let total = head.len() as u64 + len + tail.len() as u64;
+    let t = Instant::now();
+    let r = request_streamed(addr, "POST", "/v1/jobs", &[("content-type", &content_type)], total, &mut send)?;
+    if r.status != 202 && r.status != 201 {
+        bail!("the multipart upload answered {}: {}", r.status, String::from_utf8_lossy(&r.body));
+    }
+    let job: serde_json::Value = serde_json::from_slice(&r.body)?;
+    if job["cached"] == true {
+        bail!("the upload was answered by an existing job: {job}");
+    }
+    let id = job["id"].as_str().context("no job id")?.to_string();
+    follow(addr, &id)?;
+    Ok((r, t))
+}
+
+/// The runs; see the module doc. `warm` is the small warm-up file, `work` the directory the servers'
+/// data dirs go in.
+pub fn run(envi: &Envi, warm: &Envi, work: &Path, backend: BackendChoice, runs: usize) -> anyhow::Result<Measured> {
+    let rt = tokio::runtime::Runtime::new()?;
+    let body_len = envi.body_len()?;
+    let data_bytes = std::fs::metadata(envi.data)?.len();
+    let mut out = Measured {
+        max_upload_bytes: 0,
+        raised_to: None,
+        upload_gbps: Vec::new(),
+        after_upload_ms: Vec::new(),
+        device: String::new(),
+    };
+    for run in 0..runs {
+        let dir = work.join(format!("server-{run}"));
+        let start = |limit: Option<u64>| {
+            let mut serve = ServeArgs::with_data_dir(&dir);
+            serve.backend = backend;
+            if let Some(l) = limit {
+                serve.max_upload_bytes = l;
+            }
+            rt.block_on(crate::api::start(serve))
+        };
+        let mut server = start(out.raised_to)?;
+        if run == 0 {
+            // The default limit, as the server reports it; raised for the timed servers only if the
+            // file does not fit under it.
+            let info = request(server.addr, "GET", "/v1/info", &[], None, false)?;
+            let info: serde_json::Value = serde_json::from_slice(&info.body)?;
+            out.max_upload_bytes = info["max_upload_bytes"].as_u64().context("/v1/info has no max_upload_bytes")?;
+            if out.max_upload_bytes < body_len {
+                out.raised_to = Some(body_len.saturating_mul(2).max(1 << 30));
+                rt.block_on(server.stop())?;
+                server = start(out.raised_to)?;
+            }
+            out.device = server.ctx.runner.backends.default_backend().device();
+        }
+        let measured = (|| -> anyhow::Result<(f64, f64)> {
+            submit(server.addr, warm)?;
+            let (r, t) = submit(server.addr, envi)?;
+            let last = r.last_byte.context("the body was not sent")?;
+            let after = last.elapsed().as_secs_f64() * 1e3;
+            let upload = r.received.saturating_duration_since(t).as_secs_f64();
+            Ok((data_bytes as f64 / upload / 1e9, after))
+        })();
+        rt.block_on(server.stop())?;
+        let _ = std::fs::remove_dir_all(&dir);
+        let (gbps, after) = measured?;
+        eprintln!(
+            "bench flightline: server run {}: upload {gbps:.2} GB/s, last byte to succeeded {after:.0} ms",
+            run + 1
+        );
+        out.upload_gbps.push(gbps);
+        out.after_upload_ms.push(after);
+    }
+    Ok(out)
+}
