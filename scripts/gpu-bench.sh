@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU benchmark, run by `bash .gpu/run` on the GPU host (PATH holds the packed hypermnf binary):
 # `hypermnf bench gpu` (custom kernels, cuBLAS route, CPU backend, PCIe floor) and, in the same run,
-# the PyTorch reference (scripts/reference_mnf.py) on the same cube shapes.
+# the PyTorch reference (scripts/reference_mnf.py) on the same cube shapes; then `hypermnf bench
+# flightline` on a 6000-line AVIRIS-NG-shaped ENVI file.
 #   HYPERMNF_BENCH_SCALES (default 1,4,16), HYPERMNF_BENCH_RUNS (default 10), HYPERMNF_BENCH_CPU_RUNS (3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,4 +19,11 @@ hypermnf bench gpu --scales "$scales" --runs "$runs" --cpu-runs "$cpu_runs" --js
 echo "== scripts/reference_mnf.py --scales $scales --runs $runs"
 PYTHONUNBUFFERED=1 python3 scripts/reference_mnf.py --scales "$scales" --runs "$runs" \
   2>&1 | tee "$out/bench-torch.txt" || status=1
+# A 6.1 GB float32 BIL flight line (issue 29) through the CLI, the pipeline and the service against
+# its read and PCIe floors; the file goes to the system's temporary directory (not $out), and what a
+# timed-out run leaves there is removed.
+echo "== hypermnf bench flightline --lines 6000 --backend cuda"
+timeout 300 hypermnf bench flightline --lines 6000 --backend cuda --json "$out/bench-flightline.json" \
+  2>&1 | tee "$out/bench-flightline.txt" || status=1
+rm -rf "${TMPDIR:-/tmp}"/hypermnf-bench-flightline-*
 exit $status
