@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack, closing
+from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 import httpx
 import numpy as np
 
-from ._inputs import CubeLike, Prepared, Upload, build_upload, merged_params, prepare
+from . import _tus
+from ._inputs import CubeLike, Prepared, Upload, _EnviPair, build_upload, envi_data_file, merged_params, prepare
+from ._npy import as_cube, canonical_header, cube_digest, npy_header
 from ._params import DEFAULT_COMPONENTS, Params
 from .errors import APIError, ConnectionError, TimeoutError
 from ._version import __version__
@@ -32,6 +36,11 @@ class Client:
             ``--api-keys-file``. Default: ``$HYPERMNF_API_KEY`` if set.
         timeout: seconds to wait for the connection, and for each read or write on it (not for the whole
             request, so large uploads are not cut off). ``None`` waits for ever.
+        tus_threshold: cubes of at least this many bytes (256 MiB by default) are sent as a resumable
+            upload (tus 1.0, ``/v1/uploads``): in pieces, with a progress bar, resumed from where the
+            server's copy ends after a dropped connection. ``None`` sends every cube in one request.
+        tus_retries: how many failed attempts in a row a resumable upload survives (with backoff from
+            0.5 s doubling up to 30 s) before it raises :class:`ConnectionError`.
 
     The client keeps one HTTP connection pool; use it as a context manager or call :meth:`close`.
 
@@ -41,10 +50,21 @@ class Client:
             components = client.reduce(cube, components=10)
     """
 
-    def __init__(self, url: Optional[str] = None, api_key: Optional[str] = None, timeout: Optional[float] = 60.0) -> None:
+    def __init__(
+        self,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: Optional[float] = 60.0,
+        tus_threshold: Optional[int] = _tus.DEFAULT_THRESHOLD,
+        tus_retries: int = _tus.DEFAULT_RETRIES,
+    ) -> None:
         self.url, headers = _settings(url, api_key)
         self.timeout = timeout
+        self.tus_threshold = tus_threshold
+        self.tus_retries = tus_retries
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=httpx.Timeout(timeout))
+        # The last resumable upload's uploader (how often it resumed: tests and curious callers).
+        self.last_upload: Optional[_tus.Uploader] = None
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -74,6 +94,7 @@ class Client:
         ignore_value: Optional[float] = None,
         noise_window: Optional[Sequence[int]] = None,
         backend: Optional[str] = None,
+        progress: bool = True,
     ) -> Job:
         """Creates a job that reduces ``cube``, and returns it without waiting.
 
@@ -97,6 +118,8 @@ class Client:
             noise_window: ``(x0, y0, x1, y1)``: estimate the noise in columns x0..x1, rows y0..y1 only
                 (ends excluded).
             backend: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda-cublas"`` (default: the server's choice).
+            progress: show a progress bar while a resumable upload (a cube of at least ``tus_threshold``
+                bytes) is sent.
 
         Returns:
             The :class:`Job`. An identical earlier request (same cube and parameters) returns that job,
@@ -107,6 +130,10 @@ class Client:
             ConnectionError: the server could not be reached.
         """
         prepared, params = prepare_submission(cube, components, snr, noise, inverse, bad_bands, ignore_value, noise_window, backend)
+        with ExitStack() as stack:
+            resumable = self._resumable(prepared, stack)
+            if resumable is not None:
+                return self._submit_resumable(resumable, prepared, params, progress)
         # Submitting is idempotent (an identical request answers the same job), so a request that met a
         # pooled connection the server had just closed is sent once more, with a fresh body.
         for attempt in range(_ATTEMPTS):
@@ -118,6 +145,64 @@ class Client:
                 except _Disconnected:
                     if attempt + 1 == _ATTEMPTS:
                         raise
+        return Job(self, response.json(), prepared.source)
+
+    def _resumable(self, prepared: Prepared, stack: ExitStack) -> Optional["_Resumable"]:
+        """The cube as the sources of a resumable upload when it is at least ``tus_threshold`` bytes (the
+        ``.npy`` of an array, a ``.npy`` file, or an ENVI data file with its header), else None."""
+        if self.tus_threshold is None:
+            return None
+        cube = prepared.cube
+        if isinstance(cube, np.ndarray):
+            array = as_cube(cube)
+            raw = memoryview(array).cast("B")
+            # As _npy.npy_stream sends it: a big-endian array as it is held (with no digest to ask by),
+            # any other as the server's canonical .npy, asked for by its content digest first.
+            big_endian = array.dtype.str[0] == ">"
+            header = npy_header(array) if big_endian else canonical_header(array.dtype.newbyteorder("<").str, array.shape)
+            if len(header) + raw.nbytes < self.tus_threshold:
+                return None
+            digest = None if big_endian else cube_digest(header, raw)
+            return _Resumable(_tus.MemorySource(header, raw), None, digest, array)
+        if isinstance(cube, _EnviPair) or (isinstance(cube, (str, os.PathLike)) and "://" not in str(cube)):
+            if isinstance(cube, _EnviPair):
+                header_path: Optional[Path] = cube.header
+                data = cube.data
+            else:
+                path = Path(os.fspath(cube))
+                suffix = path.suffix.lower()
+                if not path.is_file() or suffix not in (".hdr", ".npy"):
+                    return None  # build_upload says what is wrong
+                header_path = path if suffix == ".hdr" else None
+                data = envi_data_file(path) if header_path is not None else path
+            if data.stat().st_size < self.tus_threshold:
+                return None
+            source = stack.enter_context(closing(_tus.FileSource(data)))
+            header = stack.enter_context(closing(_tus.FileSource(header_path))) if header_path is not None else None
+            return _Resumable(source, header, None, None)
+        return None
+
+    def _submit_resumable(self, resumable: "_Resumable", prepared: Prepared, params: Any, progress: bool) -> Job:
+        """Asks for an existing job by the array's digest (as :meth:`_submit` does), else uploads the cube
+        resumably and makes the job from the upload."""
+        if resumable.digest is not None:
+            probe = self._request(
+                "POST", "/v1/jobs", expect=_SUBMIT_OK + (409,), params=params.to_query(), content=b"",
+                headers={"Content-Type": "application/x-npy", "X-Cube-Digest": resumable.digest, "Content-Length": "0"},
+            )
+            if probe.status_code != 409:
+                return Job(self, probe.json(), prepared.source)
+            refusal = _api_error(probe)
+            if refusal.code != "body_needed":
+                raise refusal
+        uploader = _tus.Uploader(self._http, _api_error, retries=self.tus_retries, progress=progress)
+        self.last_upload = uploader
+        filetype = "application/x-npy" if resumable.header is None else "application/octet-stream"
+        body: Dict[str, Any] = {"upload": uploader.upload(resumable.data, filetype), "params": params.to_json()}
+        if resumable.header is not None:
+            quiet = _tus.Uploader(self._http, _api_error, retries=self.tus_retries, progress=False)
+            body["header_upload"] = quiet.upload(resumable.header, "text/plain")
+        response = self._request("POST", "/v1/jobs", expect=_SUBMIT_OK, json=body)
         return Job(self, response.json(), prepared.source)
 
     def _submit(self, upload: Upload) -> httpx.Response:
@@ -190,7 +275,7 @@ class Client:
         _check_product(product)
         if product == "denoised":
             params["inverse"] = True
-        job = self.submit(cube, components=components, **params)
+        job = self.submit(cube, components=components, progress=progress, **params)
         job.wait(timeout=timeout, progress=progress)
         array = job.result(product=product)
         if not full:
@@ -302,6 +387,14 @@ def prepare_submission(
 def _check_product(product: str) -> None:
     if product not in PRODUCTS:
         raise ValueError(f"product must be one of {PRODUCTS}, got {product!r}")
+
+
+class _Resumable:
+    """A cube to send resumably: the data (the ``.npy``, or the ENVI data file), the ENVI header if any,
+    the array's content digest to ask with first, and the array (kept alive while its memory is sent)."""
+
+    def __init__(self, data: _tus.Source, header: Optional[_tus.Source], digest: Optional[str], array: Any) -> None:
+        self.data, self.header, self.digest, self.array = data, header, digest, array
 
 
 class _Disconnected(ConnectionError):
