@@ -13,21 +13,21 @@
 //!   (the `hypermnf run` children): the largest `RssAnon` polled every 2 ms.
 //!
 //! Each time is measured `--runs` times after a warm-up (the median is reported, with the minimum
-//! and maximum). The file is written into a directory of its own (under `--dir`, or the system's
+//! and maximum); the CLI and pipeline runs take turns, so that both see the same background load,
+//! and the 1-minute load average is reported beside them. The file is written into a directory of its own (under `--dir`, or the system's
 //! temporary directory), which is removed at the end; `--keep` keeps the file.
 
 mod generate;
 mod measure;
 mod upload;
 
-use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context};
 
 use crate::backend::Backend;
-use crate::mnf::{BackendChoice, MnfParams};
+use crate::mnf::{BackendChoice, MnfParams, Monitor};
 
 /// The shape of an AVIRIS-NG radiance line.
 const SAMPLES: usize = 598;
@@ -188,19 +188,15 @@ fn measure_all(args: &Args, backend: BenchBackend, work: &Path, hdr: &Path, img:
     };
     let setup_peak = me.take();
 
+    let load_start = measure::load_average();
     let bname = match backend {
         BenchBackend::Cpu => "cpu",
         BenchBackend::Cuda => "cuda",
     };
-    eprintln!("bench flightline: hypermnf run ({} runs after a warm-up) ...", runs);
-    let (cli, cli_peak) = measure::cli(hdr, &work.join("out.npy"), bname, &work.join("run.log"), runs)?;
-    for p in ["out.npy", "out.json"] {
-        let _ = std::fs::remove_file(work.join(p));
-    }
-
-    // The in-process part, its anonymous memory polled from here on.
-    me.take();
-    eprintln!("bench flightline: in-process pipeline ...");
+    // `hypermnf run` and the in-process pipeline in turns (one warm-up each, then `runs` of each), so
+    // that both see the same background load on a shared machine. This process's anonymous memory
+    // counts from here on (the children's apart).
+    eprintln!("bench flightline: hypermnf run and the in-process pipeline in turns ({runs} runs each after a warm-up) ...");
     let cpu = crate::backend::cpu::CpuBackend::new();
     let be: &dyn Backend = match &cuda {
         Some(c) => c,
@@ -211,7 +207,25 @@ fn measure_all(args: &Args, backend: BenchBackend, work: &Path, hdr: &Path, img:
         components: Some(10),
         ..Default::default()
     };
-    let pipeline = crate::bench::service::time_pipeline(runs, be, &params, &|| Ok(Cow::Owned(crate::cube::map(hdr)?)))?;
+    let (out, log) = (work.join("out.npy"), work.join("run.log"));
+    let (mut cli, mut pipeline, mut cli_peak) = (Vec::new(), Vec::new(), 0);
+    me.take();
+    for i in 0..=runs {
+        let (ms, peak) = measure::cli(hdr, &out, bname, &log)?;
+        cli_peak = cli_peak.max(peak);
+        let t = Instant::now();
+        let cube = crate::cube::map(hdr)?;
+        crate::mnf::run(&cube, &params, be, &Monitor::silent())?;
+        let took = t.elapsed().as_secs_f64() * 1e3;
+        if i > 0 {
+            cli.push(ms);
+            pipeline.push(took);
+        }
+    }
+    for p in ["out.npy", "out.json"] {
+        let _ = std::fs::remove_file(work.join(p));
+    }
+    let load_mid = measure::load_average();
     drop(cuda); // the servers open their own
     eprintln!("bench flightline: through the service ...");
     let choice = match backend {
@@ -246,6 +260,7 @@ fn measure_all(args: &Args, backend: BenchBackend, work: &Path, hdr: &Path, img:
         setup_peak_anon: setup_peak,
         max_upload_bytes: served.max_upload_bytes,
         raised_to: served.raised_to,
+        load: [load_start, load_mid, measure::load_average()],
     };
     report.print();
     if let Some(path) = &args.json {
@@ -272,6 +287,8 @@ struct Report<'a> {
     setup_peak_anon: u64,
     max_upload_bytes: u64,
     raised_to: Option<u64>,
+    /// The 1-minute load average before the CLI runs, after the pipeline runs, and at the end.
+    load: [Option<f64>; 3],
 }
 
 impl Report<'_> {
@@ -303,6 +320,7 @@ impl Report<'_> {
             "device": self.device,
             "file_bytes": self.file_bytes,
             "runs": self.args.runs,
+            "load_average_1m": self.load,
             "cli_over_floor": self.cli.0 / self.floor(),
             "after_upload_over_pipeline": self.after_upload.0 / self.pipeline.0,
             "min_max": {
@@ -387,6 +405,13 @@ impl Report<'_> {
         println!(
             "| peak anonymous RSS, writing the file and the floors | {:.0} MB | | |",
             self.setup_peak_anon as f64 / 1e6
+        );
+        let load = |l: Option<f64>| l.map_or("?".to_string(), |v| format!("{v:.2}"));
+        println!(
+            "| 1-minute load average: before the CLI runs / after the pipeline runs / at the end | {} / {} / {} | | |",
+            load(self.load[0]),
+            load(self.load[1]),
+            load(self.load[2])
         );
     }
 }

@@ -228,7 +228,7 @@ pub(super) fn follow(addr: SocketAddr, id: &str) -> anyhow::Result<()> {
 
 /// One warm-up run of the pipeline, then `runs` timed ones (ms); `cube_for_run`, timed too, gives each
 /// run its cube.
-pub(super) fn time_pipeline<'a>(
+fn time_pipeline<'a>(
     runs: usize,
     backend: &dyn crate::backend::Backend,
     params: &MnfParams,

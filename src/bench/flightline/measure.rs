@@ -138,38 +138,41 @@ pub fn pcie_floor(be: &crate::backend::cuda::CudaBackend, path: &Path, runs: usi
     Ok(totals)
 }
 
-/// `hypermnf run HDR --out OUT --backend B --components 10` as a child process of the current
-/// executable: one untimed run, then `runs` timed ones (ms, from the spawn to the exit), and the
-/// largest `RssAnon` of any of them (polled every 2 ms). Its stderr goes to `log`.
-pub fn cli(hdr: &Path, out: &Path, backend: &str, log: &Path, runs: usize) -> anyhow::Result<(Vec<f64>, u64)> {
+/// `hypermnf run HDR --out OUT --backend B --components 10` once, as a child process of the current
+/// executable: (ms from the spawn to the exit, its largest `RssAnon` polled every 2 ms). Its stderr
+/// goes to `log`.
+pub fn cli(hdr: &Path, out: &Path, backend: &str, log: &Path) -> anyhow::Result<(f64, u64)> {
     let exe = std::env::current_exe().context("finding the current executable")?;
-    let mut times = Vec::with_capacity(runs);
-    let mut peak = 0;
-    for i in 0..=runs {
-        let stderr = File::create(log).with_context(|| format!("creating {}", log.display()))?;
-        let t = Instant::now();
-        let mut child = Command::new(&exe)
-            .arg("run")
-            .arg(hdr)
-            .arg("--out")
-            .arg(out)
-            .args(["--backend", backend, "--components", "10"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .with_context(|| format!("starting {}", exe.display()))?;
-        let poller = RssPoller::start(Some(child.id()));
-        let status = child.wait()?;
-        let took = t.elapsed().as_secs_f64() * 1e3;
-        peak = peak.max(poller.finish());
-        if !status.success() {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            bail!("hypermnf run failed ({status}): {}", text.trim());
-        }
-        if i > 0 {
-            times.push(took);
-        }
+    let stderr = File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let t = Instant::now();
+    let mut child = Command::new(&exe)
+        .arg("run")
+        .arg(hdr)
+        .arg("--out")
+        .arg(out)
+        .args(["--backend", backend, "--components", "10"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .with_context(|| format!("starting {}", exe.display()))?;
+    let poller = RssPoller::start(Some(child.id()));
+    let status = child.wait()?;
+    let took = t.elapsed().as_secs_f64() * 1e3;
+    let peak = poller.finish();
+    if !status.success() {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        bail!("hypermnf run failed ({status}): {}", text.trim());
     }
-    Ok((times, peak))
+    Ok((took, peak))
+}
+
+/// The 1-minute load average (/proc/loadavg): how busy the machine was around a measurement.
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
