@@ -490,20 +490,45 @@ impl Cube {
     /// Raw bytes of lines `first..first + count` in BIP order (the cube's byte order), into `out`:
     /// a copy of [`raw_lines`](Self::raw_lines), gathered for a cube stored BIL or BSQ.
     pub fn copy_lines_bip(&self, first: usize, count: usize, out: &mut [u8]) {
-        let size = self.dtype.size();
         if self.storage == Interleave::Bip {
             out.copy_from_slice(self.raw_lines(first, count));
             return;
         }
-        let (s, b) = (self.samples, self.bands);
-        assert_eq!(out.len(), count * s * b * size, "copy_lines_bip: length mismatch");
+        let s = self.samples;
+        self.gather_bip(first * s, (first + count) * s, false, out);
+    }
+
+    /// The BIP bytes of pixels `p0..p1` (in line-major order) of a cube stored BIL or BSQ into `out`
+    /// (exactly (p1 − p0) × bands samples), each sample byte-reversed when `swap`. In both layouts
+    /// a band's samples of one line are contiguous, so runs of up to RUN pixels of a line are copied
+    /// band by band into a small tile (a few tens of KB: it stays in L1) and written out pixel by pixel.
+    /// Element by element through the stored order this ran at a third of SHA-256's speed.
+    fn gather_bip(&self, p0: usize, p1: usize, swap: bool, out: &mut [u8]) {
+        const RUN: usize = 16;
+        let (s, b, size) = (self.samples, self.bands, self.dtype.size());
+        assert_eq!(out.len(), (p1 - p0) * b * size, "gather_bip: length mismatch");
         let data = self.data.as_slice();
-        for (i, px) in out.chunks_exact_mut(b * size).enumerate() {
-            let (l, c) = (first + i / s, i % s);
-            for (band, o) in px.chunks_exact_mut(size).enumerate() {
-                let at = self.stored_index(self.storage, l, c, band) * size;
-                o.copy_from_slice(&data[at..at + size]);
+        let mut tile = vec![0u8; b * RUN * size];
+        let (mut p, mut o) = (p0, 0);
+        while p < p1 {
+            let (line, c0) = (p / s, p % s);
+            let n = RUN.min(s - c0).min(p1 - p);
+            for band in 0..b {
+                let at = self.stored_index(self.storage, line, c0, band) * size;
+                tile[band * RUN * size..][..n * size].copy_from_slice(&data[at..at + n * size]);
             }
+            for i in 0..n {
+                for band in 0..b {
+                    let src = &tile[(band * RUN + i) * size..][..size];
+                    let dst = &mut out[o..o + size];
+                    dst.copy_from_slice(src);
+                    if swap {
+                        dst.reverse();
+                    }
+                    o += size;
+                }
+            }
+            p += n;
         }
     }
 
@@ -614,37 +639,18 @@ impl Cube {
         let size = self.dtype.size();
         let (h_len, r_len) = (header.len() as u64, self.raw_len() as u64);
         let swap = self.byte_order == ByteOrder::Big && size > 1;
-        let (s, b) = (self.samples, self.bands);
-        let data = self.data.as_slice();
+        let b = self.bands;
         super::digest::of_stream(h_len + r_len + suffix.len() as u64, |start, end, h| {
             use sha2::Digest;
             super::digest::feed_parts(&[header], start, end, |x| h.update(x));
             let (a, z) = (start.max(h_len) - h_len, end.min(h_len + r_len).saturating_sub(h_len));
             if a < z {
-                // Whole samples around a..z, in BIP order, then the part of them in the leaf.
-                let (e0, e1) = ((a / size as u64) as usize, z.div_ceil(size as u64) as usize);
-                let mut bytes = Vec::with_capacity((e1 - e0) * size);
-                // Pixel by pixel: its bands lie `step` samples apart from its first one.
-                let (step, line_stride) = match self.storage {
-                    Interleave::Bil => (s, b * s),
-                    _ => (self.lines * s, s),
-                };
-                let mut e = e0;
-                while e < e1 {
-                    let (px, band0) = (e / b, e % b);
-                    let band1 = b.min(band0 + (e1 - e));
-                    let first = (px / s) * line_stride + px % s;
-                    for band in band0..band1 {
-                        let at = (first + band * step) * size;
-                        let sample = &data[at..at + size];
-                        if swap {
-                            bytes.extend(sample.iter().rev());
-                        } else {
-                            bytes.extend_from_slice(sample);
-                        }
-                    }
-                    e += band1 - band0;
-                }
+                // The whole pixels around a..z, in BIP order, then the part of them in the leaf.
+                let pixel = (b * size) as u64;
+                let (p0, p1) = ((a / pixel) as usize, z.div_ceil(pixel) as usize);
+                let mut bytes = vec![0u8; (p1 - p0) * b * size];
+                self.gather_bip(p0, p1, swap, &mut bytes);
+                let e0 = p0 * b;
                 let skip = (a - e0 as u64 * size as u64) as usize;
                 h.update(&bytes[skip..skip + (z - a) as usize]);
             }
