@@ -13,9 +13,10 @@
 //!   (the `hypermnf run` children): the largest `RssAnon` polled every 2 ms.
 //!
 //! Each time is measured `--runs` times after a warm-up (the median is reported, with the minimum
-//! and maximum); the CLI and pipeline runs take turns, so that both see the same background load,
-//! and the 1-minute load average is reported beside them. The file is written into a directory of its own (under `--dir`, or the system's
-//! temporary directory), which is removed at the end; `--keep` keeps the file.
+//! and maximum); the CLI, pipeline and service runs take turns, so that all three see the same
+//! background load, and the 1-minute load average is reported beside them. The file is written into
+//! a directory of its own (under `--dir`, or the system's temporary directory), which is removed at
+//! the end; `--keep` keeps the file.
 
 mod generate;
 mod measure;
@@ -188,46 +189,10 @@ fn measure_all(args: &Args, backend: BenchBackend, work: &Path, hdr: &Path, img:
     };
     let setup_peak = me.take();
 
-    let load_start = measure::load_average();
     let bname = match backend {
         BenchBackend::Cpu => "cpu",
         BenchBackend::Cuda => "cuda",
     };
-    // `hypermnf run` and the in-process pipeline in turns (one warm-up each, then `runs` of each), so
-    // that both see the same background load on a shared machine. This process's anonymous memory
-    // counts from here on (the children's apart).
-    eprintln!("bench flightline: hypermnf run and the in-process pipeline in turns ({runs} runs each after a warm-up) ...");
-    let cpu = crate::backend::cpu::CpuBackend::new();
-    let be: &dyn Backend = match &cuda {
-        Some(c) => c,
-        None => &cpu,
-    };
-    let device = be.device();
-    let params = MnfParams {
-        components: Some(10),
-        ..Default::default()
-    };
-    let (out, log) = (work.join("out.npy"), work.join("run.log"));
-    let (mut cli, mut pipeline, mut cli_peak) = (Vec::new(), Vec::new(), 0);
-    me.take();
-    for i in 0..=runs {
-        let (ms, peak) = measure::cli(hdr, &out, bname, &log)?;
-        cli_peak = cli_peak.max(peak);
-        let t = Instant::now();
-        let cube = crate::cube::map(hdr)?;
-        crate::mnf::run(&cube, &params, be, &Monitor::silent())?;
-        let took = t.elapsed().as_secs_f64() * 1e3;
-        if i > 0 {
-            cli.push(ms);
-            pipeline.push(took);
-        }
-    }
-    for p in ["out.npy", "out.json"] {
-        let _ = std::fs::remove_file(work.join(p));
-    }
-    let load_mid = measure::load_average();
-    drop(cuda); // the servers open their own
-    eprintln!("bench flightline: through the service ...");
     let choice = match backend {
         BenchBackend::Cpu => BackendChoice::Cpu,
         BenchBackend::Cuda => BackendChoice::Cuda,
@@ -241,26 +206,67 @@ fn measure_all(args: &Args, backend: BenchBackend, work: &Path, hdr: &Path, img:
         header: text(&warm_hdr)?,
         data: &warm_img,
     };
-    let served = upload::run(&envi, &warm_envi, work, choice, runs)?;
+    let mut service = upload::Service::new(&envi, &warm_envi, work, choice)?;
+
+    // `hypermnf run`, the in-process pipeline and the upload to a fresh server in turns (one warm-up
+    // of the first two, then `runs` of each; each server has a warm-up job of its own), so that all
+    // three see the same background load on a shared machine. This process's anonymous memory counts
+    // from here on (the children's apart).
+    eprintln!("bench flightline: hypermnf run, the in-process pipeline and the service in turns ({runs} runs each after a warm-up) ...");
+    let cpu = crate::backend::cpu::CpuBackend::new();
+    let be: &dyn Backend = match &cuda {
+        Some(c) => c,
+        None => &cpu,
+    };
+    let device = be.device();
+    let params = MnfParams {
+        components: Some(10),
+        ..Default::default()
+    };
+    let (out, log) = (work.join("out.npy"), work.join("run.log"));
+    let (mut cli, mut pipeline, mut cli_peak) = (Vec::new(), Vec::new(), 0);
+    let (mut upload_gbps, mut after_upload) = (Vec::new(), Vec::new());
+    let mut load = vec![measure::load_average()];
+    me.take();
+    for i in 0..=runs {
+        let (ms, peak) = measure::cli(hdr, &out, bname, &log)?;
+        cli_peak = cli_peak.max(peak);
+        let t = Instant::now();
+        let cube = crate::cube::map(hdr)?;
+        crate::mnf::run(&cube, &params, be, &Monitor::silent())?;
+        let took = t.elapsed().as_secs_f64() * 1e3;
+        drop(cube);
+        if i > 0 {
+            cli.push(ms);
+            pipeline.push(took);
+            let (gbps, after) = service.run_once()?;
+            upload_gbps.push(gbps);
+            after_upload.push(after);
+            load.push(measure::load_average());
+        }
+    }
     let peak = me.finish();
+    for p in ["out.npy", "out.json"] {
+        let _ = std::fs::remove_file(work.join(p));
+    }
 
     let report = Report {
         args,
         backend: bname,
-        device: if device.is_empty() { served.device.clone() } else { device },
+        device: if device.is_empty() { service.device.clone() } else { device },
         file_bytes,
         read_floor: spread(&read_floor),
         pcie_floor: pcie_floor.as_deref().map(spread),
         cli: spread(&cli),
         pipeline: spread(&pipeline),
-        upload_gbps: spread(&served.upload_gbps),
-        after_upload: spread(&served.after_upload_ms),
+        upload_gbps: spread(&upload_gbps),
+        after_upload: spread(&after_upload),
         peak_anon: peak,
         cli_peak_anon: cli_peak,
         setup_peak_anon: setup_peak,
-        max_upload_bytes: served.max_upload_bytes,
-        raised_to: served.raised_to,
-        load: [load_start, load_mid, measure::load_average()],
+        max_upload_bytes: service.max_upload_bytes,
+        raised_to: service.raised_to,
+        load,
     };
     report.print();
     if let Some(path) = &args.json {
@@ -287,8 +293,8 @@ struct Report<'a> {
     setup_peak_anon: u64,
     max_upload_bytes: u64,
     raised_to: Option<u64>,
-    /// The 1-minute load average before the CLI runs, after the pipeline runs, and at the end.
-    load: [Option<f64>; 3],
+    /// The 1-minute load average before the timed runs and after each of them.
+    load: Vec<Option<f64>>,
 }
 
 impl Report<'_> {
@@ -406,12 +412,10 @@ impl Report<'_> {
             "| peak anonymous RSS, writing the file and the floors | {:.0} MB | | |",
             self.setup_peak_anon as f64 / 1e6
         );
-        let load = |l: Option<f64>| l.map_or("?".to_string(), |v| format!("{v:.2}"));
+        let load: Vec<String> = self.load.iter().map(|l| l.map_or("?".to_string(), |v| format!("{v:.2}"))).collect();
         println!(
-            "| 1-minute load average: before the CLI runs / after the pipeline runs / at the end | {} / {} / {} | | |",
-            load(self.load[0]),
-            load(self.load[1]),
-            load(self.load[2])
+            "| 1-minute load average: before the timed runs, after each | {} | | |",
+            load.join(" / ")
         );
     }
 }

@@ -3,7 +3,8 @@
 //! streamed from the file with `sendfile`; the rate of the upload and the time from its last byte to
 //! `succeeded` (seen through a long poll). Each timed upload goes to a fresh server on a fresh data
 //! dir, after one small warm-up job there, so that no run finds the job cache or the statistics of
-//! an earlier one. The HTTP client is `bench service`'s.
+//! an earlier one. The default upload limit is asked of a server started with the default settings
+//! first. The HTTP client is `bench service`'s.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -17,19 +18,6 @@ use crate::config::ServeArgs;
 use crate::mnf::BackendChoice;
 
 const BOUNDARY: &str = "hypermnf-flightline-7d3c2a19e8b4";
-
-/// What the server part measured.
-pub struct Measured {
-    /// The effective upload limit of a server started with the default settings (`/v1/info`).
-    pub max_upload_bytes: u64,
-    /// The limit the timed servers were started with, where the default was too small for the file.
-    pub raised_to: Option<u64>,
-    /// Per run: the data file's bytes over the time from the request's first byte to the answer.
-    pub upload_gbps: Vec<f64>,
-    /// Per run: the upload's last byte until `succeeded` is seen (ms).
-    pub after_upload_ms: Vec<f64>,
-    pub device: String,
-}
 
 /// One ENVI file: its header text and data file.
 pub struct Envi<'a> {
@@ -91,60 +79,84 @@ fn submit(addr: SocketAddr, envi: &Envi) -> anyhow::Result<(Reply, Instant)> {
     Ok((r, t))
 }
 
-/// The runs; see the module doc. `warm` is the small warm-up file, `work` the directory the servers'
-/// data dirs go in.
-pub fn run(envi: &Envi, warm: &Envi, work: &Path, backend: BackendChoice, runs: usize) -> anyhow::Result<Measured> {
-    let rt = tokio::runtime::Runtime::new()?;
-    let body_len = envi.body_len()?;
-    let data_bytes = std::fs::metadata(envi.data)?.len();
-    let mut out = Measured {
-        max_upload_bytes: 0,
-        raised_to: None,
-        upload_gbps: Vec::new(),
-        after_upload_ms: Vec::new(),
-        device: String::new(),
-    };
-    for run in 0..runs {
-        let dir = work.join(format!("server-{run}"));
-        let start = |limit: Option<u64>| {
-            let mut serve = ServeArgs::with_data_dir(&dir);
-            serve.backend = backend;
-            if let Some(l) = limit {
-                serve.max_upload_bytes = l;
-            }
-            rt.block_on(crate::api::start(serve))
+/// The servers of the timed uploads, one per [`Service::run_once`]; see the module doc.
+pub struct Service<'a> {
+    rt: tokio::runtime::Runtime,
+    envi: &'a Envi<'a>,
+    warm: &'a Envi<'a>,
+    work: &'a Path,
+    backend: BackendChoice,
+    runs: usize,
+    /// The effective upload limit of a server started with the default settings (`/v1/info`).
+    pub max_upload_bytes: u64,
+    /// The limit the timed servers are started with, where the default is too small for the file.
+    pub raised_to: Option<u64>,
+    pub device: String,
+}
+
+impl<'a> Service<'a> {
+    /// Asks a server started with the default settings for its upload limit (`/v1/info`), and
+    /// decides whether the timed servers need a larger one. `warm` is the small warm-up file, `work`
+    /// the directory the servers' data dirs go in.
+    pub fn new(envi: &'a Envi<'a>, warm: &'a Envi<'a>, work: &'a Path, backend: BackendChoice) -> anyhow::Result<Self> {
+        let mut service = Service {
+            rt: tokio::runtime::Runtime::new()?,
+            envi,
+            warm,
+            work,
+            backend,
+            runs: 0,
+            max_upload_bytes: 0,
+            raised_to: None,
+            device: String::new(),
         };
-        let mut server = start(out.raised_to)?;
-        if run == 0 {
-            // The default limit, as the server reports it; raised for the timed servers only if the
-            // file does not fit under it.
-            let info = request(server.addr, "GET", "/v1/info", &[], None, false)?;
-            let info: serde_json::Value = serde_json::from_slice(&info.body)?;
-            out.max_upload_bytes = info["max_upload_bytes"].as_u64().context("/v1/info has no max_upload_bytes")?;
-            if out.max_upload_bytes < body_len {
-                out.raised_to = Some(body_len.saturating_mul(2).max(1 << 30));
-                rt.block_on(server.stop())?;
-                server = start(out.raised_to)?;
-            }
-            out.device = server.ctx.runner.backends.default_backend().device();
+        let dir = work.join("server-defaults");
+        let server = service.start(&dir)?;
+        let info = request(server.addr, "GET", "/v1/info", &[], None, false);
+        service.device = server.ctx.runner.backends.default_backend().device();
+        service.rt.block_on(server.stop())?;
+        let _ = std::fs::remove_dir_all(&dir);
+        let info: serde_json::Value = serde_json::from_slice(&info?.body)?;
+        service.max_upload_bytes = info["max_upload_bytes"].as_u64().context("/v1/info has no max_upload_bytes")?;
+        let body_len = envi.body_len()?;
+        if service.max_upload_bytes < body_len {
+            service.raised_to = Some(body_len.saturating_mul(2).max(1 << 30));
         }
+        Ok(service)
+    }
+
+    fn start(&self, dir: &Path) -> anyhow::Result<crate::api::Server> {
+        let mut serve = ServeArgs::with_data_dir(dir);
+        serve.backend = self.backend;
+        if let Some(l) = self.raised_to {
+            serve.max_upload_bytes = l;
+        }
+        self.rt.block_on(crate::api::start(serve))
+    }
+
+    /// One timed upload to a fresh server, after a warm-up job there: (the data file's bytes over the
+    /// time from the request's first byte to the answer in GB/s, ms from the upload's last byte until
+    /// `succeeded` is seen).
+    pub fn run_once(&mut self) -> anyhow::Result<(f64, f64)> {
+        self.runs += 1;
+        let dir = self.work.join(format!("server-{}", self.runs));
+        let server = self.start(&dir)?;
+        let data_bytes = std::fs::metadata(self.envi.data)?.len();
         let measured = (|| -> anyhow::Result<(f64, f64)> {
-            submit(server.addr, warm)?;
-            let (r, t) = submit(server.addr, envi)?;
+            submit(server.addr, self.warm)?;
+            let (r, t) = submit(server.addr, self.envi)?;
             let last = r.last_byte.context("the body was not sent")?;
             let after = last.elapsed().as_secs_f64() * 1e3;
             let upload = r.received.saturating_duration_since(t).as_secs_f64();
             Ok((data_bytes as f64 / upload / 1e9, after))
         })();
-        rt.block_on(server.stop())?;
+        self.rt.block_on(server.stop())?;
         let _ = std::fs::remove_dir_all(&dir);
         let (gbps, after) = measured?;
         eprintln!(
             "bench flightline: server run {}: upload {gbps:.2} GB/s, last byte to succeeded {after:.0} ms",
-            run + 1
+            self.runs
         );
-        out.upload_gbps.push(gbps);
-        out.after_upload_ms.push(after);
+        Ok((gbps, after))
     }
-    Ok(out)
 }
