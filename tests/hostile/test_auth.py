@@ -44,8 +44,9 @@ def keyed(tmp_path_factory):
     (outside / "stolen.img").write_bytes(data)
     (root / "envi_escape.hdr").write_text(envi_header())
     (root / "envi_escape.img").symlink_to(outside / "stolen.img")
-    (root / "envi_ok.hdr").write_text(envi_header())
-    (root / "envi_ok.img").write_bytes(data)
+    # Large enough for a noise estimate of its 2 bands (a 3 x 4 image would now be refused at submit).
+    (root / "envi_ok.hdr").write_text(envi_header(samples=6, lines=5, bands=2))
+    (root / "envi_ok.img").write_bytes(RNG.integers(0, 1000, size=5 * 6 * 2, dtype=np.int16).tobytes())
     server = start_server(work, ["--api-keys-file", str(keys), "--input-root", str(root)])
     yield server, root, outside
     server.stop()

@@ -431,7 +431,8 @@ def test_latin1_header_is_read_as_the_reader_reads_it(server: Server):
 
 def test_downloads_of_a_job_without_a_result(server: Server):
     """A failed job's result and metadata, bad download queries, and deleting it twice."""
-    r = server.call("POST", "/v1/jobs", data=npy_of(np.ones((1, 1, 1), dtype=np.float32) * 3), headers={"Content-Type": "application/x-npy"})
+    # A constant cube: accepted (its shape allows an MNF) and failed by the job (every band constant).
+    r = server.call("POST", "/v1/jobs", data=npy_of(np.full((6, 7, 4), 3, dtype=np.int16)), headers={"Content-Type": "application/x-npy"})
     assert r.status_code in (200, 202), r.text
     job = wait_done(server, r.json()["id"])
     assert job["status"] == "failed"
