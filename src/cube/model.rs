@@ -202,11 +202,9 @@ impl CubeMeta {
     /// The value of a header key kept verbatim in `extra` (matched as ENVI matches keys: case and
     /// runs of whitespace ignored), without the braces of a list.
     pub fn extra_value(&self, key: &str) -> Option<&str> {
-        let want = key.split_whitespace().collect::<Vec<_>>();
+        let want = super::envi::normalize_key(key);
         self.extra.iter().find_map(|(k, v)| {
-            let same = k.split_whitespace().count() == want.len()
-                && k.split_whitespace().zip(&want).all(|(a, b)| a.eq_ignore_ascii_case(b));
-            same.then(|| {
+            (super::envi::normalize_key(k) == want).then(|| {
                 let v = v.trim();
                 v.strip_prefix('{').and_then(|v| v.strip_suffix('}')).unwrap_or(v).trim()
             })
