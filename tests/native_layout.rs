@@ -11,6 +11,8 @@ use hypermnf::cube::{envi, ByteOrder, Cube, CubeMeta, DataType, Interleave};
 use hypermnf::mnf::{self, MnfOutput, MnfParams, Monitor, NoiseEstimator};
 use rand::{Rng, SeedableRng};
 
+mod common;
+
 const LAYOUTS: [Interleave; 3] = [Interleave::Bil, Interleave::Bsq, Interleave::Bip];
 const TYPES: [DataType; 5] = [DataType::F32, DataType::I16, DataType::U16, DataType::F64, DataType::U8];
 const ORDERS: [ByteOrder; 2] = [ByteOrder::Little, ByteOrder::Big];
@@ -245,6 +247,59 @@ fn the_gpu_mnf_of_a_mapped_cube_is_bit_identical() {
             eprintln!("{route:?} {}: mapped = read, bit for bit", dtype.name());
         }
     }
+}
+
+/// A multipart ENVI upload to a CUDA server (`api::envi_upload`): BIL and BIP data are sent to the
+/// device while they arrive (the job then finds its cube there), BSQ is not (no whole line before its
+/// last band); each job's components equal the in-process GPU run's bit for bit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA device"]
+async fn a_multipart_envi_upload_is_fed_to_the_device_while_it_arrives() {
+    use hypermnf::backend::cuda::{CudaBackend, Route};
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(&dir.path().join("server"));
+    args.backend = hypermnf::mnf::BackendChoice::Cuda;
+    let srv = common::TestServer::start_on_given_backend(args).await;
+    let gpu = CudaBackend::new(Route::Kernels).unwrap();
+    let mut fed = 0;
+    // 600 x 300 x 128: 92-184 MB, several statistics chunks fed as the writer reports them.
+    for (k, (layout, dtype, order)) in [
+        (Interleave::Bil, DataType::F32, ByteOrder::Little),
+        (Interleave::Bip, DataType::I16, ByteOrder::Big),
+        (Interleave::Bil, DataType::U16, ByteOrder::Big),
+        (Interleave::Bsq, DataType::F32, ByteOrder::Little),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let what = format!("{} {} {order:?}", layout.name(), dtype.name());
+        let c = cube(40 + k as u64, 600, 300, 128, dtype);
+        let hdr = write(dir.path(), &c, layout, order);
+        let img = hdr.with_extension("img");
+        let form = reqwest::multipart::Form::new()
+            .text("header", std::fs::read_to_string(&hdr).unwrap())
+            .text("params", r#"{"components": 6, "backend": "cuda"}"#)
+            .part("data", reqwest::multipart::Part::bytes(std::fs::read(&img).unwrap()).file_name("cube.img"));
+        let r = srv.client.post(srv.url("/v1/jobs")).multipart(form).send().await.unwrap();
+        let (status, job) = (r.status(), r.json::<serde_json::Value>().await.unwrap());
+        assert_eq!(status, reqwest::StatusCode::ACCEPTED, "{what}: {job}");
+        let id = job["id"].as_str().unwrap();
+        assert_eq!(srv.wait(id).await["status"], "succeeded", "{what}");
+        let (st, got) = srv.get_bytes(&format!("/v1/jobs/{id}/result")).await;
+        assert_eq!(st, reqwest::StatusCode::OK);
+        let params = MnfParams { components: Some(6), backend: hypermnf::mnf::BackendChoice::Cuda, ..MnfParams::default() };
+        let want = mnf::run(&envi::read(&hdr).unwrap(), &params, &gpu, &Monitor::silent()).unwrap();
+        let values: Vec<u32> = got[got.len() - want.components.len() * 4..].chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).collect();
+        assert!(values == bits(&want.components), "{what}: the service's result differs from the in-process run");
+        if layout != Interleave::Bsq {
+            fed += 1;
+        }
+        let metrics = srv.client.get(srv.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        assert!(metrics.contains(&format!("hypermnf_jobs_fed_to_device_total {fed}\n")), "{what}: {metrics}");
+        let md = srv.get_json(&format!("/v1/jobs/{id}/metadata")).await.1;
+        eprintln!("{what}: fed {fed}, timings {}", md["timings_ms"]);
+    }
+    srv.stop().await;
 }
 
 /// A small case of the above for compute-sanitizer (racecheck instruments every shared-memory access

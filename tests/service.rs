@@ -334,6 +334,94 @@ async fn an_upload_that_finds_the_worker_idle_starts_before_its_202() {
     srv.stop().await;
 }
 
+/// A multipart ENVI upload is handled as a `.npy` body is (`api::envi_upload`): its content digest is
+/// computed while the data part is written, and with the parameters before the data its job starts
+/// before the 202. Checked for each interleave and both byte orders: each job is running at its 202
+/// and gives the in-process pipeline's components bit for bit; a big-endian BIP upload and a `.npy`
+/// of the same samples are one cube (the `.npy` finds the ENVI job), and so is a BIL upload sent
+/// again, in either byte order; and nothing is left in scratch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multipart_envi_upload_is_digested_as_it_arrives_and_starts_before_its_202() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(tmp.path());
+    args.early_start = hypermnf::config::EarlyStart::Always;
+    let srv = TestServer::start(args).await;
+    let cube = synthetic_cube(BIG.0, BIG.1, BIG.2, 41);
+    let (l, s, b, size) = (cube.lines(), cube.samples(), cube.bands(), cube.dtype().size());
+    let code = match cube.dtype() {
+        hypermnf::cube::DataType::I16 => 2,
+        hypermnf::cube::DataType::F32 => 4,
+        other => panic!("the synthetic cube is {other:?}"),
+    };
+    let raw = cube.raw();
+    // The samples in `interleave`, each made big-endian when `big`.
+    let stored = |interleave: &str, big: bool| -> Vec<u8> {
+        let mut out = Vec::with_capacity(raw.len());
+        let mut push = |li: usize, si: usize, bi: usize| {
+            let at = ((li * s + si) * b + bi) * size;
+            let sample = &raw[at..at + size];
+            if big {
+                out.extend(sample.iter().rev());
+            } else {
+                out.extend_from_slice(sample);
+            }
+        };
+        match interleave {
+            "bip" => (0..l).for_each(|li| (0..s).for_each(|si| (0..b).for_each(|bi| push(li, si, bi)))),
+            "bil" => (0..l).for_each(|li| (0..b).for_each(|bi| (0..s).for_each(|si| push(li, si, bi)))),
+            _ => (0..b).for_each(|bi| (0..l).for_each(|li| (0..s).for_each(|si| push(li, si, bi)))),
+        }
+        out
+    };
+    let post = |interleave: &'static str, big: bool| {
+        let header = format!(
+            "ENVI\nsamples = {s}\nlines = {l}\nbands = {b}\nheader offset = 0\ndata type = {code}\ninterleave = {interleave}\nbyte order = {}\n",
+            big as u8
+        );
+        let form = reqwest::multipart::Form::new()
+            .text("header", header)
+            .text("params", r#"{"components": 4}"#)
+            .part("data", reqwest::multipart::Part::bytes(stored(interleave, big)).file_name("cube.img"));
+        let request = srv.client.post(srv.url("/v1/jobs")).multipart(form);
+        async move {
+            let r = request.send().await.unwrap();
+            (r.status(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let params: MnfParams = serde_json::from_value(json!({"components": 4})).unwrap();
+    let want = hypermnf::mnf::run(&cube, &params, &hypermnf::backend::cpu::CpuBackend::new(), &hypermnf::mnf::Monitor::silent()).unwrap();
+    let want: Vec<u32> = want.components.iter().map(|v| v.to_bits()).collect();
+    let mut started = 0;
+    let mut ids = HashMap::new();
+    for (interleave, big) in [("bil", false), ("bip", true), ("bsq", false)] {
+        let (status, job) = post(interleave, big).await;
+        assert_eq!((status, job["status"].as_str()), (StatusCode::ACCEPTED, Some("running")), "{interleave} big-endian {big}: {job}");
+        started += 1;
+        let id = job["id"].as_str().unwrap().to_string();
+        assert_eq!(srv.wait(&id).await["status"], "succeeded", "{interleave} big-endian {big}");
+        let (st, got) = srv.get_bytes(&format!("/v1/jobs/{id}/result")).await;
+        assert_eq!(st, StatusCode::OK);
+        let values: Vec<u32> = got[got.len() - want.len() * 4..].chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+        assert!(values == want, "{interleave} big-endian {big}: the components differ from the pipeline's");
+        ids.insert((interleave, big), id);
+    }
+    // The same samples as a .npy: the big-endian BIP upload's job (its header carries nothing more).
+    let (status, again) = srv.post_npy(&npy_bytes(&cube), "components=4").await;
+    assert_eq!((status, again["cached"].as_bool(), again["id"].as_str()), (StatusCode::OK, Some(true), Some(ids[&("bip", true)].as_str())), "{again}");
+    // The same BIL upload again, and in the other byte order: the first one's job.
+    for big in [false, true] {
+        let (status, again) = post("bil", big).await;
+        assert_eq!((status, again["cached"].as_bool(), again["id"].as_str()), (StatusCode::OK, Some(true), Some(ids[&("bil", false)].as_str())), "{again}");
+    }
+    let metrics = srv.client.get(srv.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(&format!("hypermnf_jobs_started_early_total {started}\n")), "{metrics}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path().join("objects/scratch"))
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in scratch: {left:?}");
+    srv.stop().await;
+}
+
 /// `GET /v1/jobs/{id}?wait=S` holds the request until the job ends: one request sees `succeeded`; a
 /// finished job answers at once; a job that does not end within S (on a server with no worker) is
 /// answered with its state after S; a cancellation wakes the waiter; a wait out of range is a 400.

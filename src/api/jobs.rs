@@ -4,7 +4,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{FromRequest, Multipart, Path as UrlPath, RawQuery, Request, State};
+use axum::extract::{Path as UrlPath, RawQuery, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
@@ -163,7 +163,7 @@ async fn create_inner(ctx: &ApiContext, caller: &Caller, query: Option<String>, 
     let _scratch = ScratchGuard { storage: ctx.runner.storage.clone(), token: token.clone() };
     match mime.as_str() {
         "application/x-npy" | "application/octet-stream" => create_npy(ctx, caller, query.as_deref(), req, &token).await,
-        "multipart/form-data" => create_multipart(ctx, caller, query.as_deref(), req, &token).await.map(Created::response),
+        "multipart/form-data" => super::envi_upload::create(ctx, caller, query.as_deref(), req, &token).await.map(Created::response),
         "application/json" => create_href(ctx, caller, query.as_deref(), req).await.map(Created::response),
         _ => Err(Error::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -344,7 +344,7 @@ where
         if let Some((c, (l, s, b, dtype))) = claim.and_then(|c| c.bip_le.map(|d| (c, d))) {
             let (lines, samples, bands) = (l as usize, s as usize, b as usize);
             if params.validate(lines, samples, bands).is_ok() {
-                let claimed = feed::Claimed { lines, samples, bands, dtype, data_offset: c.offset };
+                let claimed = feed::Claimed { lines, samples, bands, dtype, data_offset: c.offset, form: feed::Form::Npy };
                 feed = Feed::start(&ctx.runner, params.backend, claimed, path.clone(), progress.clone());
             }
         }
@@ -380,8 +380,8 @@ where
                 Some(f) => f.finish().await,
                 None => None,
             };
-            let upload = Unsynced { token, npy: &got.path, sync, fed };
-            enqueue_unsynced(ctx, caller, content, input, params, sha, upload).await
+            let upload = Unsynced { token, kind: InputKind::Npy, files: &[got.path.as_path()], sync, fed };
+            enqueue_unsynced(ctx, caller, CubeKey::of_npy(content), input, params, sha, upload).await
         }
         (Ok(_), _) => {
             sync.wait().await?;
@@ -396,27 +396,6 @@ where
             Err(e)
         }
     }
-}
-
-async fn create_multipart(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req: Request, token: &str) -> ApiResult<Created> {
-    let mut multipart = Multipart::from_request(req, &())
-        .await
-        .map_err(|e| Error::bad_request("invalid_multipart", format!("invalid multipart body: {}", e.body_text())))?;
-    let dir = ctx.runner.storage.scratch_dir(token)?;
-    let upload::MultipartUpload { header_text: text, data, params: params_part } =
-        upload::receive_multipart(&mut multipart, &dir, ctx.config.max_upload_bytes).await?;
-    ApiMetrics::add(&ctx.metrics.bytes_in, data.bytes + text.len() as u64);
-    let params = match (params_part, query.filter(|q| !q.is_empty())) {
-        (Some(_), Some(_)) => {
-            return Err(Error::unprocessable("invalid_params", "give the parameters either as a params part or in the query, not both"))
-        }
-        (Some(p), None) => p,
-        (None, q) => params::from_query(q)?,
-    };
-    let location = format!("scratch/{token}");
-    let (cube, params) = decode_and_validate(ctx, InputKind::Envi, location, params).await?;
-    let (digest, input) = digest_and_summary(&cube).await?;
-    enqueue(ctx, caller, digest, input, params, InputKind::Envi, None, token).await
 }
 
 #[derive(serde::Deserialize)]
@@ -575,7 +554,7 @@ fn precheck_file(path: &Path, limit: u64) -> ApiResult<()> {
 }
 
 /// Decodes the cube (off the async threads) and checks the parameters against its shape.
-async fn decode_and_validate(ctx: &ApiContext, kind: InputKind, location: String, params: MnfParams) -> ApiResult<(Arc<Cube>, MnfParams)> {
+pub(super) async fn decode_and_validate(ctx: &ApiContext, kind: InputKind, location: String, params: MnfParams) -> ApiResult<(Arc<Cube>, MnfParams)> {
     let storage = ctx.runner.storage.clone();
     let t = std::time::Instant::now();
     let rt = tokio::runtime::Handle::current();
@@ -612,9 +591,9 @@ fn check_backend(ctx: &ApiContext, params: &MnfParams) -> ApiResult<()> {
 /// What the job cache knows a decoded cube by: its content digest (samples, shape, type, bbl and
 /// no-data), and the digest of the metadata its results carry (`CubeMeta::carried_digest`).
 #[derive(Clone, Copy)]
-struct CubeKey {
-    content: [u8; 32],
-    carried: Option<[u8; 32]>,
+pub(super) struct CubeKey {
+    pub(super) content: [u8; 32],
+    pub(super) carried: Option<[u8; 32]>,
 }
 
 impl CubeKey {
@@ -648,14 +627,18 @@ async fn digest_and_summary(cube: &Arc<Cube>) -> ApiResult<(CubeKey, InputSummar
     };
     tracing::debug!(secs = t.elapsed().as_secs_f64(), "content digest");
     let digest = CubeKey { content: digest, carried: cube.meta.carried_digest() };
-    let input = InputSummary {
+    Ok((digest, input_summary(cube)))
+}
+
+/// What the API shows about a decoded cube.
+pub(super) fn input_summary(cube: &Cube) -> InputSummary {
+    InputSummary {
         lines: cube.lines(),
         samples: cube.samples(),
         bands: cube.bands(),
         data_type: cube.dtype().name().to_string(),
         interleave: cube.meta.source_interleave.map(|i| i.name()).unwrap_or("bip").to_string(),
-    };
-    Ok((digest, input))
+    }
 }
 
 /// The owner's job of this job digest, if any: the result level first (a succeeded job, checked against
@@ -711,31 +694,31 @@ async fn enqueue_at(
     insert_stored(ctx, new, token, None).await
 }
 
-/// A `.npy` upload whose bytes are in scratch under `token` (the file `npy`) and digested, while
-/// `sync` still writes them to the disk.
-struct Unsynced<'a> {
-    token: &'a str,
-    npy: &'a Path,
-    sync: upload::Unsynced,
+/// An upload whose files are in scratch under `token` (`cube.npy`, or `cube.hdr` and `cube.img`) and
+/// digested, while `sync` still writes them to the disk.
+pub(super) struct Unsynced<'a> {
+    pub(super) token: &'a str,
+    pub(super) kind: InputKind,
+    pub(super) files: &'a [&'a Path],
+    pub(super) sync: upload::Unsynced,
     /// The cube, sent to a device while it arrived (`jobs::feed`).
-    fed: Option<Arc<crate::cache::ResidentCube>>,
+    pub(super) fed: Option<Arc<crate::cache::ResidentCube>>,
 }
 
 /// [`enqueue`] for an upload still being synced: when a worker is idle, the job starts computing on
-/// the scratch file at once, while the disk catches up (`jobs::early`); the row is inserted, claimed
+/// the scratch files at once, while the disk catches up (`jobs::early`); the row is inserted, claimed
 /// by this instance, once the upload is synced and stored, as always before the 202.
-async fn enqueue_unsynced(
+pub(super) async fn enqueue_unsynced(
     ctx: &ApiContext,
     caller: &Caller,
-    cube_digest: [u8; 32],
+    cube: CubeKey,
     input: InputSummary,
     params: MnfParams,
     upload_sha256: Option<String>,
     upload: Unsynced<'_>,
 ) -> ApiResult<Created> {
     let (canonical, choice) = (params::canonical(&params), params.backend);
-    // A little-endian C-order `.npy` (the only kind fed here): it carries no metadata.
-    let digest = CubeKey::of_npy(cube_digest).job_digest(&canonical);
+    let digest = cube.job_digest(&canonical);
     if let Some(job) = existing_job(ctx, &caller.owner, &digest).await? {
         let _ = upload.sync.wait().await; // the scratch file is not removed under its sync
         ApiMetrics::add(&ctx.metrics.cache_hits, 1);
@@ -743,9 +726,9 @@ async fn enqueue_unsynced(
     }
     let id = uuid::Uuid::now_v7().to_string();
     let location = format!("uploads/{id}");
-    let new = new_job(id, caller, canonical, digest, cube_digest, upload_sha256, input, InputKind::Npy, location);
+    let new = new_job(id, caller, canonical, digest, cube.content, upload_sha256, input, upload.kind, location);
     // Dropped (canceled, its scratch removed) if the upload is not accepted after all.
-    let early = ctx.runner.start_early(&new, choice, upload.npy, upload.fed);
+    let early = ctx.runner.start_early(&new, choice, upload.files, upload.fed);
     // The 202 waits for the upload's last bytes and its row to be synced: no result of an earlier
     // job is written back meanwhile (`Storage::pause_syncs`).
     let _quiet = ctx.runner.storage.pause_syncs();

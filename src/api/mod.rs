@@ -2,6 +2,7 @@
 //! The contract is `openapi.yaml`; `error` maps every failure to `{"code", "message"}`.
 
 pub mod auth;
+mod envi_upload;
 pub mod error;
 pub mod health;
 pub mod jobs;

@@ -54,19 +54,37 @@ pub fn pool() -> &'static rayon::ThreadPool {
 /// The digest of a stream of `len` bytes that `feed(start, end, hasher)` writes into a leaf's hasher
 /// (bytes `start..end` of the stream, in order), the leaves hashed in parallel.
 pub fn of_stream(len: u64, feed: impl Fn(u64, u64, &mut Sha256) + Sync) -> [u8; 32] {
+    of_stream_as_ready(len, |_| true, feed).expect("a stream that is always ready is hashed whole")
+}
+
+/// [`of_stream`] of a stream whose bytes become readable in order while it is hashed (a file being
+/// written): before each wave of leaves (two per pool thread), `ready(end)` is told the stream's
+/// bytes up to `end` are needed, and blocks until they are there; false stops the digest (None).
+pub fn of_stream_as_ready(len: u64, mut ready: impl FnMut(u64) -> bool, feed: impl Fn(u64, u64, &mut Sha256) + Sync) -> Option<[u8; 32]> {
     let n = len.div_ceil(LEAF as u64);
-    let leaves: Vec<[u8; 32]> = pool().install(|| {
-        (0..n)
-            .into_par_iter()
-            .map(|i| {
-                let start = i * LEAF as u64;
-                let mut h = Sha256::new();
-                feed(start, (start + LEAF as u64).min(len), &mut h);
-                h.finalize().into()
-            })
-            .collect()
-    });
-    root(len, &leaves)
+    let wave = 2 * pool().current_num_threads().max(1) as u64;
+    let mut leaves: Vec<[u8; 32]> = Vec::with_capacity(n as usize);
+    let mut first = 0;
+    while first < n {
+        let last = (first + wave).min(n);
+        if !ready((last * LEAF as u64).min(len)) {
+            return None;
+        }
+        let more: Vec<[u8; 32]> = pool().install(|| {
+            (first..last)
+                .into_par_iter()
+                .map(|i| {
+                    let start = i * LEAF as u64;
+                    let mut h = Sha256::new();
+                    feed(start, (start + LEAF as u64).min(len), &mut h);
+                    h.finalize().into()
+                })
+                .collect()
+        });
+        leaves.extend(more);
+        first = last;
+    }
+    Some(root(len, &leaves))
 }
 
 /// The digest of the concatenation of `parts`.

@@ -599,19 +599,44 @@ impl Cube {
     /// says, so a cube with a suffix is hashed from a longer string than any cube of the same header
     /// without one, and cubes of different headers differ within the header bytes.
     pub fn content_digest(&self) -> [u8; 32] {
+        self.content_digest_as_written(|_| true).expect("a cube whose samples are all there is digested whole")
+    }
+
+    /// [`content_digest`](Self::content_digest) of a cube whose file is still being written in order
+    /// (an upload being received): before each wave of leaves, `written(n)` is told that the first `n`
+    /// bytes of the stored samples are needed, and blocks until they are in the file (false stops the
+    /// digest: None). A cube stored by lines (BIP, BIL) is digested as its lines arrive; BSQ needs
+    /// every band of a line, so the whole file, before its first leaf.
+    pub fn content_digest_as_written(&self, mut written: impl FnMut(u64) -> bool) -> Option<[u8; 32]> {
         let header = super::npy::canonical_header(self.dtype, self.lines, self.samples, self.bands);
         let suffix = self.digest_suffix();
+        let (h_len, r_len) = (header.len() as u64, self.raw_len() as u64);
+        let (pixel, line) = ((self.bands * self.dtype.size()) as u64, self.line_bytes() as u64);
+        let by_lines = self.storage != Interleave::Bsq;
+        // The stream's bytes up to `end` come from the stored samples up to the returned length.
+        let stored_needed = move |end: u64| -> u64 {
+            let z = end.saturating_sub(h_len).min(r_len);
+            match z {
+                0 => 0,
+                _ if !by_lines || pixel == 0 => r_len,
+                _ => (z.div_ceil(pixel).div_ceil(self.samples.max(1) as u64) * line).min(r_len),
+            }
+        };
+        let ready = |end: u64| written(stored_needed(end));
+        let total = h_len + r_len + suffix.len() as u64;
         if self.storage != Interleave::Bip {
-            return self.content_digest_gathered(&header, &suffix);
+            return self.content_digest_gathered(&header, &suffix, total, ready);
         }
         let raw = self.raw();
         let size = self.dtype.size();
         if self.byte_order == ByteOrder::Little || size == 1 {
-            return super::digest::of_parts(&[&header, raw, &suffix]);
+            return super::digest::of_stream_as_ready(total, ready, |start, end, h| {
+                use sha2::Digest;
+                super::digest::feed_parts(&[&header, raw, &suffix], start, end, |b| h.update(b));
+            });
         }
         // Big-endian samples are swapped a leaf at a time (never a second copy of the cube).
-        let (h_len, r_len) = (header.len() as u64, raw.len() as u64);
-        super::digest::of_stream(h_len + r_len + suffix.len() as u64, |start, end, h| {
+        super::digest::of_stream_as_ready(total, ready, |start, end, h| {
             use sha2::Digest;
             super::digest::feed_parts(&[&header], start, end, |b| h.update(b));
             let (a, b) = (start.max(h_len) - h_len, end.min(h_len + r_len).saturating_sub(h_len));
@@ -633,12 +658,12 @@ impl Cube {
     /// [`content_digest`](Self::content_digest) of a cube stored BIL or BSQ: each leaf's samples are
     /// gathered (and made little-endian) from the stored order, a leaf at a time on every core, so the
     /// cube is never transposed whole.
-    fn content_digest_gathered(&self, header: &[u8], suffix: &[u8]) -> [u8; 32] {
+    fn content_digest_gathered(&self, header: &[u8], suffix: &[u8], total: u64, ready: impl FnMut(u64) -> bool) -> Option<[u8; 32]> {
         let size = self.dtype.size();
         let (h_len, r_len) = (header.len() as u64, self.raw_len() as u64);
         let swap = self.byte_order == ByteOrder::Big && size > 1;
         let b = self.bands;
-        super::digest::of_stream(h_len + r_len + suffix.len() as u64, |start, end, h| {
+        super::digest::of_stream_as_ready(total, ready, |start, end, h| {
             use sha2::Digest;
             super::digest::feed_parts(&[header], start, end, |x| h.update(x));
             let (a, z) = (start.max(h_len) - h_len, end.min(h_len + r_len).saturating_sub(h_len));

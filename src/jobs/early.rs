@@ -1,7 +1,8 @@
 //! Jobs started early: an upload's job computed while the upload is still being synced to the disk.
 //! (Its cube may already be on the device: see `jobs::feed`.)
 //!
-//! Once the last byte of a `.npy` upload is in its scratch file and digested, what is left before
+//! Once the last byte of an upload (a `.npy`, or the data part of a multipart ENVI upload) is in its
+//! scratch file and digested, what is left before
 //! the 202 is the disk catching up (the final `sync_data`: 15–20 ms for 299 MB on the H100 host,
 //! 2026-11-25), then the store and the insert. When a worker of this instance is idle, the job's
 //! steps 2 to 4 (plan, load, compute, write the results into scratch) start then, on the scratch
@@ -145,7 +146,7 @@ mod tests {
         crate::cube::npy::write_cube(&upload, &cube).unwrap();
         let mut new = NewJob::for_test("early-1");
         new.params = r#"{"components":3}"#.into();
-        let early = runner.start_early(&new, BackendChoice::Cpu, &upload, None).expect("the worker is idle");
+        let early = runner.start_early(&new, BackendChoice::Cpu, &[upload.as_path()], None).expect("the worker is idle");
         assert!(!runner.has_idle_worker(), "the early run holds the worker's place");
         assert!(storage.scratch_dir("job-early-1").unwrap().join("cube.npy").exists(), "the input is linked");
         drop(early);

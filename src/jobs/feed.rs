@@ -3,7 +3,9 @@
 //! A job's statistics pass copies the whole cube to the device before it can finish: 299 MB at
 //! ~27 GB/s, 11–13 ms of a job that starts when the upload's last byte is in its file (`jobs::early`).
 //! The upload itself comes at ~1.3 GB/s, so the copy can ride along: once a `.npy` upload's header
-//! is checked, a thread maps the scratch file as it fills (the writer gives it its full length at
+//! (or a multipart ENVI upload's header part, for a cube stored BIP or BIL: whole lines arrive in
+//! order, and the device reorders BIL lines as it does for a file) is checked, a thread maps the
+//! scratch file as it fills (the writer gives it its full length at
 //! once), prepares the cube on the device as the job would (a resident cube of the device level),
 //! and issues the copy of each chunk of lines as soon as the writer reports it written
 //! ([`PreparedCube::upload_arrived`]). The job started early then finds its cube on the device, and
@@ -33,14 +35,25 @@ use crate::mnf::{BackendChoice, Monitor};
 const LOOK_EVERY: u64 = 16 << 20;
 
 /// The cube as the upload's header claims it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Claimed {
     pub lines: usize,
     pub samples: usize,
     pub bands: usize,
     pub dtype: DataType,
-    /// Where the samples start in the file (the `.npy` header's length).
+    /// Where the samples start in the file (the `.npy` header's length, or the ENVI header offset).
     pub data_offset: u64,
+    /// How the file is mapped once its first bytes are in.
+    pub form: Form,
+}
+
+/// What the file being written is.
+#[derive(Clone, Debug)]
+pub enum Form {
+    /// A `.npy` file: its own header says the rest.
+    Npy,
+    /// The data file of an ENVI cube whose header text came apart (stored BIP or BIL: see the module doc).
+    Envi { header: Arc<str> },
 }
 
 /// A thread feeding one upload to the device. Dropped, it stops at its next look at the file.
@@ -102,7 +115,14 @@ fn feed(
     let end = claimed.data_offset + claimed.lines as u64 * line_bytes;
     // The header is in the file (and the file at its full length) once the first batch is written.
     progress.wait_for(claimed.data_offset.max(1)).ok_or("the upload stopped before its data")?;
-    let cube = crate::cube::npy::map(path).map_err(|e| e.to_string())?;
+    let cube = match &claimed.form {
+        Form::Npy => crate::cube::npy::map(path),
+        Form::Envi { header } => crate::cube::envi::map_parts(header, path),
+    }
+    .map_err(|e| e.to_string())?;
+    if cube.storage() == crate::cube::Interleave::Bsq {
+        return Err("a BSQ cube has no whole line until its last band arrives".into());
+    }
     if (cube.lines(), cube.samples(), cube.bands(), cube.dtype()) != (claimed.lines, claimed.samples, claimed.bands, claimed.dtype) {
         return Err("the mapped file is not the claimed cube".into());
     }

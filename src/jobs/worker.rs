@@ -187,8 +187,8 @@ impl Runner {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts the job `new` before its row exists, its `.npy` input still in the scratch file
-    /// `scratch_npy` (see [`super::early`]), when a worker is idle (it takes that worker's place
+    /// Starts the job `new` before its row exists, its input still in the upload's scratch files
+    /// (see [`super::early`]), when a worker is idle (it takes that worker's place
     /// until the job ends); None otherwise (the job is queued as usual). The input is linked into the
     /// job's own scratch first, so that storing the upload (a rename) does not take it from under the
     /// computation.
@@ -196,16 +196,22 @@ impl Runner {
         self: &Arc<Self>,
         new: &NewJob,
         choice: crate::mnf::BackendChoice,
-        scratch_npy: &std::path::Path,
+        scratch_files: &[&std::path::Path],
         fed: Option<Arc<crate::cache::ResidentCube>>,
     ) -> Option<EarlyRun> {
-        if new.input_kind != super::model::InputKind::Npy || !self.may_start_early(choice) {
+        use super::model::InputKind;
+        if !matches!(new.input_kind, InputKind::Npy | InputKind::Envi) || !self.may_start_early(choice) {
             return None;
         }
         let slot = self.try_take_slot()?;
         let token = format!("job-{}", new.id);
+        // The upload's files under their own names (`cube.npy`, or `cube.hdr` and `cube.img`), as the
+        // job's input is read from a location.
         let linked = self.storage.scratch_dir(&token).map_err(|e| e.to_string()).and_then(|dir| {
-            std::fs::hard_link(scratch_npy, dir.join("cube.npy")).map_err(|e| e.to_string())
+            scratch_files.iter().try_for_each(|f| {
+                let name = f.file_name().ok_or_else(|| format!("{} has no file name", f.display()))?;
+                std::fs::hard_link(f, dir.join(name)).map_err(|e| e.to_string())
+            })
         });
         if let Err(e) = linked {
             tracing::debug!(job = %new.id, "not started early: cannot link its upload ({e})");

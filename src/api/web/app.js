@@ -368,9 +368,10 @@ $("upload-form").addEventListener("submit", (ev) => {
   let body, query = "";
   if (header) {
     body = new FormData();
+    // The parameters before the data: the server then sends the data to the device while it arrives.
     body.append("header", header);
-    body.append("data", data);
     body.append("params", JSON.stringify(params));
+    body.append("data", data);
   } else {
     body = data;
     query = "?" + new URLSearchParams({ components: params.components, noise: params.noise, inverse: params.inverse });

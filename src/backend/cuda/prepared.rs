@@ -1303,8 +1303,11 @@ impl PreparedCube for CudaCube<'_> {
         if self.resident.is_none() {
             return Ok(());
         }
-        if self.file.is_none() {
-            return Err(BackendError::Invalid("this cube is not read from its file as it goes".into()));
+        // Lines arrive in order: a file of whole BIP lines, or BIL lines (reordered on the device as
+        // they are sent). A BSQ file has no whole line before its last band.
+        let by_lines = self.file.is_some() || self.native.as_ref().is_some_and(|n| n.storage == crate::cube::Interleave::Bil);
+        if !by_lines {
+            return Err(BackendError::Invalid("this cube is not read from its file line by line as it goes".into()));
         }
         self.bind()?;
         for c in 0..self.lay.chunks() {

@@ -54,3 +54,66 @@ fn map_data(header: EnviHeader, data: &Path) -> Result<Cube, CubeError> {
         header.meta,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cube::{ByteOrder, CubeMeta, DataType};
+
+    /// A cube's samples (int16, BIP order) written in `interleave` and `big`-endian byte order.
+    fn stored(values: &[i16], (l, s, b): (usize, usize, usize), interleave: &str, big: bool) -> Vec<u8> {
+        let mut out = Vec::with_capacity(values.len() * 2);
+        let mut push = |v: i16| out.extend_from_slice(&if big { v.to_be_bytes() } else { v.to_le_bytes() });
+        match interleave {
+            "bip" => values.iter().for_each(|&v| push(v)),
+            "bil" => (0..l).for_each(|li| (0..b).for_each(|bi| (0..s).for_each(|si| push(values[(li * s + si) * b + bi])))),
+            _ => (0..b).for_each(|bi| (0..l).for_each(|li| (0..s).for_each(|si| push(values[(li * s + si) * b + bi])))),
+        }
+        out
+    }
+
+    /// The digest that follows a file as it is written is the cube's content digest, whatever the
+    /// layout and byte order; a file stored by lines is asked for in growing prefixes (the first
+    /// wave before the whole file when there are several), BSQ for the whole file at once.
+    #[test]
+    fn the_digest_as_written_is_the_content_digest_and_asks_for_lines_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        // 6 leaves of 4 MiB: more than one wave where the digest pool has fewer than 3 threads.
+        let (l, s, b) = (120, 256, 400);
+        let values: Vec<i16> = (0..l * s * b).map(|i| ((i as u64 * 2654435761) % 20011) as i16 - 10000).collect();
+        let bip = Cube::from_raw(l, s, b, DataType::I16, ByteOrder::Little, values.iter().flat_map(|v| v.to_le_bytes()).collect(), CubeMeta::default()).unwrap();
+        let want = bip.content_digest();
+        let total = (l * s * b * 2) as u64;
+        for interleave in ["bip", "bil", "bsq"] {
+            for big in [false, true] {
+                let data = dir.path().join(format!("{interleave}-{big}.img"));
+                std::fs::write(&data, stored(&values, (l, s, b), interleave, big)).unwrap();
+                let header = format!(
+                    "ENVI\nsamples = {s}\nlines = {l}\nbands = {b}\nheader offset = 0\ndata type = 2\ninterleave = {interleave}\nbyte order = {}\n",
+                    big as u8
+                );
+                let cube = map_parts(&header, &data).unwrap();
+                let mut asked = Vec::new();
+                let got = cube.content_digest_as_written(|n| {
+                    asked.push(n);
+                    true
+                });
+                assert_eq!(got, Some(want), "{interleave}, big-endian {big}");
+                assert!(asked.windows(2).all(|w| w[0] <= w[1]), "{interleave}: {asked:?}");
+                assert_eq!(asked.last(), Some(&total), "{interleave}");
+                let line = (s * b * 2) as u64;
+                match interleave {
+                    "bsq" => assert!(asked.iter().all(|&n| n == total), "{asked:?}"),
+                    _ => {
+                        assert!(asked.iter().all(|&n| n % line == 0), "whole lines: {asked:?}");
+                        if asked.len() > 1 {
+                            assert!(asked[0] < total, "{interleave}: {asked:?}");
+                        }
+                    }
+                }
+                // A writer that stops short stops the digest.
+                assert_eq!(cube.content_digest_as_written(|n| n < total), None, "{interleave}");
+            }
+        }
+    }
+}

@@ -266,11 +266,12 @@ def _envi_multipart(header: Path, params: Params, data: Optional[Path] = None) -
     # httpx streams file parts in chunks and computes Content-Length from the files' sizes.
     header_file = upload.files.enter_context(open(header, "rb"))
     data_file = upload.files.enter_context(open(data, "rb"))
+    # The parameters before the data: the server then sends the data to the device while it arrives.
     upload.kwargs = {
         "files": [
             ("header", (header.name, header_file, "text/plain")),
-            ("data", (data.name, data_file, "application/octet-stream")),
             ("params", (None, json.dumps(params.to_json()).encode(), "application/json")),
+            ("data", (data.name, data_file, "application/octet-stream")),
         ]
     }
     return upload
