@@ -263,6 +263,9 @@ fn measure_all(args: &Args, backend: BenchBackend, work: &Path, hdr: &Path, img:
         after_upload: spread(&after_upload),
         peak_anon: peak,
         cli_peak_anon: cli_peak,
+        cli_breakdown: std::fs::read_to_string(&log)
+            .ok()
+            .and_then(|t| t.lines().rev().find_map(|l| l.strip_prefix("hypermnf: timings: ").map(str::to_string))),
         setup_peak_anon: setup_peak,
         max_upload_bytes: service.max_upload_bytes,
         raised_to: service.raised_to,
@@ -293,6 +296,8 @@ struct Report<'a> {
     setup_peak_anon: u64,
     max_upload_bytes: u64,
     raised_to: Option<u64>,
+    /// The last `hypermnf run`'s own timing line: where its wall time went inside the process.
+    cli_breakdown: Option<String>,
     /// The 1-minute load average before the timed runs and after each of them.
     load: Vec<Option<f64>>,
 }
@@ -327,6 +332,7 @@ impl Report<'_> {
             "file_bytes": self.file_bytes,
             "runs": self.args.runs,
             "load_average_1m": self.load,
+            "cli_breakdown": self.cli_breakdown,
             "cli_over_floor": self.cli.0 / self.floor(),
             "after_upload_over_pipeline": self.after_upload.0 / self.pipeline.0,
             "min_max": {
@@ -366,6 +372,9 @@ impl Report<'_> {
             None => println!("| PCIe floor | – (CPU backend) | | |"),
         }
         ms("`hypermnf run` warm (child process, map + MNF + write out.npy)", self.cli, "");
+        if let Some(b) = &self.cli_breakdown {
+            println!("| `hypermnf run`'s own timings (last run; the rest of its wall time is process start and exit) | {b} | | |");
+        }
         ms("in-process pipeline: `cube::map` + `mnf::run`", self.pipeline, "");
         let g = self.upload_gbps;
         println!(

@@ -8,7 +8,7 @@
 //!    at hand, the statistics level may know its eigen system ([`Plan::new`]);
 //! 4. **compute**: the MNF, only the projection when the eigen system is known ([`Plan::execute`]),
 //!    and the result files written into scratch with the bytes `hypermnf run --out` writes (the
-//!    components while the projection computes them, `jobs::components_file`);
+//!    components while the projection computes them, `output::components_file`);
 //! 5. **store**: the result files move to `results/<id>/`, and scratch is cleared;
 //! 6. **register**: the eigen system the job computed is stored beside its results, and the job
 //!    cache learns both before anyone can see the job succeeded (it begins as soon as a fresh system
@@ -34,7 +34,7 @@ use tokio::sync::Notify;
 use super::backends::Backends;
 use super::cache::{Registered, ServiceCache};
 use super::cached_run::{Computed, DeviceLookup, Plan};
-use super::components_file::ComponentsFile;
+use crate::output::components_file::ComponentsFile;
 use super::input;
 use super::metrics::JobMetrics;
 use super::model::{now_ms, product, InputKind, Job, JobStatus};
@@ -336,7 +336,7 @@ impl JobRun {
             })
             .with_cancel_flag(self.cancel.clone())
         };
-        // The components' file is written while the projection runs (`jobs::components_file`), and
+        // The components' file is written while the projection runs (`output::components_file`), and
         // step 6 starts as soon as a fresh eigen system is known (it needs only that system, and a
         // result it registers reads as a miss until the row says succeeded): both beside the
         // projection, instead of after it.

@@ -21,7 +21,6 @@
 pub mod backends;
 pub mod cache;
 pub mod cached_run;
-pub mod components_file;
 pub mod early;
 pub mod feed;
 pub mod input;

@@ -25,7 +25,7 @@
 //! On the H100 (2026-11-25, ~13:55 UTC), a 14-component re-projection of the 299 MB benchmark cube
 //! this way takes 10.0–11.3 ms from the request to `succeeded`, against 15.3–17.6 ms with the body sent
 //! again. Most of it is writing the 37 MB result into the page cache (6–8.5 ms), which the projection's
-//! chunks overlap (`jobs::components_file`); the rest is the first chunk, the metadata, the store,
+//! chunks overlap (`output::components_file`); the rest is the first chunk, the metadata, the store,
 //! the row's insert and the request.
 //!
 //! [`JobStore::insert_succeeded`]: super::store::JobStore::insert_succeeded

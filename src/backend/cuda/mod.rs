@@ -70,8 +70,8 @@ pub struct CudaBackend {
     budget: Option<usize>,
     registry: device::Registry,
     blas: Option<Mutex<cublas::Blas>>,
-    /// cuSOLVER for the eigen step (None: libcusolver missing, or HYPERMNF_EIGEN=host).
-    eigen: Option<solver::DeviceEigen>,
+    /// cuSOLVER for the eigen step (none: libcusolver missing, or HYPERMNF_EIGEN=host).
+    eigen: solver::EigenOnDevice,
     /// Project with T in constant memory (the published v3) instead of shared memory.
     constant_projection: bool,
     /// The constant-memory T is one per module: projections that use it take turns.
@@ -90,9 +90,12 @@ impl CudaBackend {
     /// Opens device `ordinal`, compiles (or loads cached) kernels, and for `Route::Cublas` creates the
     /// cuBLAS handle. `Err(Unavailable)` where there is no driver, no such device, no NVRTC or cuBLAS.
     pub fn on_device(ordinal: usize, route: Route) -> Result<Self, BackendError> {
+        let t = std::time::Instant::now();
         let ctx = device::open_context(ordinal)?;
+        let context_ms = t.elapsed().as_secs_f64() * 1e3;
         let device_name = ctx.name().unwrap_or_else(|_| format!("CUDA device {ordinal}"));
         let kernels = kernels::Kernels::load(&ctx)?;
+        let kernels_ms = t.elapsed().as_secs_f64() * 1e3 - context_ms;
         let blas = match route {
             Route::Cublas => {
                 ctx.bind_to_thread()
@@ -110,21 +113,16 @@ impl CudaBackend {
             Err(_) => None,
         };
         let eigen = match std::env::var(EIGEN_ENV).as_deref().map(str::trim) {
-            Ok("host") => None,
-            Ok("device") | Ok("") | Err(_) => match solver::DeviceEigen::new(&ctx) {
-                Ok(e) => Some(e),
-                Err(e) => {
-                    tracing::info!("eigen step on the host: {e}");
-                    None
-                }
-            },
+            Ok("host") => solver::EigenOnDevice::none(),
+            // Made beside the first statistics pass (see `EigenOnDevice`).
+            Ok("device") | Ok("") | Err(_) => solver::EigenOnDevice::start(&ctx),
             Ok(other) => {
                 return Err(BackendError::Invalid(format!(
                     "{EIGEN_ENV} must be `device` or `host`, not {other:?}"
                 )))
             }
         };
-        tracing::debug!(device = %device_name, ptx = ?kernels.origin, eigen_on_device = eigen.is_some(), "CUDA backend ready");
+        tracing::debug!(device = %device_name, ptx = ?kernels.origin, "CUDA backend ready");
         let backend = CudaBackend {
             route,
             ordinal,
@@ -141,7 +139,16 @@ impl CudaBackend {
             dev_pool: device::Pool::new(DEVICE_POOL_BYTES),
             pinned_pool: device::Pool::new(PINNED_POOL_BYTES),
         };
+        let t_pinned = std::time::Instant::now();
         backend.warm_pinned_pool();
+        tracing::debug!(
+            target: "hypermnf::timing",
+            context_ms,
+            kernels_ms,
+            pinned_ms = t_pinned.elapsed().as_secs_f64() * 1e3,
+            total_ms = t.elapsed().as_secs_f64() * 1e3,
+            "CUDA device opened (cuSOLVER is made beside the first pass)"
+        );
         Ok(backend)
     }
 
@@ -205,7 +212,7 @@ impl CudaBackend {
     /// Solves the eigen step on the host even where cuSOLVER is available (tests and the benchmark
     /// compare both).
     pub fn with_host_eigen(mut self) -> Self {
-        self.eigen = None;
+        self.eigen = solver::EigenOnDevice::none();
         self
     }
 
@@ -225,7 +232,7 @@ impl CudaBackend {
 
     /// Whether the eigen step runs on the device (cuSOLVER).
     pub fn eigen_on_device(&self) -> bool {
-        self.eigen.is_some()
+        self.eigen.get().is_some()
     }
 
     /// Which covariance kernel the custom route runs.

@@ -1250,7 +1250,7 @@ impl PreparedCube for CudaCube<'_> {
     fn eigen_solver(&self) -> Option<&dyn crate::mnf::eigen::GeneralizedEigenSolver> {
         self.be
             .eigen
-            .as_ref()
+            .get()
             .map(|e| e as &dyn crate::mnf::eigen::GeneralizedEigenSolver)
     }
 

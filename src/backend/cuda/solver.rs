@@ -215,6 +215,54 @@ fn as_bytes_mut(v: &mut [f64]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v)) }
 }
 
+/// The device's eigen solver, made on a thread of its own when the backend is opened and waited for
+/// at its first use. Loading cuSOLVER and cuBLAS (hundreds of MB of libraries), creating their
+/// handles and the warm-up solve were the larger part of opening a device, and `hypermnf run` opens
+/// one for each cube: made beside the statistics pass, which needs none of it, they leave its time.
+pub(crate) struct EigenOnDevice {
+    ready: std::sync::OnceLock<Option<DeviceEigen>>,
+    making: Mutex<Option<std::thread::JoinHandle<Option<DeviceEigen>>>>,
+}
+
+impl EigenOnDevice {
+    /// No solver: the eigen step runs on the host.
+    pub(crate) fn none() -> EigenOnDevice {
+        let ready = std::sync::OnceLock::new();
+        let _ = ready.set(None);
+        EigenOnDevice { ready, making: Mutex::new(None) }
+    }
+
+    /// Starts making the solver for `ctx`; where it cannot be made (no libcusolver), the eigen step
+    /// runs on the host, as it always did then.
+    pub(crate) fn start(ctx: &Arc<CudaContext>) -> EigenOnDevice {
+        let ctx = ctx.clone();
+        let making = std::thread::Builder::new().name("hypermnf-cusolver".into()).spawn(move || match DeviceEigen::new(&ctx) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                tracing::info!("eigen step on the host: {e}");
+                None
+            }
+        });
+        match making {
+            Ok(handle) => EigenOnDevice { ready: std::sync::OnceLock::new(), making: Mutex::new(Some(handle)) },
+            Err(e) => {
+                tracing::info!("eigen step on the host: cannot start a thread for cuSOLVER ({e})");
+                EigenOnDevice::none()
+            }
+        }
+    }
+
+    /// The solver, once made (waits for it the first time); None when there is none.
+    pub(crate) fn get(&self) -> Option<&DeviceEigen> {
+        self.ready
+            .get_or_init(|| {
+                let handle = self.making.lock().unwrap_or_else(|p| p.into_inner()).take();
+                handle.and_then(|h| h.join().ok().flatten())
+            })
+            .as_ref()
+    }
+}
+
 impl DeviceEigen {
     /// A solver on its own stream of `ctx`, or `Unavailable` where libcusolver cannot be loaded.
     pub(crate) fn new(ctx: &Arc<CudaContext>) -> Result<DeviceEigen, BackendError> {

@@ -1,6 +1,8 @@
 //! Writing a result to disk, the same way for `hypermnf run` and the service (so both give the same
 //! bytes): the components, the denoised cube when there is one, and the metadata JSON.
 
+pub mod components_file;
+
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -54,7 +56,7 @@ pub fn write_result(out: &Path, result: &MnfOutput, source: &CubeMeta) -> Result
 }
 
 /// [`write_result`], but for the components when `components_written`: a `.npy` OUT that already
-/// holds them (the service writes them during the projection, `jobs::components_file`).
+/// holds them (the service writes them during the projection, `output::components_file`).
 pub fn write_result_with(out: &Path, result: &MnfOutput, source: &CubeMeta, components_written: bool) -> Result<WrittenFiles, CubeError> {
     let format = format_of(out)?;
     if components_written && format != Format::Npy {

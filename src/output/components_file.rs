@@ -1,4 +1,4 @@
-//! A job's components `.npy`, written while the projection computes them.
+//! A components `.npy` (a job's, or `hypermnf run`'s), written while the projection computes them.
 //!
 //! The projection hands each chunk of the components over once it is final (8 MB pieces on a GPU,
 //! straight from pinned memory, while the device computes the next); writing it then overlaps the
