@@ -193,6 +193,9 @@ fn hypermnf_run_of_a_bil_flight_line_holds_no_copy_of_it() {
     // HYPERMNF_BIN where the test binary runs away from its build (the GPU host).
     let exe = std::env::var_os("HYPERMNF_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_hypermnf")), PathBuf::from);
     let mut cmd = std::process::Command::new(exe);
+    // Two threads, as on the CI machine: each holds a block of lines widened to f64, so the bound
+    // below is per machine size, not per cube size (16 threads on the GPU host held 221 MB here).
+    cmd.env("RAYON_NUM_THREADS", "2");
     cmd.args(["run", "--backend", "cpu", "--components", "5"])
         .arg(&hdr)
         .arg("--out")
