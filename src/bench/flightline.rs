@@ -174,6 +174,8 @@ fn measure_all(args: &Args, backend: BenchBackend, work: &Path, hdr: &Path, img:
 
     eprintln!("bench flightline: read floor ...");
     let read_floor = measure::read_floor(img, runs)?;
+    eprintln!("bench flightline: disk floor (2 GB written and synced beside the file) ...");
+    let disk_floor = measure::disk_floor(work, 2_000_000_000)?;
     let cuda = match backend {
         BenchBackend::Cuda => {
             Some(crate::backend::cuda::CudaBackend::new(crate::backend::cuda::Route::Kernels).context("the CUDA backend")?)
@@ -256,6 +258,7 @@ fn measure_all(args: &Args, backend: BenchBackend, work: &Path, hdr: &Path, img:
         device: if device.is_empty() { service.device.clone() } else { device },
         file_bytes,
         read_floor: spread(&read_floor),
+        disk_floor_gbps: disk_floor,
         pcie_floor: pcie_floor.as_deref().map(spread),
         cli: spread(&cli),
         pipeline: spread(&pipeline),
@@ -285,6 +288,8 @@ struct Report<'a> {
     device: String,
     file_bytes: u64,
     read_floor: (f64, f64, f64),
+    /// What the disk holding the servers' data takes durably (GB/s): the bound on ingest.
+    disk_floor_gbps: f64,
     pcie_floor: Option<(f64, f64, f64)>,
     cli: (f64, f64, f64),
     pipeline: (f64, f64, f64),
@@ -312,6 +317,7 @@ impl Report<'_> {
         let range = |s: (f64, f64, f64)| serde_json::json!([s.1, s.2]);
         serde_json::json!({
             "read_floor_ms": self.read_floor.0,
+            "disk_floor_gbps": self.disk_floor_gbps,
             "pcie_floor_ms": self.pcie_floor.map(|p| p.0),
             "cli_ms": self.cli.0,
             "pipeline_ms": self.pipeline.0,
@@ -376,6 +382,7 @@ impl Report<'_> {
             println!("| `hypermnf run`'s own timings (last run; the rest of its wall time is process start and exit) | {b} | | |");
         }
         ms("in-process pipeline: `cube::map` + `mnf::run`", self.pipeline, "");
+        println!("| disk floor: 2 GB written and synced where the servers keep uploads | {:.2} GB/s | | |", self.disk_floor_gbps);
         let g = self.upload_gbps;
         println!(
             "| multipart ENVI upload, first byte to the answer | {:.2} GB/s | {:.2}–{:.2} GB/s | ≥ {} GB/s |",

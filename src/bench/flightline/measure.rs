@@ -116,6 +116,30 @@ pub fn read_floor(path: &Path, runs: usize) -> anyhow::Result<Vec<f64>> {
     Ok(out)
 }
 
+/// The disk's durable write speed where the servers keep their uploads (GB/s): `bytes` written to a
+/// new file in `dir` in 16 MiB writes, then `sync_data`, timed together. An upload is answered only
+/// once its bytes are on the disk, so this bounds the service's ingest.
+pub fn disk_floor(dir: &Path, bytes: u64) -> anyhow::Result<f64> {
+    use std::io::Write;
+    let path = dir.join("disk-floor.tmp");
+    let buf: Vec<u8> = (0..16usize << 20).map(|i| (i * 131 % 251) as u8).collect();
+    let t = Instant::now();
+    let written = (|| -> std::io::Result<()> {
+        let mut f = File::create(&path)?;
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(buf.len() as u64) as usize;
+            f.write_all(&buf[..n])?;
+            left -= n as u64;
+        }
+        f.sync_data()
+    })();
+    let secs = t.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(&path);
+    written.with_context(|| format!("writing {}", path.display()))?;
+    Ok(bytes as f64 / secs / 1e9)
+}
+
 /// The file's bytes copied host → device from page-locked memory, `runs` times (ms): the file in
 /// 512 MiB pieces, each timed by the CUDA backend's own pinned-upload timer
 /// ([`CudaBackend::time_upload`](crate::backend::cuda::CudaBackend::time_upload), after one untimed
