@@ -73,7 +73,7 @@ cargo run --example mnf_ndarray
 step "Spectral Python comparison (tests/python)"
 python -m pytest -q tests/python
 
-for s in scripts/ci-python.sh scripts/hostile-test.sh scripts/ogc-test.sh scripts/web-test.sh scripts/schemathesis.sh scripts/ci-docker.sh scripts/cluster-test.sh scripts/ci-container.sh; do
+for s in scripts/ci-python.sh scripts/hostile-test.sh scripts/ogc-test.sh scripts/web-test.sh scripts/schemathesis.sh scripts/ci-docker.sh scripts/cluster-test.sh scripts/chaos-test.sh scripts/ci-container.sh; do
   step "$s"
   bash "$s"
 done

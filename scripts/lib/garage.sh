@@ -95,10 +95,12 @@ api_bind_addr = "127.0.0.1:$s3"
 api_bind_addr = "127.0.0.1:$admin"
 admin_token = "$token"
 TOML
-    GARAGE_DEFAULT_ACCESS_KEY=$key GARAGE_DEFAULT_SECRET_KEY=$secret GARAGE_DEFAULT_BUCKET=$bucket \
-        RUST_LOG=${HYPERMNF_GARAGE_LOG:-garage=warn} \
-        "$bin" -c "$dir/garage.toml" server --single-node --default-bucket \
-        </dev/null >"$dir/garage.log" 2>&1 &
+    # The command in a file of its own: hypermnf_garage_resume starts the same server again.
+    cat >"$dir/run.sh" <<RUN
+GARAGE_DEFAULT_ACCESS_KEY=$key GARAGE_DEFAULT_SECRET_KEY=$secret GARAGE_DEFAULT_BUCKET=$bucket \\
+    RUST_LOG=${HYPERMNF_GARAGE_LOG:-garage=warn} exec "$bin" -c "$dir/garage.toml" server --single-node --default-bucket
+RUN
+    bash "$dir/run.sh" </dev/null >>"$dir/garage.log" 2>&1 &
     HYPERMNF_GARAGE_PID=$!
     echo "$HYPERMNF_GARAGE_PID" >"$dir/garage.pid"
     # Ready = the admin API's /health answers 200 (layout applied, node up); bounded at 60 s.
@@ -118,6 +120,28 @@ TOML
     export AWS_ENDPOINT_URL="http://127.0.0.1:$s3" AWS_ACCESS_KEY_ID=$key AWS_SECRET_ACCESS_KEY=$secret
     export AWS_REGION=garage AWS_DEFAULT_REGION=garage AWS_ALLOW_HTTP=true
     export HYPERMNF_TEST_S3_BUCKET=$bucket HYPERMNF_TEST_S3_URL="s3://$bucket/$prefix"
+}
+
+# The server stopped (SIGKILL, as a crash), its data, keys and ports kept.
+hypermnf_garage_pause() {
+    kill -KILL "$HYPERMNF_GARAGE_PID" 2>/dev/null || true
+    wait "$HYPERMNF_GARAGE_PID" 2>/dev/null || true
+}
+
+# The paused server started again; returns once its admin API says it is healthy (60 s at most).
+hypermnf_garage_resume() {
+    local deadline code
+    bash "$HYPERMNF_GARAGE_DIR/run.sh" </dev/null >>"$HYPERMNF_GARAGE_DIR/garage.log" 2>&1 &
+    HYPERMNF_GARAGE_PID=$!
+    deadline=$((SECONDS + 60))
+    until [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$HYPERMNF_GARAGE_ADMIN_URL/health" || true)" = 200 ]; do
+        if ! kill -0 "$HYPERMNF_GARAGE_PID" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+            tail -n 30 "$HYPERMNF_GARAGE_DIR/garage.log" >&2
+            echo "garage.sh: garage did not become healthy again" >&2
+            return 1
+        fi
+        sleep 0.2
+    done
 }
 
 hypermnf_garage_stop() {

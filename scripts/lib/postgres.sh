@@ -9,6 +9,10 @@
 # here must survive a crash, and it makes the tests faster). Nothing is installed system-wide except
 # Debian's `postgresql` package when no server binaries are found (a fresh CI machine has none).
 # Starting again in the same shell first stops the previous server; stopping twice is harmless.
+#
+# HYPERMNF_PG_DURABLE=1 starts it as production runs it instead (fsync, synchronous_commit and
+# full_page_writes on): a test that crashes the server (hypermnf_postgres_crash, then
+# hypermnf_postgres_restart on the same data and port) must, or accepted jobs vanish with the crash.
 
 # Where the server's binaries are: the newest major version installed.
 hypermnf_postgres_bindir() {
@@ -64,13 +68,14 @@ hypermnf_postgres_start() {
     # Dynamic shared memory in files under the data dir (mmap), not in /dev/shm: a container run on the
     # same machine (scripts/ci-container.sh) may empty /dev/shm, and the server then refuses every new
     # connection ("could not open shared memory segment"), as seen here.
+    local durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    [ "${HYPERMNF_PG_DURABLE:-0}" = 1 ] && durability="-c fsync=on -c synchronous_commit=on -c full_page_writes=on"
     for attempt in 1 2 3; do
         port=$(hypermnf_free_port)
+        HYPERMNF_PG_OPTIONS="-c listen_addresses=127.0.0.1 -p $port -k $HYPERMNF_PG_DIR $durability \
+                -c max_connections=200 -c dynamic_shared_memory_type=mmap"
         if hypermnf_as_postgres "$bin/pg_ctl" -D "$HYPERMNF_PG_DIR/data" -l "$HYPERMNF_PG_DIR/server.log" \
-                -w -t 30 -s start -o "-c listen_addresses=127.0.0.1 -p $port -k $HYPERMNF_PG_DIR \
-                -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 \
-                -c dynamic_shared_memory_type=mmap" \
-                >/dev/null 2>&1; then
+                -w -t 30 -s start -o "$HYPERMNF_PG_OPTIONS" >/dev/null 2>&1; then
             break
         fi
         port=
@@ -90,6 +95,17 @@ hypermnf_postgres_start() {
     export HYPERMNF_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/$db"
 }
 
+# The server killed as a crash would (immediate stop: no checkpoint), its data and port kept.
+hypermnf_postgres_crash() {
+    hypermnf_as_postgres "$(hypermnf_postgres_bindir)/pg_ctl" -D "$HYPERMNF_PG_DIR/data" -m immediate -w -t 30 -s stop
+}
+
+# The crashed server started again on its data and port (it replays its write-ahead log).
+hypermnf_postgres_restart() {
+    hypermnf_as_postgres "$(hypermnf_postgres_bindir)/pg_ctl" -D "$HYPERMNF_PG_DIR/data" -l "$HYPERMNF_PG_DIR/server.log" \
+        -w -t 60 -s start -o "$HYPERMNF_PG_OPTIONS" >/dev/null
+}
+
 hypermnf_postgres_stop() {
     local dir=${HYPERMNF_PG_DIR:-} bin
     [ -n "$dir" ] && [ "${HYPERMNF_PG_SHELL:-}" = "$$" ] || return 0
@@ -98,6 +114,6 @@ hypermnf_postgres_stop() {
         hypermnf_as_postgres "$bin/pg_ctl" -D "$dir/data" -m immediate -w -t 30 -s stop >/dev/null 2>&1 || true
     fi
     rm -rf "$dir"
-    unset HYPERMNF_PG_DIR HYPERMNF_PG_PORT HYPERMNF_PG_SHELL HYPERMNF_TEST_POSTGRES_URL
+    unset HYPERMNF_PG_DIR HYPERMNF_PG_PORT HYPERMNF_PG_SHELL HYPERMNF_PG_OPTIONS HYPERMNF_TEST_POSTGRES_URL
     return 0
 }

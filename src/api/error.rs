@@ -21,6 +21,9 @@ pub enum Error {
 
 pub type ApiResult<T> = Result<T, Error>;
 
+/// What a 503 tells a client to wait before it tries again (seconds).
+pub const RETRY_AFTER_SECS: &str = "2";
+
 impl Error {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Error {
         Error::Client { status, code, message: message.into() }
@@ -87,6 +90,10 @@ pub fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
     if status == StatusCode::UNAUTHORIZED {
         r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        // A database or store that went away is usually back within seconds (a restart, a failover).
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+    }
     r
 }
 
@@ -125,6 +132,10 @@ impl From<MnfError> for Error {
 
 impl From<StoreError> for Error {
     fn from(e: StoreError) -> Error {
+        if e.is_unavailable() {
+            tracing::warn!("the database is unavailable: {e}");
+            return Error::new(StatusCode::SERVICE_UNAVAILABLE, "database_unavailable", "the job database cannot be reached now; retry shortly");
+        }
         Error::internal(e)
     }
 }
@@ -137,6 +148,14 @@ impl From<StorageError> for Error {
                 Error::Internal(source) => Error::internal(source.context(format!("cannot {op} {}", path.display()))),
                 known => known,
             },
+            // The object store did not answer, or answered with its own failure: to retry, as with
+            // the database. A refusal of our credentials is a configuration fault (internal).
+            StorageError::Store { ref source, .. }
+                if !matches!(**source, object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }) =>
+            {
+                tracing::warn!("the object store is unavailable: {e}");
+                Error::new(StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable", "the object store cannot be reached now; retry shortly")
+            }
             other => Error::internal(other),
         }
     }

@@ -38,6 +38,32 @@ pub enum StoreError {
     UnsupportedUrl(String),
 }
 
+impl StoreError {
+    /// Whether the database could not be reached or is going away (a pool that waited its acquire
+    /// timeout, a refused or broken connection, a server shutting down or starting up): a condition
+    /// to retry after, not a fault of the request or of this server.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Db(e) => match e {
+                sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::WorkerCrashed => true,
+                // PostgreSQL's connection exceptions (class 08) and its shutdown and start-up refusals.
+                sqlx::Error::Database(d) => d.code().is_some_and(|c| c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03")),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+}
+
+/// How long a request waits for a PostgreSQL connection before it is told the database is unavailable
+/// (503): below a second, so that a client hears it at once instead of after the 10 s of before (an
+/// acquire includes connecting, and a refused connection is retried until then). A pool that is busy
+/// rather than unreachable answers the same way: 16 connections all held that long is overload.
+const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(800);
+/// The longest a statement may run on PostgreSQL: every query of the job store is an indexed read or
+/// a one-row write, so one that runs this long waits on a lock or a sick server.
+const PG_STATEMENT_TIMEOUT: &str = "10s";
+
 /// Which database a store runs on: the few clauses that differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -185,7 +211,19 @@ impl JobStore {
         let sqlite_url = if url.contains('?') { url.to_string() } else { format!("{url}?mode=rwc") };
         let pool = match dialect {
             Dialect::Sqlite => sqlite_pool(&sqlite_url, "NORMAL", 8).await?,
-            Dialect::Postgres => AnyPoolOptions::new().max_connections(16).acquire_timeout(Duration::from_secs(10)).connect(url).await?,
+            Dialect::Postgres => {
+                AnyPoolOptions::new()
+                    .max_connections(16)
+                    .acquire_timeout(PG_ACQUIRE_TIMEOUT)
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            sqlx::Executor::execute(&mut *conn, format!("SET statement_timeout = '{PG_STATEMENT_TIMEOUT}'").as_str()).await?;
+                            Ok(())
+                        })
+                    })
+                    .connect(url)
+                    .await?
+            }
         };
         match dialect {
             Dialect::Sqlite => sqlx::migrate!("./migrations/sqlite").run(&pool).await?,

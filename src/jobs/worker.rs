@@ -27,6 +27,8 @@ use crate::storage::Storage;
 
 /// How often an idle worker looks at the queue without being woken (jobs queued by another process).
 const IDLE_POLL: Duration = Duration::from_secs(2);
+/// The longest wait between two claims while claiming fails (the database is down).
+const CLAIM_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Everything a worker needs, shared with the API (which cancels through `cancel`).
 pub struct Runner {
@@ -260,9 +262,18 @@ impl Runner {
 
     async fn work_loop(self: Arc<Self>, n: usize) {
         let services = self.services();
+        // Claims failing in a row: the wait before the next doubles up to CLAIM_BACKOFF_MAX, and only
+        // the first failure and the recovery are logged above debug (a database that is down for a
+        // minute does not fill the log).
+        let mut failing = 0u32;
         loop {
             let Ok(slot) = self.slots.clone().acquire_owned().await else { return };
-            match services.claim().await {
+            let claimed = services.claim().await;
+            if claimed.is_ok() && failing > 0 {
+                tracing::info!(worker = n, failed_claims = failing, "claiming jobs again");
+                failing = 0;
+            }
+            match claimed {
                 Ok(Some(run)) => {
                     let (id, flag) = (run.job().id.clone(), run.cancel_flag());
                     tracing::info!(worker = n, job = %id, attempt = run.job().attempts, "job started");
@@ -276,8 +287,16 @@ impl Runner {
                     let _ = tokio::time::timeout(IDLE_POLL, self.wake.notified()).await;
                 }
                 Err(e) => {
-                    tracing::error!(worker = n, "cannot claim a job: {e}");
-                    tokio::time::sleep(IDLE_POLL).await;
+                    drop(slot);
+                    let wait = IDLE_POLL.saturating_mul(1 << failing.min(4)).min(CLAIM_BACKOFF_MAX);
+                    if failing == 0 {
+                        tracing::warn!(worker = n, "cannot claim a job: {e}; retrying, less often while it fails");
+                    } else {
+                        tracing::debug!(worker = n, failed_claims = failing + 1, "cannot claim a job: {e}");
+                    }
+                    failing = failing.saturating_add(1);
+                    // A job inserted meanwhile (the database is back) wakes the worker at once.
+                    let _ = tokio::time::timeout(wait, self.wake.notified()).await;
                 }
             }
         }

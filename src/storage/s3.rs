@@ -20,8 +20,18 @@ pub(crate) fn open(bucket: &str, prefix: &str) -> Result<RemoteStore, StorageErr
     let url = if prefix.is_empty() { format!("s3://{bucket}") } else { format!("s3://{bucket}/{prefix}") };
     let builder = AmazonS3Builder::from_env()
         .with_bucket_name(bucket)
-        // Within a readiness probe's patience, rather than the client's default of 3 minutes.
-        .with_retry(RetryConfig { backoff: BackoffConfig::default(), max_retries: 5, retry_timeout: Duration::from_secs(60) });
+        // A store that cannot be reached is told to the client as a 503 within a second (the client's
+        // defaults retry for 3 minutes): three quick retries (50, 100, 200 ms) ride over a dropped
+        // connection or a store's own brief failure, and a connection is given 1 s to open. A job whose
+        // storage failed is run again by the workers, which back off meanwhile.
+        .with_retry(RetryConfig {
+            backoff: BackoffConfig { init_backoff: Duration::from_millis(50), max_backoff: Duration::from_secs(1), base: 2.0 },
+            max_retries: 3,
+            retry_timeout: Duration::from_secs(10),
+        })
+        // Set as a key, not as new client options: those would drop what the environment set
+        // (AWS_ALLOW_HTTP, proxies).
+        .with_config(AmazonS3ConfigKey::Client(object_store::ClientConfigKey::ConnectTimeout), "1s");
     let endpoint = builder.get_config_value(&AmazonS3ConfigKey::Endpoint);
     let region = builder.get_config_value(&AmazonS3ConfigKey::Region).unwrap_or_else(|| "us-east-1".into());
     if endpoint.is_some() && builder.get_config_value(&AmazonS3ConfigKey::AccessKeyId).is_none() {
