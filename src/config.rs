@@ -312,7 +312,7 @@ mod tests {
         assert!(free > 0);
         let resolved = args.resolve_upload_limit().max_upload_bytes;
         // The free space moves while other tests write: compare with the bounds around the reading.
-        assert!(resolved >= 1 && resolved <= DEFAULT_MAX_UPLOAD_BYTES && resolved <= free, "{resolved} of {free} free");
+        assert!((1..=DEFAULT_MAX_UPLOAD_BYTES).contains(&resolved) && resolved <= free, "{resolved} of {free} free");
         // An explicit value is used as given, however large or small.
         for given in [1u64, 123_456, 1 << 50] {
             let mut args = ServeArgs::with_data_dir(dir.path());

@@ -394,6 +394,7 @@ impl Kernels {
     /// Transposes `groups` matrices of `rows` x `cols` elements of `size` bytes from `src` into `dst`
     /// (kernels/reorder.cu): a block of BIL lines (rows = bands, cols = samples, a group per line) or
     /// of BSQ lines (rows = bands, cols = pixels, one group) into BIP. `src` and `dst` must not overlap.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn reorder_to_bip(
         &self,
         s: &CudaStream,
