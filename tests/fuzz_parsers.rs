@@ -1003,7 +1003,7 @@ fn fuzz_multipart() {
                 Ok(m) => m,
                 Err(e) => return Err(ApiError::bad_request("invalid_multipart", e.body_text())),
             };
-            upload::receive_multipart(&mut multipart, dir.path(), case.limit).await
+            upload::receive_multipart(&mut multipart, dir.path(), case.limit, None).await
         });
         check_peak(body.len(), "receive_multipart")?;
         let outcome = got.as_ref().map_or_else(ApiError::code, |_| "ok");
