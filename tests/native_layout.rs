@@ -262,7 +262,7 @@ fn the_gpu_mnf_of_a_mapped_cube_is_bit_identical() {
 async fn a_multipart_envi_upload_is_fed_to_the_device_while_it_arrives() {
     use hypermnf::backend::cuda::{CudaBackend, Route};
     let dir = tempfile::tempdir().unwrap();
-    let mut args = hypermnf::config::ServeArgs::with_data_dir(&dir.path().join("server"));
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(dir.path().join("server"));
     args.backend = hypermnf::mnf::BackendChoice::Cuda;
     let srv = common::TestServer::start_on_given_backend(args).await;
     let gpu = CudaBackend::new(Route::Kernels).unwrap();
