@@ -500,7 +500,8 @@ impl Cube {
     /// (exactly (p1 − p0) × bands samples), each sample byte-reversed when `swap`. In both layouts
     /// a band's samples of one line are contiguous, so runs of up to RUN pixels of a line are copied
     /// band by band into a small tile (a few tens of KB: it stays in L1) and written out pixel by pixel.
-    /// Element by element through the stored order this ran at a third of SHA-256's speed.
+    /// Element by element through the stored order this ran at a third of SHA-256's speed; the
+    /// tile is written out as whole N-byte samples ([`tile_to_pixels`]).
     fn gather_bip(&self, p0: usize, p1: usize, swap: bool, out: &mut [u8]) {
         const RUN: usize = 16;
         let (s, b, size) = (self.samples, self.bands, self.dtype.size());
@@ -515,17 +516,14 @@ impl Cube {
                 let at = self.stored_index(self.storage, line, c0, band) * size;
                 tile[band * RUN * size..][..n * size].copy_from_slice(&data[at..at + n * size]);
             }
-            for i in 0..n {
-                for band in 0..b {
-                    let src = &tile[(band * RUN + i) * size..][..size];
-                    let dst = &mut out[o..o + size];
-                    dst.copy_from_slice(src);
-                    if swap {
-                        dst.reverse();
-                    }
-                    o += size;
-                }
+            let pixels = &mut out[o..o + n * b * size];
+            match size {
+                1 => tile_to_pixels::<1>(&tile, n, b, RUN, swap, pixels),
+                2 => tile_to_pixels::<2>(&tile, n, b, RUN, swap, pixels),
+                4 => tile_to_pixels::<4>(&tile, n, b, RUN, swap, pixels),
+                _ => tile_to_pixels::<8>(&tile, n, b, RUN, swap, pixels),
             }
+            o += n * b * size;
             p += n;
         }
     }
@@ -705,5 +703,21 @@ impl Cube {
             }
         }
         s
+    }
+}
+
+/// The `n` pixels of a band-major tile (`b` bands of `run` samples of N bytes) written pixel by pixel
+/// (all bands of a pixel together) into `out`, each sample byte-reversed when `swap`. Whole samples
+/// are moved as N-byte values: a byte slice copy per sample ran at 0.87 GB/s, a third of SHA-256.
+fn tile_to_pixels<const N: usize>(tile: &[u8], n: usize, b: usize, run: usize, swap: bool, out: &mut [u8]) {
+    for (i, pixel) in out.chunks_exact_mut(b * N).take(n).enumerate() {
+        for (band, dst) in pixel.chunks_exact_mut(N).enumerate() {
+            let at = (band * run + i) * N;
+            let mut v: [u8; N] = tile[at..at + N].try_into().expect("N bytes");
+            if swap {
+                v.reverse();
+            }
+            dst.copy_from_slice(&v);
+        }
     }
 }

@@ -117,3 +117,27 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod speed {
+    /// How fast a BIL flight line's lines are gathered into BIP (the content digest of a stored BIL
+    /// file does this for every leaf): `cargo test --release --lib gather_speed -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn gather_speed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (l, s, b) = (200, 598, 425);
+        let data: Vec<u8> = (0..l * s * b * 4).map(|i| (i * 7 % 251) as u8).collect();
+        let img = dir.path().join("c.img");
+        std::fs::write(&img, &data).unwrap();
+        let header = format!("ENVI\nsamples = {s}\nlines = {l}\nbands = {b}\nheader offset = 0\ndata type = 4\ninterleave = bil\nbyte order = 0\n");
+        let cube = super::map_parts(&header, &img).unwrap();
+        let mut out = vec![0u8; 10 * s * b * 4];
+        let t = std::time::Instant::now();
+        for first in (0..l).step_by(10) {
+            cube.copy_lines_bip(first, 10, &mut out);
+        }
+        let secs = t.elapsed().as_secs_f64();
+        eprintln!("gathered {:.0} MB BIL into BIP at {:.2} GB/s on one thread", data.len() as f64 / 1e6, data.len() as f64 / secs / 1e9);
+    }
+}
