@@ -139,6 +139,24 @@ for name in ("hypermnf-a", "hypermnf-b"):
     assert all(p.startswith("${HYPERMNF_PUBLISH_ADDR:-127.0.0.1}:") for p in svcs[name]["ports"]), "ports on loopback by default"
 assert svcs["hypermnf-a"]["build"]["dockerfile"] == "docker/Dockerfile"
 print("compose.cluster.yaml: ok (postgres, garage, hypermnf-a, hypermnf-b)")
+
+# The monitoring overlay: Prometheus scrapes the cluster's two instances by their service names, and
+# Grafana is provisioned with the dashboard (tests/service.rs checks its queries against /metrics).
+import json, os
+with open("docker/compose.monitoring.yaml") as f:
+    mon = yaml.safe_load(f)["services"]
+assert {"prometheus", "grafana"} <= set(mon), sorted(mon)
+for svc in mon.values():
+    for v in svc.get("volumes", []):
+        src = v.split(":")[0]
+        if src.startswith("./"):
+            assert os.path.exists(os.path.join("docker", src)), f"{src} is mounted but missing"
+with open("docker/monitoring/prometheus.yml") as f:
+    targets = yaml.safe_load(f)["scrape_configs"][0]["static_configs"][0]["targets"]
+assert {t.split(":")[0] for t in targets} == {"hypermnf-a", "hypermnf-b"} <= set(svcs), targets
+dash = json.load(open("docker/monitoring/grafana/dashboards/hypermnf.json"))
+assert dash["panels"] and all(p["targets"] for p in dash["panels"])
+print("compose.monitoring.yaml: ok (prometheus scraping hypermnf-a and hypermnf-b, grafana with", len(dash["panels"]), "panels)")
 PY
 
 echo "ci-docker: all checks passed"

@@ -247,6 +247,18 @@ async fn identical_requests_return_the_existing_job() {
     // the eigen stage runs wherever the statistics do (a job that reuses them skips both)
     assert!(count("eigen") >= 1, "{metrics}");
     assert_eq!(count("eigen"), count("statistics"), "{metrics}");
+    // Histograms, as Prometheus users expect: request latency by route template, the queue wait,
+    // upload sizes.
+    for series in [
+        "hypermnf_http_request_duration_seconds_bucket{le=\"+Inf\",route=\"/v1/jobs\",method=\"POST\",status=\"202\"}",
+        "hypermnf_http_request_duration_seconds_count{route=\"/v1/jobs/{id}\",method=\"GET\",status=\"200\"}",
+        "hypermnf_job_phase_seconds_bucket{le=\"+Inf\",phase=\"queued\"}",
+        "hypermnf_upload_size_bytes_count",
+        "hypermnf_download_size_bytes_count",
+    ] {
+        assert!(metrics.lines().any(|l| l.starts_with(series)), "no {series} in {metrics}");
+    }
+    assert!(!metrics.contains("# EOF"), "{metrics}");
     srv.stop().await;
 }
 
@@ -419,6 +431,38 @@ async fn a_multipart_envi_upload_is_digested_as_it_arrives_and_starts_before_its
         .map(|d| d.map(|e| e.unwrap().file_name()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "left in scratch: {left:?}");
+    srv.stop().await;
+}
+
+/// The Grafana dashboard (docker/monitoring) asks only for series this server exports: every
+/// `hypermnf_*` name in its queries is a metric family of `/metrics` (with `_bucket`, `_count` or
+/// `_sum` for a histogram's parts) once a job has run and its result was downloaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grafana_dashboard_asks_only_for_exported_metrics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let srv = TestServer::start(hypermnf::config::ServeArgs::with_data_dir(tmp.path())).await;
+    let (s, job) = srv.post_npy(&npy_bytes(&synthetic_cube(60, 40, 16, 51)), "components=3").await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{job}");
+    let id = job["id"].as_str().unwrap();
+    assert_eq!(srv.wait(id).await["status"], "succeeded");
+    assert_eq!(srv.get_bytes(&format!("/v1/jobs/{id}/result")).await.0, StatusCode::OK);
+    let metrics = srv.client.get(srv.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let families: Vec<&str> = metrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split_whitespace().next()).collect();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docker/monitoring/grafana/dashboards/hypermnf.json");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut asked = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for (at, _) in expr.match_indices("hypermnf_") {
+                let name: String = expr[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                let base = ["_bucket", "_count", "_sum"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(&name);
+                assert!(families.contains(&base) || families.contains(&name.as_str()), "{}: {name} is not exported: {metrics}", panel["title"]);
+                asked += 1;
+            }
+        }
+    }
+    assert!(asked >= 10, "the dashboard asks for {asked} series");
     srv.stop().await;
 }
 

@@ -22,7 +22,6 @@ use axum::extract::{FromRequest, Multipart, Request};
 use super::auth::Caller;
 use super::error::{ApiResult, Error};
 use super::jobs::{decode_and_validate, enqueue_unsynced, input_summary, Created, CubeKey, Unsynced};
-use super::metrics::ApiMetrics;
 use super::upload::{self, Claim, Progress};
 use super::{params, ApiContext};
 use crate::cube::Interleave;
@@ -49,7 +48,7 @@ pub(super) async fn create(ctx: &ApiContext, caller: &Caller, query: Option<&str
         upload::receive_multipart(&mut multipart, &dir, ctx.config.max_upload_bytes, Some(&mut starts)).await
     };
     let upload::MultipartUpload { header_text, data, sync, params: params_part } = received?;
-    ApiMetrics::add(&ctx.metrics.bytes_in, data.bytes + header_text.len() as u64);
+    ctx.metrics.uploaded(data.bytes + header_text.len() as u64);
     let checked = async {
         let params = match (params_part, query_params) {
             (Some(_), Some(_)) => {

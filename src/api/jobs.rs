@@ -356,7 +356,7 @@ where
     let received = upload::receive_unsynced(stream, path.clone(), &mut budget, Some(&mut check), None, body_sha256, Some(progress.clone())).await;
     let (got, sync) = received?;
     tracing::debug!(bytes = got.bytes, secs = t.elapsed().as_secs_f64(), "npy upload received and hashed");
-    ApiMetrics::add(&ctx.metrics.bytes_in, got.bytes);
+    ctx.metrics.uploaded(got.bytes);
     // A little-endian C-order .npy: its header was checked, its size is exact, and its content
     // digest was computed on the way, so it is not decoded here (the worker decodes it).
     let digested = got.content_digest.zip(claim_seen.lock().ok().and_then(|c| c.and_then(|c| c.bip_le)));
@@ -944,7 +944,7 @@ pub async fn metadata(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id)
     require_succeeded(&job)?;
     let key = job.results.get(product::METADATA).ok_or_else(|| Error::internal(anyhow::anyhow!("job {id} has no metadata")))?;
     let bytes = ctx.runner.storage.get_bytes(key).await?;
-    ApiMetrics::add(&ctx.metrics.bytes_out, bytes.len() as u64);
+    ctx.metrics.downloaded(bytes.len() as u64);
     Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response())
 }
 
@@ -1057,7 +1057,7 @@ async fn zip_in(storage: &crate::storage::Storage, hdr_key: &str, data: EnviData
 
 async fn stream(ctx: &ApiContext, key: &str, content_type: &'static str, filename: &str) -> ApiResult<Response> {
     let dl = ctx.runner.storage.get(key).await?;
-    ApiMetrics::add(&ctx.metrics.bytes_out, dl.size);
+    ctx.metrics.downloaded(dl.size);
     let mut r = Response::new(Body::from_stream(dl.stream));
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));

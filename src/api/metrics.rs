@@ -1,25 +1,92 @@
-//! `/metrics` in the Prometheus text format. A handful of atomic counters is all the service needs,
-//! so they are kept here rather than through a metrics framework; job counts come from the database at
-//! scrape time (so they are right after a restart too).
+//! `/metrics` in the Prometheus text format. Counters are atomics; job counts come from the database
+//! at scrape time (so they are right after a restart too); latencies and sizes are histograms
+//! (`prometheus-client`, in a registry made per scrape: each server of a process keeps its own, which
+//! a global recorder would not).
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use super::ApiContext;
+use crate::jobs::metrics::{seconds_histogram, Seconds};
 use crate::jobs::{JobStatus, Runner};
 
-#[derive(Default)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// The route's template (`/v1/jobs/{id}`), never the path itself: ids would make a series each.
+    pub route: String,
+    pub method: String,
+    pub status: u16,
+}
+
 pub struct ApiMetrics {
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub cache_hits: AtomicU64,
     pub jobs_created: AtomicU64,
     pub uploads_refused: AtomicU64,
+    /// Seconds from a request's arrival to its response's head (a download's body streams after).
+    pub requests: Seconds<RequestLabels>,
+    /// Bytes of each cube upload received whole (`.npy` bodies and multipart ENVI).
+    pub upload_sizes: Histogram,
+    /// Bytes of each result download.
+    pub download_sizes: Histogram,
+}
+
+/// Sizes from 4 KB to 70 GB, a bucket every factor of 4.
+fn bytes_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(4096.0, 4.0, 13))
+}
+
+impl Default for ApiMetrics {
+    fn default() -> Self {
+        ApiMetrics {
+            bytes_in: AtomicU64::default(),
+            bytes_out: AtomicU64::default(),
+            cache_hits: AtomicU64::default(),
+            jobs_created: AtomicU64::default(),
+            uploads_refused: AtomicU64::default(),
+            requests: Family::new_with_constructor(seconds_histogram),
+            upload_sizes: bytes_histogram(),
+            download_sizes: bytes_histogram(),
+        }
+    }
 }
 
 impl ApiMetrics {
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
+
+    /// A cube upload of `bytes`, received whole.
+    pub fn uploaded(&self, bytes: u64) {
+        Self::add(&self.bytes_in, bytes);
+        self.upload_sizes.observe(bytes as f64);
+    }
+
+    /// A result download of `bytes`.
+    pub fn downloaded(&self, bytes: u64) {
+        Self::add(&self.bytes_out, bytes);
+        self.download_sizes.observe(bytes as f64);
+    }
+}
+
+/// The middleware that times every routed request by route, method and status.
+pub async fn observe_request(State(ctx): State<ApiContext>, route: Option<MatchedPath>, req: Request, next: Next) -> Response {
+    let route = route.map_or_else(|| "unmatched".to_string(), |r| r.as_str().to_string());
+    let method = req.method().to_string();
+    let began = std::time::Instant::now();
+    let response = next.run(req).await;
+    let labels = RequestLabels { route, method, status: response.status().as_u16() };
+    ctx.metrics.requests.get_or_create(&labels).observe(began.elapsed().as_secs_f64());
+    response
 }
 
 pub async fn render(api: &ApiMetrics, runner: &Runner) -> Result<String, crate::jobs::StoreError> {
@@ -33,23 +100,6 @@ pub async fn render(api: &ApiMetrics, runner: &Runner) -> Result<String, crate::
     }
     let queued = counts.iter().find(|(st, _)| *st == JobStatus::Queued).map(|x| x.1).unwrap_or(0);
     let _ = writeln!(s, "# HELP hypermnf_queue_depth Jobs waiting for a worker.\n# TYPE hypermnf_queue_depth gauge\nhypermnf_queue_depth {queued}");
-
-    let _ = writeln!(
-        s,
-        "# HELP hypermnf_stage_seconds Time spent in each job stage.\n# TYPE hypermnf_stage_seconds summary"
-    );
-    for (stage, secs, n) in runner.metrics.stages() {
-        let _ = writeln!(s, "hypermnf_stage_seconds_sum{{stage=\"{}\"}} {secs}", stage.name());
-        let _ = writeln!(s, "hypermnf_stage_seconds_count{{stage=\"{}\"}} {n}", stage.name());
-    }
-    let _ = writeln!(
-        s,
-        "# HELP hypermnf_job_phase_seconds Time of each part of a job's trip outside the pipeline's stages (queued: creation to claim; compute: the blocking task; store: results to storage; register: job cache records; record: the final status written).\n# TYPE hypermnf_job_phase_seconds summary"
-    );
-    for (phase, secs, n) in runner.metrics.phases() {
-        let _ = writeln!(s, "hypermnf_job_phase_seconds_sum{{phase=\"{phase}\"}} {secs}");
-        let _ = writeln!(s, "hypermnf_job_phase_seconds_count{{phase=\"{phase}\"}} {n}");
-    }
 
     let _ = writeln!(s, "# HELP hypermnf_job_outcomes_total Jobs finished by this process, by outcome.\n# TYPE hypermnf_job_outcomes_total counter");
     for (name, c) in [("succeeded", &runner.metrics.succeeded), ("failed", &runner.metrics.failed), ("canceled", &runner.metrics.canceled)] {
@@ -68,6 +118,26 @@ pub async fn render(api: &ApiMetrics, runner: &Runner) -> Result<String, crate::
         let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", get(c));
     }
     render_job_cache(&mut s, &runner.cache.report());
+    let mut registry = Registry::default();
+    registry.register("hypermnf_stage_seconds", "Time spent in each job stage", runner.metrics.stages.clone());
+    registry.register(
+        "hypermnf_job_phase_seconds",
+        "Time of each part of a job's trip outside the pipeline's stages (queued: creation to claim, the queue wait; compute: the blocking task; store: results to storage; register: job cache records; record: the final status written)",
+        runner.metrics.phases.clone(),
+    );
+    registry.register(
+        "hypermnf_http_request_duration_seconds",
+        "Time from a request's arrival to its response's head, by route template, method and status",
+        api.requests.clone(),
+    );
+    registry.register("hypermnf_upload_size_bytes", "Bytes of each cube upload received whole", api.upload_sizes.clone());
+    registry.register("hypermnf_download_size_bytes", "Bytes of each result download", api.download_sizes.clone());
+    let mut histograms = String::new();
+    if prometheus_client::encoding::text::encode(&mut histograms, &registry).is_ok() {
+        // The OpenMetrics end marker: this page goes on, and is served as Prometheus text.
+        s.push_str(histograms.trim_end().trim_end_matches("# EOF").trim_end());
+        s.push('\n');
+    }
     let backend = runner.backends.default_backend();
     let _ = writeln!(
         s,

@@ -70,6 +70,8 @@ pub fn app(ctx: ApiContext) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
+        // Inside the routing, where the matched route's template is known.
+        .route_layer(axum::middleware::from_fn_with_state(ctx.clone(), metrics::observe_request))
         .fallback(|| async { error::Error::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         // Uploads enforce --max-upload-bytes themselves while streaming (with JSON errors); the
         // extractors' own 2 MB default would cut multipart uploads short.

@@ -1,20 +1,39 @@
-//! What `/metrics` reports of the jobs run here: time per pipeline stage, time per phase of a job's
-//! trip outside the pipeline, and how jobs ended.
+//! What `/metrics` reports of the jobs run here: time per pipeline stage and per phase of a job's
+//! trip outside the pipeline (histograms), and how jobs ended.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 
 use crate::mnf::Stage;
 
+/// A histogram of seconds from 0.5 ms to 10 minutes: a job's stages last from a fraction of a
+/// millisecond (an eigen step on the GPU) to minutes (a flight line on two CPU cores).
+pub fn seconds_histogram() -> Histogram {
+    Histogram::new([0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0, 600.0])
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabel {
+    pub stage: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub phase: &'static str,
+}
+
+pub type Seconds<L> = Family<L, Histogram, fn() -> Histogram>;
+
 /// Time spent per stage and job outcomes, for `/metrics`.
-#[derive(Default)]
 pub struct JobMetrics {
-    /// Per stage (index = `stage_index`): total microseconds and count.
-    stage_us: [AtomicU64; 6],
-    stage_n: [AtomicU64; 6],
-    /// Per job-path phase (index into `PHASES`): total microseconds and count.
-    phase_us: [AtomicU64; 5],
-    phase_n: [AtomicU64; 5],
+    /// Seconds per pipeline stage.
+    pub stages: Seconds<StageLabel>,
+    /// Seconds per job-path phase (a name of `PHASES`; `queued` is the queue wait).
+    pub phases: Seconds<PhaseLabel>,
     pub succeeded: AtomicU64,
     pub failed: AtomicU64,
     pub canceled: AtomicU64,
@@ -33,39 +52,30 @@ pub struct JobMetrics {
 /// status written to the database.
 pub const PHASES: [&str; 5] = ["queued", "compute", "store", "register", "record"];
 
-pub const STAGES: [Stage; 6] = [Stage::Read, Stage::Statistics, Stage::Eigen, Stage::Projection, Stage::Inverse, Stage::Write];
-
-fn stage_index(s: Stage) -> usize {
-    STAGES.iter().position(|&x| x == s).unwrap_or(0)
+impl Default for JobMetrics {
+    fn default() -> Self {
+        JobMetrics {
+            stages: Family::new_with_constructor(seconds_histogram),
+            phases: Family::new_with_constructor(seconds_histogram),
+            succeeded: AtomicU64::default(),
+            failed: AtomicU64::default(),
+            canceled: AtomicU64::default(),
+            started_early: AtomicU64::default(),
+            fed_to_device: AtomicU64::default(),
+            resident_runs: AtomicU64::default(),
+        }
+    }
 }
 
 impl JobMetrics {
+    /// Adds one sample of a pipeline stage.
     pub fn record_stage(&self, stage: Stage, took: Duration) {
-        let i = stage_index(stage);
-        self.stage_us[i].fetch_add(took.as_micros() as u64, Ordering::Relaxed);
-        self.stage_n[i].fetch_add(1, Ordering::Relaxed);
+        self.stages.get_or_create(&StageLabel { stage: stage.name() }).observe(took.as_secs_f64());
     }
     /// Adds one sample of a job-path phase (a name of `PHASES`).
     pub fn record_phase(&self, phase: &str, took: Duration) {
-        if let Some(i) = PHASES.iter().position(|&p| p == phase) {
-            self.phase_us[i].fetch_add(took.as_micros() as u64, Ordering::Relaxed);
-            self.phase_n[i].fetch_add(1, Ordering::Relaxed);
+        if let Some(&phase) = PHASES.iter().find(|&&p| p == phase) {
+            self.phases.get_or_create(&PhaseLabel { phase }).observe(took.as_secs_f64());
         }
-    }
-    /// (phase, seconds in total, times) for each phase.
-    pub fn phases(&self) -> Vec<(&'static str, f64, u64)> {
-        PHASES
-            .iter()
-            .enumerate()
-            .map(|(i, &p)| (p, self.phase_us[i].load(Ordering::Relaxed) as f64 / 1e6, self.phase_n[i].load(Ordering::Relaxed)))
-            .collect()
-    }
-    /// (stage, seconds in total, times) for each stage.
-    pub fn stages(&self) -> Vec<(Stage, f64, u64)> {
-        STAGES
-            .iter()
-            .enumerate()
-            .map(|(i, &s)| (s, self.stage_us[i].load(Ordering::Relaxed) as f64 / 1e6, self.stage_n[i].load(Ordering::Relaxed)))
-            .collect()
     }
 }
