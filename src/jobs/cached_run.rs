@@ -79,6 +79,11 @@ impl DeviceLookup {
         take
     }
 
+    /// Whether the level holds the job's cube already.
+    pub fn is_resident(&self) -> bool {
+        self.resident.is_some()
+    }
+
     /// The job's cube when it is on the device (resident, or fed): it need not be read.
     pub fn cube(&self) -> Option<Arc<Cube>> {
         self.resident.as_ref().or(self.fed.as_ref()).map(|r| r.cube().clone())

@@ -280,18 +280,41 @@ impl JobRun {
             .map_err(|e| JobFailure { code: "invalid_params".into(), message: e.to_string() })?;
         // A cube fed to a device, or found resident on one, is on one of the backends of its choice:
         // that one.
-        let fed = self.fed.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let backend = match (&fed, &self.resident) {
-            (Some(fed), _) => fed.backend().clone(),
-            (None, Some(r)) => r.item.backend().clone(),
-            (None, None) => s.backends.get(params.backend).map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?,
+        let mut fed = self.fed.lock().unwrap_or_else(|p| p.into_inner()).take();
+        // With several devices, a cube already resident on one of them brings its job there, even
+        // when this upload was fed to another (or a turn would give it another): its copy and its
+        // statistics are not made again.
+        let elsewhere = match &self.resident {
+            Some(_) => None,
+            None => {
+                let candidates = s.backends.candidates(params.backend);
+                let fed_on = fed.as_ref().map(|f| f.backend().clone());
+                (candidates.len() > 1).then(|| {
+                    candidates.into_iter().find_map(|b| {
+                        let lookup = DeviceLookup::find(&s.cache, job, &b, &s.storage, rt);
+                        lookup.is_resident().then_some((b, lookup))
+                    })
+                })
+                .flatten()
+                .filter(|(b, _)| fed_on.as_ref().is_none_or(|f| !Arc::ptr_eq(f, b)))
+            }
+        };
+        if elsewhere.is_some() {
+            fed = None; // the fed copy is let go
+        }
+        let backend = match (&elsewhere, &fed, &self.resident) {
+            (Some((b, _)), _, _) => b.clone(),
+            (None, Some(fed), _) => fed.backend().clone(),
+            (None, None, Some(r)) => r.item.backend().clone(),
+            (None, None, None) => s.backends.get(params.backend).map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?,
         };
         let started = Instant::now();
 
         // Step 2: the cube may still be resident on the device, or have been fed to it.
-        let mut found = match &self.resident {
-            Some(r) => DeviceLookup::of_resident(r.content, r.key, r.item.clone()),
-            None => DeviceLookup::find(&s.cache, job, &backend, &s.storage, rt),
+        let mut found = match (&self.resident, elsewhere) {
+            (Some(r), _) => DeviceLookup::of_resident(r.content, r.key, r.item.clone()),
+            (None, Some((_, lookup))) => lookup,
+            (None, None) => DeviceLookup::find(&s.cache, job, &backend, &s.storage, rt),
         };
         if let Some(fed) = fed {
             if found.adopt_fed(fed) {
