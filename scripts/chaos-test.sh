@@ -102,6 +102,23 @@ succeeds_as_run() {
     echo "  job $id succeeded with the bytes of hypermnf run"
 }
 
+# Submits cube $2 to instance $1 ($3 says when, for a failure), expects it accepted, and checks that it
+# succeeds with the bytes of `hypermnf run`; the job is added to `accepted`.
+accepted_job() {
+    local url=$1 n=$2 when=$3 status id
+    read -r status _ <<<"$(post "$url" "$n")"
+    [ "$status" = 202 ] || fail "$when: $status $(cat "$WORK/body")"
+    id=$("$VENV/bin/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["id"])' "$WORK/body")
+    accepted+=("$id")
+    succeeds_as_run "$url" "$id" "$n"
+}
+
+# Both instances ready again after an outage (/readyz 200).
+both_ready_again() {
+    ready_again "$A"
+    ready_again "$B"
+}
+
 step "PostgreSQL (durable), Garage, two instances"
 HYPERMNF_PG_DURABLE=1 hypermnf_postgres_start || fail "PostgreSQL did not start"
 hypermnf_garage_start hypermnf-chaos chaos || fail "Garage did not start"
@@ -111,11 +128,8 @@ B=${HYPERMNF_INSTANCE_URLS[1]}
 for i in 1 2 3 4; do cube "$i"; done
 accepted=()
 
-read -r status _ <<<"$(post "$A" 1)"
-[ "$status" = 202 ] || fail "the first job: $status $(cat "$WORK/body")"
-id1=$("$VENV/bin/python" -c 'import json; print(json.load(open("'"$WORK/body"'"))["id"])')
-accepted+=("$id1")
-succeeds_as_run "$A" "$id1" 1
+accepted_job "$A" 1 "the first job"
+id1=${accepted[0]}
 
 step "PostgreSQL crashes"
 hypermnf_postgres_crash
@@ -129,13 +143,8 @@ left=$(find "$WORK"/node0/objects/scratch -mindepth 1 2>/dev/null | head -n 5 ||
 [ -z "$left" ] || fail "a refused upload left scratch behind: $left"
 sleep 3 # the workers fail to claim meanwhile, and back off
 hypermnf_postgres_restart || fail "PostgreSQL did not start again"
-ready_again "$A"
-ready_again "$B"
-read -r status _ <<<"$(post "$B" 2)"
-[ "$status" = 202 ] || fail "after the restart: $status $(cat "$WORK/body")"
-id2=$("$VENV/bin/python" -c 'import json; print(json.load(open("'"$WORK/body"'"))["id"])')
-accepted+=("$id2")
-succeeds_as_run "$B" "$id2" 2
+both_ready_again
+accepted_job "$B" 2 "after the restart"
 
 step "Garage is killed"
 hypermnf_garage_pause
@@ -145,13 +154,8 @@ expect_503 "/readyz" "$(call "$B/readyz")" not_ready
 read -r status _ <<<"$(call "$B/healthz")"
 [ "$status" = 200 ] || fail "/healthz said $status while the store was down"
 hypermnf_garage_resume || fail "Garage did not start again"
-ready_again "$A"
-ready_again "$B"
-read -r status _ <<<"$(post "$A" 3)"
-[ "$status" = 202 ] || fail "after Garage came back: $status $(cat "$WORK/body")"
-id3=$("$VENV/bin/python" -c 'import json; print(json.load(open("'"$WORK/body"'"))["id"])')
-accepted+=("$id3")
-succeeds_as_run "$A" "$id3" 3
+both_ready_again
+accepted_job "$A" 3 "after Garage came back"
 
 step "every accepted job once, none stuck, no orphan objects"
 jobs=$(curl -s --max-time 5 "$A/v1/jobs?limit=100")

@@ -59,7 +59,7 @@ impl StoreError {
 /// (503): below a second, so that a client hears it at once instead of after the 10 s of before (an
 /// acquire includes connecting, and a refused connection is retried until then). A pool that is busy
 /// rather than unreachable answers the same way: 16 connections all held that long is overload.
-const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(800);
+const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(600);
 /// The longest a statement may run on PostgreSQL: every query of the job store is an indexed read or
 /// a one-row write, so one that runs this long waits on a lock or a sick server.
 const PG_STATEMENT_TIMEOUT: &str = "10s";
