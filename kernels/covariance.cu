@@ -246,14 +246,14 @@ extern "C" __global__ void __launch_bounds__(256) cov_lower_dmma(
 
 // The same partial sums on sm_90's float64 mma.m16n8k4 (PTX 7.8), the kernel the pipeline uses on
 // Hopper and later: twice the tensor-core rate of m8n8k4 there (measured on an H100: 64 vs 33 TFLOP/s
-// for the bare instruction, 20.7 vs 12.6 TFLOP/s for the whole kernel on the 224-band cube; see
-// scripts/dev/kern-bench.cu). Each of 4 warps owns a 32 x 32 quadrant of the block's 64 x 64 tile
-// (2 x 4 mma tiles), so per 4 pixels it loads 4 A and 4 B fragments for 8 mma of 512 FMAs each.
-// Quadrants above the diagonal or wholly in the padding past the last band are skipped (their warps
-// only help with staging), which keeps 224 bands from paying for 256. Steps stage KP = 32 pixels;
-// the next step's floats are fetched into registers while the current one is multiplied. Diagonal
-// tiles stage one operand (A = B). Rows are padded to 68 doubles so that a half-warp's fragment load
-// (4 pixel rows x 4 bands) covers the 32 banks once.
+// for the bare instruction, 20.7 vs 12.6 TFLOP/s for the whole kernel on the 224-band cube; see the
+// probe 124019c:scripts/dev/kern-bench.cu in git). Each of 4 warps owns a 32 x 32 quadrant of the
+// block's 64 x 64 tile (2 x 4 mma tiles), so per 4 pixels it loads 4 A and 4 B fragments for 8 mma
+// of 512 FMAs each. Quadrants above the diagonal or wholly in the padding past the last band are
+// skipped (their warps only help with staging), which keeps 224 bands from paying for 256. Steps stage
+// KP = 32 pixels; the next step's floats are fetched into registers while the current one is
+// multiplied. Diagonal tiles stage one operand (A = B). Rows are padded to 68 doubles so that a
+// half-warp's fragment load (4 pixel rows x 4 bands) covers the 32 banks once.
 // Fragments (PTX ISA, mma.m16n8k4 .f64): A rows groupID and groupID + 8, column (the pixel, mma's k)
 // threadID_in_group; B row (pixel) threadID_in_group, column groupID; C rows groupID and groupID + 8,
 // columns 2 threadID_in_group + {0, 1}.

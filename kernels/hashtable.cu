@@ -62,7 +62,7 @@ typedef unsigned __int128 u128;
 #define OP_ERASE 2u
 
 // Measurement switches, never defined in normal builds (the development knob HYPERMNF_HT_DEFINES of
-// src/hashtable/gpu.rs passes them to NVRTC on the GPU host, scripts/dev/ht-insert-experiments.sh):
+// src/hashtable/gpu.rs passes them to NVRTC on the GPU host, 124019c:scripts/dev/ht-insert-experiments.sh):
 // each makes the insert-only kernels skip part of their job, so that a benchmark run shows what that
 // part costs. HT_DIAG_NO_STAMP: ht_insert writes no LRU stamps (which breaks the eviction order; no
 // counter sees it). HT_DIAG_SKIP_REST: ht_insert_rest scans but serves nothing (no eviction, no

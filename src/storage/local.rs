@@ -248,7 +248,7 @@ const QUIET_POLL: std::time::Duration = std::time::Duration::from_micros(200);
 /// Why: on ext4 (data=ordered) a commit that syncs the journal, as the job database's synced
 /// commits do, waits for the data of every file whose blocks were allocated in the same
 /// transaction. A 37 MB result synced in one call held such a commit for 20–26 ms on the H100 host
-/// (a 4 KiB `fdatasync` takes 0.11 ms there when the disk is idle: `scripts/dev/fsync-probe.py`);
+/// (a 4 KiB `fdatasync` takes 0.11 ms there when the disk is idle: `124019c:scripts/dev/fsync-probe.py`);
 /// in pieces, a commit waits for the pieces in flight only, and none while `quiet` (a count of
 /// [`SyncPause`]s) holds the next piece back.
 fn sync_in_pieces(f: &std::fs::File, quiet: &AtomicUsize) -> std::io::Result<()> {
