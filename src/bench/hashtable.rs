@@ -21,13 +21,23 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use cudarc::driver::{sys::CUevent_flags, CudaSlice, CudaStream, CudaView, PushKernelArg};
+use cudarc::driver::{sys::CUevent_flags, CudaFunction, CudaSlice, CudaStream, CudaView, DeviceRepr, PushKernelArg};
 
 use crate::hashtable::gpu::{cfg, launch_insert_only, Device};
+use crate::hashtable::{status, GpuHashTable};
 
+/// The host side of the published designs' batches.
+mod batch;
 /// The published designs' rows (hopscotch after GLHT, SlabHash).
 mod designs;
-use crate::hashtable::{status, GpuHashTable};
+/// The hopscotch table after GLHT, a published design compared with the job cache's table.
+pub mod hopscotch;
+/// The kernels only the benchmark loads.
+mod kernels;
+/// SlabHash, a published design compared with the job cache's table.
+pub mod slab;
+
+pub use batch::BatchKernels;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -57,10 +67,10 @@ pub struct Args {
     /// Leave out the linear-probing reference table.
     #[arg(long)]
     pub no_linear: bool,
-    /// Leave out the hopscotch table (after GLHT; src/hashtable/hopscotch.rs).
+    /// Leave out the hopscotch table (after GLHT; src/bench/hashtable/hopscotch.rs).
     #[arg(long)]
     pub no_hopscotch: bool,
-    /// Leave out the slab hash table (after SlabHash; src/hashtable/slab.rs).
+    /// Leave out the slab hash table (after SlabHash; src/bench/hashtable/slab.rs).
     #[arg(long)]
     pub no_slab: bool,
     /// Probe limit of the linear-probing table (its inserts fail beyond it).
@@ -107,6 +117,8 @@ struct Ceilings {
 
 struct Bench {
     dev: Arc<Device>,
+    /// The benchmark's own kernels (the table's are `dev.k`).
+    k: &'static kernels::Kernels,
     s: Arc<CudaStream>,
     args: Args,
     ceil: Ceilings,
@@ -158,6 +170,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     let s = dev.stream.clone();
     let mut b = Bench {
+        k: kernels::Kernels::load(&dev)?,
         dev: dev.clone(),
         s,
         args: args.clone(),
@@ -286,7 +299,7 @@ impl Bench {
             Ok(n as f64 / (v[1] * 1e-3) / 1e9)
         };
         let cas = best(&|b: &Self, seed| {
-            let mut l = b.s.launch_builder(&b.dev.k.ceil_cas128);
+            let mut l = b.s.launch_builder(&b.k.ceil_cas128);
             l.arg(&buf).arg(&mask).arg(&n).arg(&seed);
             unsafe { l.launch(cfg(n)) }.map_err(dbg_err)?;
             Ok(())
@@ -295,7 +308,7 @@ impl Bench {
             let sink = &sink;
             let buf = &buf;
             move |b: &Self, seed: u64| -> anyhow::Result<()> {
-                let mut l = b.s.launch_builder(&b.dev.k.ceil_read);
+                let mut l = b.s.launch_builder(&b.k.ceil_read);
                 l.arg(buf)
                     .arg(&mask)
                     .arg(&n)
@@ -321,33 +334,6 @@ impl Bench {
             okey: self.s.alloc_zeros::<u64>(n as usize).map_err(dbg_err)?,
             oval: self.s.alloc_zeros::<u64>(n as usize).map_err(dbg_err)?,
         })
-    }
-
-    fn gen_keys(
-        &self,
-        keys: &mut CudaSlice<u64>,
-        vals: Option<&mut CudaSlice<u64>>,
-        off: u64,
-        n: u64,
-        base: u64,
-    ) -> anyhow::Result<()> {
-        let mut kv = keys.slice_mut(off as usize..(off + n) as usize);
-        let mut l = self.s.launch_builder(&self.dev.k.gen_keys);
-        l.arg(&mut kv);
-        let null = 0u64;
-        let mut vv;
-        match vals {
-            Some(v) => {
-                vv = v.slice_mut(off as usize..(off + n) as usize);
-                l.arg(&mut vv);
-            }
-            None => {
-                l.arg(&null);
-            }
-        }
-        l.arg(&n).arg(&base);
-        unsafe { l.launch(cfg(n)) }.map_err(dbg_err)?;
-        Ok(())
     }
 
     fn ht_insert(
@@ -437,9 +423,9 @@ impl Bench {
         let n = keys.len() as u64;
         let mut counts = self.s.alloc_zeros::<u64>(9).map_err(dbg_err)?;
         let mut l = self.s.launch_builder(if lp {
-            &self.dev.k.lp_tally
+            &self.k.lp_tally
         } else {
-            &self.dev.k.tally
+            &self.k.tally
         });
         l.arg(&r.status)
             .arg(keys)
@@ -495,8 +481,8 @@ impl Bench {
         let mut absent = self.s.alloc_zeros::<u64>(bmax as usize).map_err(dbg_err)?;
         let mut query = self.s.alloc_zeros::<u64>(bmax as usize).map_err(dbg_err)?;
         let mut res = self.alloc_results(bmax)?;
-        self.gen_keys(&mut keys, Some(&mut vals), 0, n_max, 0)?;
-        self.gen_keys(&mut absent, None, 0, bmax, 1 << 40)?;
+        launch_gen(self, &self.k.gen_keys, &mut keys, Some(&mut vals), 0, n_max, 0)?;
+        launch_gen(self, &self.k.gen_keys, &mut absent, None, 0, bmax, 1 << 40)?;
         let loads = self.args.loads.clone();
         for &load in &loads {
             let n = ((usable as f64 * load) as u64).max(1);
@@ -525,7 +511,7 @@ impl Bench {
                     let abs = absent.slice(0..q as usize);
                     let nq = q;
                     let seed = 7u64 + hit_pct as u64;
-                    let mut l = self.s.launch_builder(&self.dev.k.gen_mix);
+                    let mut l = self.s.launch_builder(&self.k.gen_mix);
                     l.arg(&pres)
                         .arg(&n)
                         .arg(&abs)
@@ -538,13 +524,13 @@ impl Bench {
                 }
                 let qv = query.slice(0..q as usize);
                 // The kept kernel first, then the variants on the same query (None = ht_find).
-                let dev = self.dev.clone();
+                let k = self.k;
                 let mut variants = vec![(label.to_string(), None)];
                 if !self.args.no_variants {
                     let pct = label.trim_start_matches("find-");
-                    variants.push((format!("nc-{pct}"), Some(&dev.k.ht_find_nc)));
-                    variants.push((format!("lane-{pct}"), Some(&dev.k.ht_find_lane)));
-                    variants.push((format!("lanenc-{pct}"), Some(&dev.k.ht_find_lane_nc)));
+                    variants.push((format!("nc-{pct}"), Some(&k.ht_find_nc)));
+                    variants.push((format!("lane-{pct}"), Some(&k.ht_find_lane)));
+                    variants.push((format!("lanenc-{pct}"), Some(&k.ht_find_lane_nc)));
                 }
                 for (op, kernel) in variants {
                     let launch = |bn: &Self, t: &mut GpuHashTable, res: &mut Results| match kernel {
@@ -669,7 +655,7 @@ impl Bench {
                 ms += self.time(|bn| bn.ht_erase(t, &kv, res))?;
                 erased += self.tally(res, &kv, false)?.get(status::ERASED);
             }
-            self.gen_keys(keys, Some(vals), off, r, (round + 1) << 36)?;
+            launch_gen(self, &self.k.gen_keys, keys, Some(vals), off, r, (round + 1) << 36)?;
             let kv = keys.slice(off as usize..(off + r) as usize);
             let vv = vals.slice(off as usize..(off + r) as usize);
             ms += self.time(|bn| bn.ht_insert(t, &kv, &vv, res))?;
@@ -721,7 +707,7 @@ impl Bench {
     ) -> anyhow::Result<()> {
         let q = self.batch_of(n);
         let mut fresh = self.s.alloc_zeros::<u64>(q as usize).map_err(dbg_err)?;
-        self.gen_keys(&mut fresh, None, 0, q, 3 << 40)?;
+        launch_gen(self, &self.k.gen_keys, &mut fresh, None, 0, q, 3 << 40)?;
         let mut ops = self.s.alloc_zeros::<u32>(q as usize).map_err(dbg_err)?;
         let mut mkeys = self.s.alloc_zeros::<u64>(q as usize).map_err(dbg_err)?;
         let mut mvals = self.s.alloc_zeros::<u64>(q as usize).map_err(dbg_err)?;
@@ -729,7 +715,7 @@ impl Bench {
             let pres = keys.slice(0..n as usize);
             let hit = 70u32;
             let seed = 42u64;
-            let mut l = self.s.launch_builder(&self.dev.k.gen_cache_mix);
+            let mut l = self.s.launch_builder(&self.k.gen_cache_mix);
             l.arg(&pres)
                 .arg(&n)
                 .arg(absent)
@@ -806,33 +792,8 @@ impl Bench {
         let mut status_buf = self.s.alloc_zeros::<u32>(bmax as usize).map_err(dbg_err)?;
         let mut oval = self.s.alloc_zeros::<u32>(bmax as usize).map_err(dbg_err)?;
         let mp = self.args.lp_max_probe;
-        let gen = |b: &Self,
-                   k: &mut CudaSlice<u32>,
-                   v: Option<&mut CudaSlice<u32>>,
-                   off: u64,
-                   n: u64,
-                   base: u32|
-         -> anyhow::Result<()> {
-            let mut kv = k.slice_mut(off as usize..(off + n) as usize);
-            let mut l = b.s.launch_builder(&b.dev.k.lp_gen);
-            l.arg(&mut kv);
-            let null = 0u64;
-            let mut vv;
-            match v {
-                Some(v) => {
-                    vv = v.slice_mut(off as usize..(off + n) as usize);
-                    l.arg(&mut vv);
-                }
-                None => {
-                    l.arg(&null);
-                }
-            }
-            l.arg(&n).arg(&base);
-            unsafe { l.launch(cfg(n)) }.map_err(dbg_err)?;
-            Ok(())
-        };
-        gen(self, &mut keys, Some(&mut vals), 0, n_max, 0)?;
-        gen(self, &mut absent, None, 0, bmax, 0x8000_0000)?;
+        launch_gen(self, &self.k.lp_gen, &mut keys, Some(&mut vals), 0, n_max, 0)?;
+        launch_gen(self, &self.k.lp_gen, &mut absent, None, 0, bmax, 0x8000_0000)?;
         let lp_tally = |b: &Self,
                         st: &CudaSlice<u32>,
                         k: &CudaView<u32>,
@@ -840,7 +801,7 @@ impl Bench {
          -> anyhow::Result<Tally> {
             let n = k.len() as u64;
             let mut counts = b.s.alloc_zeros::<u64>(9).map_err(dbg_err)?;
-            let mut l = b.s.launch_builder(&b.dev.k.lp_tally);
+            let mut l = b.s.launch_builder(&b.k.lp_tally);
             l.arg(st).arg(k).arg(ov).arg(&n).arg(&mut counts);
             unsafe { l.launch(cfg(n)) }.map_err(dbg_err)?;
             Ok(Tally(
@@ -857,7 +818,7 @@ impl Bench {
                       st: &mut CudaSlice<u32>|
          -> anyhow::Result<()> {
             let n = k.len() as u64;
-            let mut l = b.s.launch_builder(&b.dev.k.lp_insert);
+            let mut l = b.s.launch_builder(&b.k.lp_insert);
             l.arg(table)
                 .arg(&cap_mask)
                 .arg(k)
@@ -875,7 +836,7 @@ impl Bench {
                     ov: &mut CudaSlice<u32>|
          -> anyhow::Result<()> {
             let n = k.len() as u64;
-            let mut l = b.s.launch_builder(&b.dev.k.lp_find);
+            let mut l = b.s.launch_builder(&b.k.lp_find);
             l.arg(table)
                 .arg(&cap_mask)
                 .arg(k)
@@ -892,7 +853,7 @@ impl Bench {
                      st: &mut CudaSlice<u32>|
          -> anyhow::Result<()> {
             let n = k.len() as u64;
-            let mut l = b.s.launch_builder(&b.dev.k.lp_erase);
+            let mut l = b.s.launch_builder(&b.k.lp_erase);
             l.arg(table).arg(&cap_mask).arg(k).arg(&n).arg(&mp).arg(st);
             unsafe { l.launch(cfg(n)) }.map_err(dbg_err)?;
             Ok(())
@@ -994,8 +955,9 @@ impl Bench {
                         let kv = keys.slice(off as usize..(off + r) as usize);
                         ms += self.time(|bn| erase(bn, &mut table, &kv, &mut status_buf))?;
                     }
-                    gen(
+                    launch_gen(
                         self,
+                        &self.k.lp_gen,
                         &mut keys,
                         Some(&mut vals),
                         off,
@@ -1035,7 +997,7 @@ impl Bench {
         let n = (t.geometry().usable_slots() as f64 * load) as u64;
         let mut keys = self.s.alloc_zeros::<u64>(n as usize).map_err(dbg_err)?;
         let mut vals = self.s.alloc_zeros::<u64>(n as usize).map_err(dbg_err)?;
-        self.gen_keys(&mut keys, Some(&mut vals), 0, n, 5 << 40)?;
+        launch_gen(self, &self.k.gen_keys, &mut keys, Some(&mut vals), 0, n, 5 << 40)?;
         let sizes = self.args.sweep.clone();
         for &b in &sizes {
             let b = b.clamp(1, n);
@@ -1079,11 +1041,42 @@ impl Bench {
     }
 }
 
+/// Launches a key generator, `gen_keys` (u64 keys from a u64 base) or `lp_gen` (u32 keys from a u32
+/// base), over `keys[off..off + n]` and, when given, `vals[off..off + n]` (else the kernel gets a
+/// null pointer and writes no values).
+fn launch_gen<T: DeviceRepr>(
+    b: &Bench,
+    kernel: &CudaFunction,
+    keys: &mut CudaSlice<T>,
+    vals: Option<&mut CudaSlice<T>>,
+    off: u64,
+    n: u64,
+    base: T,
+) -> anyhow::Result<()> {
+    let mut kv = keys.slice_mut(off as usize..(off + n) as usize);
+    let mut l = b.s.launch_builder(kernel);
+    l.arg(&mut kv);
+    let null = 0u64;
+    let mut vv;
+    match vals {
+        Some(v) => {
+            vv = v.slice_mut(off as usize..(off + n) as usize);
+            l.arg(&mut vv);
+        }
+        None => {
+            l.arg(&null);
+        }
+    }
+    l.arg(&n).arg(&base);
+    unsafe { l.launch(cfg(n)) }.map_err(dbg_err)?;
+    Ok(())
+}
+
 /// The linear-probing table's empty marker is all ones.
 fn fill_ff(b: &Bench, table: &mut CudaSlice<u32>) -> anyhow::Result<()> {
     let n = table.len() as u64;
     let v = u32::MAX;
-    let mut l = b.s.launch_builder(&b.dev.k.fill_u32);
+    let mut l = b.s.launch_builder(&b.k.fill_u32);
     l.arg(table).arg(&n).arg(&v);
     unsafe { l.launch(cfg(n)) }.map_err(dbg_err)?;
     Ok(())

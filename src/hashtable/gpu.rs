@@ -12,14 +12,16 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, LaunchConfig, PushKernelArg,
 };
-use cudarc::nvrtc::CompileOptions;
+use cudarc::nvrtc::{CompileOptions, Ptx};
 
 use super::{
     check_insert_batch, check_key, status, EraseOutcome, Geometry, HashTableError, InsertOutcome, Op, OpResult,
     BUCKET_CELLS,
 };
 
-const SOURCE: &str = include_str!("../../kernels/hashtable.cu");
+/// The table's kernels; `hypermnf bench hashtable` compiles its own kernels appended to it
+/// (src/bench/hashtable/kernels.rs).
+pub(crate) const SOURCE: &str = include_str!("../../kernels/hashtable.cu");
 
 /// Threads per block of every launch (a multiple of the 32-lane warp, which the groups of 4 need).
 pub(crate) const BLOCK: u32 = 256;
@@ -107,6 +109,8 @@ pub struct Device {
     pub(crate) stream: Arc<CudaStream>,
     _module: Arc<CudaModule>,
     pub(crate) k: Kernels,
+    /// The NVRTC options `kernels/hashtable.cu` was compiled with (development knobs included).
+    pub(crate) options: Vec<String>,
     name: String,
 }
 
@@ -114,24 +118,9 @@ pub(crate) struct Kernels {
     pub ht_insert: CudaFunction,
     pub ht_insert_rest: CudaFunction,
     pub ht_find: CudaFunction,
-    pub ht_find_nc: CudaFunction,
-    pub ht_find_lane: CudaFunction,
-    pub ht_find_lane_nc: CudaFunction,
     pub ht_erase: CudaFunction,
     pub ht_mixed: CudaFunction,
     pub ht_audit: CudaFunction,
-    pub gen_keys: CudaFunction,
-    pub gen_mix: CudaFunction,
-    pub gen_cache_mix: CudaFunction,
-    pub tally: CudaFunction,
-    pub lp_insert: CudaFunction,
-    pub lp_find: CudaFunction,
-    pub lp_erase: CudaFunction,
-    pub lp_gen: CudaFunction,
-    pub lp_tally: CudaFunction,
-    pub ceil_cas128: CudaFunction,
-    pub ceil_read: CudaFunction,
-    pub fill_u32: CudaFunction,
 }
 
 impl std::fmt::Debug for Device {
@@ -184,61 +173,36 @@ impl Device {
         if major < 9 {
             return Err(HashTableError::OldDevice(major, minor));
         }
-        let opts = CompileOptions {
-            arch: Some("compute_90"),
-            options: {
-                let mut o = vec!["--device-int128".to_string(), "-std=c++17".to_string()];
-                // Development knob: resident blocks per SM the batch kernels ask for (HT_BOUNDS).
-                if let Some(n) = std::env::var("HYPERMNF_HT_MIN_BLOCKS").ok().and_then(|v| v.trim().parse::<u32>().ok()).filter(|&n| (1..=8).contains(&n)) {
-                    o.push(format!("-DHT_MIN_BLOCKS={n}"));
-                }
-                // Development knob: extra `-DNAME[=VALUE]` switches for kernel experiments on the GPU
-                // host, which has no Rust toolchain to rebuild with (anything else is left out, loudly).
-                if let Ok(v) = std::env::var("HYPERMNF_HT_DEFINES") {
-                    for d in v.split_whitespace() {
-                        if is_define(d) {
-                            tracing::warn!("hash-table kernels compiled with {d} (HYPERMNF_HT_DEFINES)");
-                            o.push(d.to_string());
-                        } else {
-                            tracing::warn!("HYPERMNF_HT_DEFINES: {d:?} left out (only -DNAME or -DNAME=VALUE)");
-                        }
+        let options = {
+            let mut o = base_options();
+            // Development knob: resident blocks per SM the batch kernels ask for (HT_BOUNDS).
+            if let Some(n) = std::env::var("HYPERMNF_HT_MIN_BLOCKS").ok().and_then(|v| v.trim().parse::<u32>().ok()).filter(|&n| (1..=8).contains(&n)) {
+                o.push(format!("-DHT_MIN_BLOCKS={n}"));
+            }
+            // Development knob: extra `-DNAME[=VALUE]` switches for kernel experiments on the GPU
+            // host, which has no Rust toolchain to rebuild with (anything else is left out, loudly).
+            if let Ok(v) = std::env::var("HYPERMNF_HT_DEFINES") {
+                for d in v.split_whitespace() {
+                    if is_define(d) {
+                        tracing::warn!("hash-table kernels compiled with {d} (HYPERMNF_HT_DEFINES)");
+                        o.push(d.to_string());
+                    } else {
+                        tracing::warn!("HYPERMNF_HT_DEFINES: {d:?} left out (only -DNAME or -DNAME=VALUE)");
                     }
                 }
-                o
-            },
-            name: Some("hashtable.cu".into()),
-            ..Default::default()
-        };
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts).map_err(|e| match e {
-            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
-                HashTableError::Compile(log.to_string_lossy().into_owned())
             }
-            other => HashTableError::Compile(format!("{other:?}")),
-        })?;
+            o
+        };
+        let ptx = compile(SOURCE, "hashtable.cu", options.clone()).map_err(HashTableError::Compile)?;
         let module = ctx.load_module(ptx).map_err(drv)?;
         let f = |name: &str| module.load_function(name).map_err(drv);
         let k = Kernels {
             ht_insert: f("ht_insert")?,
             ht_insert_rest: f("ht_insert_rest")?,
             ht_find: f("ht_find")?,
-            ht_find_nc: f("ht_find_nc")?,
-            ht_find_lane: f("ht_find_lane")?,
-            ht_find_lane_nc: f("ht_find_lane_nc")?,
             ht_erase: f("ht_erase")?,
             ht_mixed: f("ht_mixed")?,
             ht_audit: f("ht_audit")?,
-            gen_keys: f("gen_keys")?,
-            gen_mix: f("gen_mix")?,
-            gen_cache_mix: f("gen_cache_mix")?,
-            tally: f("tally")?,
-            lp_insert: f("lp_insert")?,
-            lp_find: f("lp_find")?,
-            lp_erase: f("lp_erase")?,
-            lp_gen: f("lp_gen")?,
-            lp_tally: f("lp_tally")?,
-            ceil_cas128: f("ceil_cas128")?,
-            ceil_read: f("ceil_read")?,
-            fill_u32: f("fill_u32")?,
         };
         let name = ctx.name().unwrap_or_else(|_| "unknown CUDA device".into());
         let stream = ctx.default_stream();
@@ -247,27 +211,9 @@ impl Device {
             stream,
             _module: module,
             k,
+            options,
             name,
         })
-    }
-
-    /// Compiles another kernel file of the hash-table family (the published designs the benchmark
-    /// compares: src/hashtable/hopscotch.rs, src/hashtable/slab.rs) with the options of
-    /// `kernels/hashtable.cu` and loads it into this device's context.
-    pub(crate) fn load_module(&self, source: &str, name: &str) -> Result<Arc<CudaModule>, HashTableError> {
-        let opts = CompileOptions {
-            arch: Some("compute_90"),
-            options: vec!["--device-int128".to_string(), "-std=c++17".to_string()],
-            name: Some(name.into()),
-            ..Default::default()
-        };
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| match e {
-            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
-                HashTableError::Compile(format!("{name}: {}", log.to_string_lossy()))
-            }
-            other => HashTableError::Compile(format!("{name}: {other:?}")),
-        })?;
-        self.ctx.load_module(ptx).map_err(drv)
     }
 
     /// Free and total device memory in bytes.
@@ -275,6 +221,27 @@ impl Device {
         let (free, total) = self.ctx.mem_get_info().map_err(drv)?;
         Ok((free as u64, total as u64))
     }
+}
+
+/// NVRTC options of `kernels/hashtable.cu` without the development knobs: the 128-bit integers of
+/// the 128-bit atomicCAS, C++17.
+pub(crate) fn base_options() -> Vec<String> {
+    vec!["--device-int128".to_string(), "-std=c++17".to_string()]
+}
+
+/// PTX of `source` (called `name` in NVRTC's messages) for compute capability 9.0; an error is
+/// NVRTC's log.
+pub(crate) fn compile(source: &str, name: &str, options: Vec<String>) -> Result<Ptx, String> {
+    let opts = CompileOptions {
+        arch: Some("compute_90"),
+        options,
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| match e {
+        cudarc::nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
+        other => format!("{other:?}"),
+    })
 }
 
 /// `-DNAME` or `-DNAME=VALUE` with a C identifier and a plain value: what HYPERMNF_HT_DEFINES may pass on.

@@ -186,13 +186,9 @@
 //! are taken modulo 2^16, so an entry untouched for more than 65 535 batches can look young again.
 //! That approximation only affects which entry a cache evicts, never correctness.
 
-mod batch;
 pub mod cpu;
 pub mod gpu;
-pub mod hopscotch;
-pub mod slab;
 
-pub use batch::BatchKernels;
 pub use cpu::CpuHashTable;
 pub use gpu::GpuHashTable;
 

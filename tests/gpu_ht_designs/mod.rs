@@ -5,9 +5,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use hypermnf::hashtable::hopscotch::HopscotchTable;
-use hypermnf::hashtable::slab::SlabHashTable;
-use hypermnf::hashtable::{fmix64, BatchKernels, EraseOutcome, HashTableError, InsertOutcome, RESERVED_KEY};
+use hypermnf::bench::hashtable::hopscotch::HopscotchTable;
+use hypermnf::bench::hashtable::slab::SlabHashTable;
+use hypermnf::bench::hashtable::BatchKernels;
+use hypermnf::hashtable::{fmix64, EraseOutcome, HashTableError, InsertOutcome, RESERVED_KEY};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 /// What the tests drive of a design.

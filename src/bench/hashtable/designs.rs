@@ -15,10 +15,11 @@
 
 use cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
 
-use super::{cfg, dbg_err, Bench, Results, Tally, KIND_INSERT};
-use crate::hashtable::hopscotch::HopscotchTable;
-use crate::hashtable::slab::{SlabHashTable, SLAB_CELLS, SLAB_PAIRS};
-use crate::hashtable::{status, BatchKernels};
+use super::{cfg, dbg_err, launch_gen, Bench, Results, Tally, KIND_INSERT};
+use super::hopscotch::HopscotchTable;
+use super::slab::{SlabHashTable, SLAB_CELLS, SLAB_PAIRS};
+use super::BatchKernels;
+use crate::hashtable::status;
 
 /// What the benchmark drives of a design.
 pub(super) trait Design {
@@ -112,8 +113,8 @@ impl Bench {
         let mut absent = self.s.alloc_zeros::<u64>(bmax as usize).map_err(dbg_err)?;
         let mut query = self.s.alloc_zeros::<u64>(bmax as usize).map_err(dbg_err)?;
         let mut res = self.alloc_results(bmax)?;
-        self.gen_keys(&mut keys, Some(&mut vals), 0, n_max, 0)?;
-        self.gen_keys(&mut absent, None, 0, bmax, 1 << 40)?;
+        launch_gen(self, &self.k.gen_keys, &mut keys, Some(&mut vals), 0, n_max, 0)?;
+        launch_gen(self, &self.k.gen_keys, &mut absent, None, 0, bmax, 1 << 40)?;
         for load in self.args.loads.clone() {
             let n = ((cap as f64 * load) as u64).max(1);
             let b = self.batch_of(n);
@@ -144,7 +145,7 @@ impl Bench {
                     let pres = keys.slice(0..n as usize);
                     let abs = absent.slice(0..q as usize);
                     let seed = 7u64 + hit_pct as u64;
-                    let mut l = self.s.launch_builder(&self.dev.k.gen_mix);
+                    let mut l = self.s.launch_builder(&self.k.gen_mix);
                     l.arg(&pres)
                         .arg(&n)
                         .arg(&abs)
@@ -228,7 +229,7 @@ impl Bench {
                 erased += tal.get(status::ERASED);
                 failed += tal.get(status::FAILED);
             }
-            self.gen_keys(keys, Some(vals), off, r, (round + 1) << 36)?;
+            launch_gen(self, &self.k.gen_keys, keys, Some(vals), off, r, (round + 1) << 36)?;
             let kv = keys.slice(off as usize..(off + r) as usize);
             let vv = vals.slice(off as usize..(off + r) as usize);
             ms += self.time(|_| t.insert(&kv, &vv, res))?;

@@ -1,14 +1,14 @@
 //! Host side shared by the published designs compared with the job cache's table
 //! ([`super::hopscotch`], [`super::slab`]): their kernels take a batch of keys (and values), write
-//! one status code ([`super::status`]) and one value per operation, and the host turns those into
-//! the outcomes of [`super::InsertOutcome`] / [`super::EraseOutcome`].
+//! one status code (`crate::hashtable::status`) and one value per operation, and the host turns
+//! those into the outcomes of [`InsertOutcome`] / [`EraseOutcome`].
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView};
 
-use super::gpu::drv;
-use super::{check_insert_batch, check_key, status, EraseOutcome, HashTableError, InsertOutcome};
+use crate::hashtable::gpu::drv;
+use crate::hashtable::{check_insert_batch, check_key, status, EraseOutcome, HashTableError, InsertOutcome};
 
 /// A published design's kernels, launched on device buffers (what the benchmark times), and the
 /// batch operations on host slices written once over them (what the tests call).

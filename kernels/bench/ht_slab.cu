@@ -1,7 +1,7 @@
 // SlabHash after Ashkiani, Farach-Colton and Owens (IPDPS 2018; ../shared/docs/GPU_HASH_TABLES.md
 // design 2), written from the published description, with 64-bit keys and values. Compiled at run
 // time with NVRTC for sm_90 (`--device-int128`: one 128-bit atomicCAS publishes a key and its value).
-// The design, its concurrency rules and where it departs from SlabHash are in src/hashtable/slab.rs.
+// The design, its concurrency rules and where it departs from SlabHash are in src/bench/hashtable/slab.rs.
 //
 // Layout: `pool` is an array of slabs of 16 cells of 16 bytes = 256 bytes. Cells 0..14 of a slab are
 // pairs {u64 key, u64 value} (key 0 = empty, the empty pair is all zeros); cell 15 holds the index of
@@ -112,7 +112,7 @@ __device__ u32 warp_find(const Cell* pool, u64 bucket_mask, u64 k, u64& val) {
 // Unlike SlabHash's insertUnique (which claims the first empty pair of the slab it is reading once
 // that slab lacks the key) the whole chain is checked first: erases leave empty pairs in front of
 // keys, and claiming one of those could store a key twice. Duplicate-free only while no erase runs
-// in the same kernel (src/hashtable/slab.rs): then no pair ever becomes empty during the kernel.
+// in the same kernel (src/bench/hashtable/slab.rs): then no pair ever becomes empty during the kernel.
 __device__ u32 warp_insert(Cell* pool, u64 bucket_mask, u64* alloc, u64 nslabs, u64 k, u64 v, u64& spare, u64& old) {
     const u32 lane = lane_id();
     const u64 head = mix64(k) & bucket_mask;

@@ -1,7 +1,7 @@
 //! Hopscotch hashing on the GPU after GLHT (Zhang and Sun, 2019; ../shared/docs/GPU_HASH_TABLES.md
 //! design 3), written from the published description with 64-bit keys and values, as a reference
 //! that `hypermnf bench hashtable` measures beside the job cache's bucketed table
-//! ([`super::GpuHashTable`]). Kernels in `kernels/ht_hopscotch.cu`.
+//! ([`crate::hashtable::GpuHashTable`]). Kernels in `kernels/bench/ht_hopscotch.cu`.
 //!
 //! # Layout
 //! `N` slots (a power of two, at least 64) of 16 bytes `{u64 key, u64 value}`, key 0 empty and
@@ -56,13 +56,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, PushKernelArg};
 
 use super::batch::BatchKernels;
-use super::gpu::{cfg, drv, Device};
-use super::{HashTableError, EMPTY_KEY};
+use super::kernels::DesignKernels;
+use crate::hashtable::gpu::{cfg, drv, Device};
+use crate::hashtable::{HashTableError, EMPTY_KEY};
 
-const SOURCE: &str = include_str!("../../kernels/ht_hopscotch.cu");
+const SOURCE: &str = include_str!("../../../kernels/bench/ht_hopscotch.cu");
 
 /// Neighbourhood size: a key lives at most `HOP - 1` slots after its home.
 pub const HOP: u64 = 32;
@@ -73,28 +74,9 @@ pub const MAX_SLOTS: u64 = 1 << 32;
 /// Bytes per slot: the 16-byte entry and the 8-byte metadata word of its home.
 pub const BYTES_PER_SLOT: u64 = 24;
 
-pub(crate) struct Kernels {
-    pub insert: CudaFunction,
-    pub find: CudaFunction,
-    pub erase: CudaFunction,
-    pub audit: CudaFunction,
-}
-
-fn kernels(dev: &Device) -> Result<&'static Kernels, HashTableError> {
-    // One device per process (Device::shared), so one compiled module.
-    static K: OnceLock<Result<Kernels, String>> = OnceLock::new();
-    K.get_or_init(|| {
-        let m = dev.load_module(SOURCE, "ht_hopscotch.cu").map_err(|e| e.to_string())?;
-        let f = |n: &str| m.load_function(n).map_err(|e| format!("{n}: {e:?}"));
-        Ok(Kernels {
-            insert: f("hs_insert")?,
-            find: f("hs_find")?,
-            erase: f("hs_erase")?,
-            audit: f("hs_audit")?,
-        })
-    })
-    .as_ref()
-    .map_err(|e| HashTableError::Compile(e.clone()))
+fn kernels(dev: &Device) -> Result<&'static DesignKernels, HashTableError> {
+    static K: OnceLock<Result<DesignKernels, String>> = OnceLock::new();
+    DesignKernels::load(&K, dev, SOURCE, "ht_hopscotch.cu", "hs")
 }
 
 /// Checks a slot count: a power of two in `MIN_SLOTS..=MAX_SLOTS`.
@@ -109,7 +91,7 @@ pub fn check_slots(slots: u64) -> Result<(), HashTableError> {
 /// The hopscotch table (see the module doc).
 pub struct HopscotchTable {
     dev: Arc<Device>,
-    k: &'static Kernels,
+    k: &'static DesignKernels,
     /// Two `u64` per slot.
     slots: CudaSlice<u64>,
     meta: CudaSlice<u64>,

@@ -1,7 +1,7 @@
 // Hopscotch hash table after GLHT (Zhang and Sun, 2019; ../shared/docs/GPU_HASH_TABLES.md design 3),
 // written from the published description, with 64-bit keys and values. Compiled at run time with
 // NVRTC for sm_90 (`--device-int128`: one 128-bit atomicCAS publishes a key and its value together).
-// The design, its concurrency rules and where it departs from GLHT are in src/hashtable/hopscotch.rs.
+// The design, its concurrency rules and where it departs from GLHT are in src/bench/hashtable/hopscotch.rs.
 //
 // Layout: `slots` is an array of N = mask + 1 16-byte cells {u64 key, u64 value} (N a power of two,
 // at least 64); key 0 = empty, key u64::MAX = BUSY (a hole an insert has claimed and is moving

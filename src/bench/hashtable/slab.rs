@@ -1,7 +1,7 @@
 //! SlabHash (Ashkiani, Farach-Colton and Owens, IPDPS 2018; ../shared/docs/GPU_HASH_TABLES.md
 //! design 2), written from the published description with 64-bit keys and values, as a reference
 //! that `hypermnf bench hashtable` measures beside the job cache's bucketed table
-//! ([`super::GpuHashTable`]). Kernels in `kernels/ht_slab.cu`.
+//! ([`crate::hashtable::GpuHashTable`]). Kernels in `kernels/bench/ht_slab.cu`.
 //!
 //! # Layout, and the 64-bit adaptation
 //! A warp-cooperative chained table: `B` buckets (a power of two), each a linked list of *slabs*;
@@ -50,13 +50,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, PushKernelArg};
 
 use super::batch::BatchKernels;
-use super::gpu::{cfg, drv, Device};
-use super::{HashTableError, EMPTY_KEY};
+use super::kernels::DesignKernels;
+use crate::hashtable::gpu::{cfg, drv, Device};
+use crate::hashtable::{HashTableError, EMPTY_KEY};
 
-const SOURCE: &str = include_str!("../../kernels/ht_slab.cu");
+const SOURCE: &str = include_str!("../../../kernels/bench/ht_slab.cu");
 
 /// Pairs per slab.
 pub const SLAB_PAIRS: u64 = 15;
@@ -66,28 +67,9 @@ pub const SLAB_BYTES: u64 = SLAB_CELLS * 16;
 /// Most slabs in one table (base and pool; 2^28 slabs = 64 GiB).
 pub const MAX_SLABS: u64 = 1 << 28;
 
-pub(crate) struct Kernels {
-    pub insert: CudaFunction,
-    pub find: CudaFunction,
-    pub erase: CudaFunction,
-    pub audit: CudaFunction,
-}
-
-fn kernels(dev: &Device) -> Result<&'static Kernels, HashTableError> {
-    // One device per process (Device::shared), so one compiled module.
-    static K: OnceLock<Result<Kernels, String>> = OnceLock::new();
-    K.get_or_init(|| {
-        let m = dev.load_module(SOURCE, "ht_slab.cu").map_err(|e| e.to_string())?;
-        let f = |n: &str| m.load_function(n).map_err(|e| format!("{n}: {e:?}"));
-        Ok(Kernels {
-            insert: f("sl_insert")?,
-            find: f("sl_find")?,
-            erase: f("sl_erase")?,
-            audit: f("sl_audit")?,
-        })
-    })
-    .as_ref()
-    .map_err(|e| HashTableError::Compile(e.clone()))
+fn kernels(dev: &Device) -> Result<&'static DesignKernels, HashTableError> {
+    static K: OnceLock<Result<DesignKernels, String>> = OnceLock::new();
+    DesignKernels::load(&K, dev, SOURCE, "ht_slab.cu", "sl")
 }
 
 /// Checks a geometry: `buckets` a power of two (at least 2), base and pool slabs together at most
@@ -104,7 +86,7 @@ pub fn check_geometry(buckets: u64, pool_slabs: u64) -> Result<u64, HashTableErr
 /// The slab hash table (see the module doc).
 pub struct SlabHashTable {
     dev: Arc<Device>,
-    k: &'static Kernels,
+    k: &'static DesignKernels,
     /// `2 * SLAB_CELLS` `u64` per slab.
     pool: CudaSlice<u64>,
     /// The allocator's next free slab.
