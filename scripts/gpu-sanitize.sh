@@ -7,9 +7,10 @@
 #   SANITIZE_FILTER=sanitizer_small_case         only the tests whose name contains this (several: space-separated)
 #   SANITIZE_TIMEOUT=300                         seconds per (tool, binary) before it counts as unfinished
 #
-# memcheck and synccheck run every test (on the H100, 2026-11-24: 64 s and 32 s for the 41 tests of
-# tests/gpu.rs). racecheck runs the small cases that go through every kernel and route
-# (sanitizer_small_case: 196 s; the hash tables' *_tiny_case: seconds): it instruments each
+# memcheck and synccheck run every test (on the H100: 64 s and 32 s for the 41 tests that
+# tests/gpu.rs held before its suites got files of their own: gpu, gpu_split, gpu_cache,
+# gpu_hashtable, gpu_ht_designs). racecheck runs the small cases that go through every kernel and
+# route (sanitizer_small_case: 196 s; the hash tables' *_tiny_case: seconds): it instruments each
 # shared-memory access, and on the full-size covariance tests it did not finish the first test in
 # 125 s. SANITIZE_FILTER applies to all tools when set. Exit 1 when a tool
 # reports an error or a hazard, when a test fails under it, or when a run does not finish in time; the
@@ -21,7 +22,6 @@ tools=${SANITIZE_TOOLS:-memcheck racecheck synccheck}
 tests=${SANITIZE_TESTS:-}
 if [ -z "$tests" ]; then
   for t in .gpu/bin/test-*; do
-    case "$t" in *hashtable* | *ht_designs*) continue ;; esac
     [ -x "$t" ] && tests="$tests $(basename "$t")"
   done
 fi

@@ -467,8 +467,8 @@ fn the_cuda_backend_fits_where_there_is_a_device_and_is_a_typed_error_elsewhere(
             let fit = result.unwrap();
             assert_eq!(fit.backend_name(), "cuda");
             let cpu = Mnf::new().components(3).backend(Backend::Cpu).fit(x.view()).unwrap();
-            // The tolerance of tests/gpu.rs for the leading eigenvalues (the GPU forms the covariances
-            // from float32 samples).
+            // The tolerance of the GPU tests (tests/common/gpu.rs) for the leading eigenvalues (the GPU
+            // forms the covariances from float32 samples).
             assert_eq!(fit.bands_used(), cpu.bands_used());
             for (g, c) in fit.eigenvalues().iter().zip(cpu.eigenvalues()).take(fit.k()) {
                 assert!((g - c).abs() <= 1e-4 * c.abs(), "eigenvalue {g} on CUDA vs {c} on the CPU");

@@ -16,7 +16,7 @@
 //! shares and seams are merged on the host in a fixed order (share 0, seam 0|1, share 1, …) with the
 //! pairwise update of `Moments::merge`, where one device adds all tiles before converting the sums
 //! once. The statistics therefore agree with one device's to float64 rounding, not bit for bit; the
-//! tests hold them to 1e-12 relative (`tests/gpu.rs` on devices, `tests` below on the CPU backend).
+//! tests hold them to 1e-12 relative (`tests/gpu_split.rs` on devices, `tests` below on the CPU backend).
 //! The projection needs no neighbours: each device projects its share into its part of the output.
 
 use std::ops::Range;

@@ -114,7 +114,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     /// A resident cube outlives the scope that made it, and projecting from it later gives the
-    /// bytes of a cold run (on the CPU backend here; tests/gpu_cache does it on the device).
+    /// bytes of a cold run (on the CPU backend here; tests/gpu_cache.rs does it on the device).
     #[test]
     fn a_kept_prepared_cube_projects_like_a_cold_run() {
         let cube = Arc::new(generate(&SyntheticSpec::small(24, 20, 12)));

@@ -1,6 +1,6 @@
 //! The CPU twin of the GPU table: the same cells, hashing, claim order and eviction rule as
 //! `kernels/hashtable.cu`, run sequentially (see the module doc of [`crate::hashtable`]). Every
-//! change to a device function must be mirrored here; `tests/gpu_hashtable` compares cell dumps.
+//! change to a device function must be mirrored here; `tests/gpu_hashtable.rs` compares cell dumps.
 
 use super::{
     bucket_pair, check_insert_batch, check_key, EraseOutcome, Geometry, HashTableError, InsertOutcome, Op, OpResult,

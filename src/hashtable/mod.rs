@@ -175,7 +175,7 @@
 //! # GPU and CPU twin
 //! For sequential operation sequences (one operation per batch, as the cache's single-key host API
 //! issues them) the GPU table and the twin give identical results and identical cell contents;
-//! `tests/gpu_hashtable` compares them. Within one concurrent batch these may differ: which empty
+//! `tests/gpu_hashtable.rs` compares them. Within one concurrent batch these may differ: which empty
 //! slot each new key takes (so later evictions may pick other victims), which of several inserts of
 //! one key writes its value last, whether a find concurrent with an insert/erase of the same key
 //! sees it, and the order in which two inserts compete for the last free slot of a bucket pair

@@ -3,6 +3,9 @@
 //! test needs. Test-specific requests are added by each binary in its own `impl TestServer` block.
 #![allow(dead_code)] // each test binary uses a different subset
 
+/// The GPU test binaries' helpers (tests/gpu*.rs).
+pub mod gpu;
+
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;

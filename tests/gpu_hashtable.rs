@@ -1,5 +1,5 @@
 //! GPU hash table tests (need an sm_90 CUDA device): the device table against its CPU twin, and the
-//! races the design must survive. Included by tests/gpu.rs and tests/gpu_ht.rs.
+//! races the design must survive. Ignored elsewhere; run on the GPU host with `--include-ignored`.
 
 use std::collections::{HashMap, HashSet};
 

@@ -1,7 +1,11 @@
 //! GPU tests of the published designs that `hypermnf bench hashtable` compares with the job cache's
 //! table (need an sm_90 CUDA device): the hopscotch table after GLHT and SlabHash, each against a
 //! `HashMap` model, plus the cases each design must survive (concurrent inserts of one key, keys
-//! piled on a few homes or buckets, a pool that runs out). Included by tests/gpu.rs.
+//! piled on a few homes or buckets, a pool that runs out). Ignored elsewhere; run on the GPU host with
+//! `--include-ignored`.
+
+/// The GPU suites' helpers (`common::gpu`: the printed random seed).
+mod common;
 
 use std::collections::{HashMap, HashSet};
 
@@ -9,6 +13,7 @@ use hypermnf::bench::hashtable::hopscotch::HopscotchTable;
 use hypermnf::bench::hashtable::slab::SlabHashTable;
 use hypermnf::bench::hashtable::BatchKernels;
 use hypermnf::hashtable::{fmix64, EraseOutcome, HashTableError, InsertOutcome, RESERVED_KEY};
+use common::gpu::seed;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 /// What the tests drive of a design.
@@ -75,20 +80,6 @@ fn hopscotch(slots: u64) -> HopscotchTable {
 
 fn slab(buckets: u64, pool: u64) -> SlabHashTable {
     SlabHashTable::new(buckets, pool).expect("an sm_90 CUDA device")
-}
-
-fn seed() -> u64 {
-    let s = std::env::var("HYPERMNF_TEST_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("clock")
-                .as_nanos() as u64
-        });
-    eprintln!("seed {s}");
-    s
 }
 
 fn assert_matches_model(t: &impl Table, model: &HashMap<u64, u64>, what: &str) {

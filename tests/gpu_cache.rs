@@ -1,6 +1,7 @@
 //! The job cache's device-resident level on a CUDA device (issue 5): a cube kept in GPU memory between
 //! jobs projects exactly like a freshly uploaded one, and evicting it gives its memory back to the
-//! device. Included by tests/gpu.rs; every test needs a CUDA device.
+//! device. Every test needs a CUDA device: they are ignored elsewhere and run on the GPU host with
+//! `--include-ignored` (see .gpu/run).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
