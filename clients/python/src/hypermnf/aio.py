@@ -21,22 +21,12 @@ from typing import Any, AsyncIterator, Dict, Iterable, List, Optional, Sequence,
 import httpx
 import numpy as np
 
+from ._http import _ATTEMPTS, _SUBMIT_OK, _api_error, _digest_probe, _Disconnected, _page, _page_query
+from ._http import _raise_unless_body_needed, _reason, _segment, _settings
 from ._inputs import CubeLike, Upload, build_upload
 from ._npy import NpyReader, ShortBody
 from ._params import DEFAULT_COMPONENTS
-from .client import (
-    _ATTEMPTS,
-    _MAX_PAGE,
-    _SUBMIT_OK,
-    _api_error,
-    _check_product,
-    _Disconnected,
-    _page,
-    _reason,
-    _segment,
-    _settings,
-    prepare_submission,
-)
+from .client import _check_product, prepare_submission
 from .errors import ConnectionError, TimeoutError
 from .job import MAX_WAIT_S, _content_length, _JobState, _result_query, _Waiter, preview_query
 from .results import Reduction
@@ -98,15 +88,12 @@ class AsyncClient:
         return AsyncJob(self, response.json(), prepared.source)
 
     async def _submit(self, upload: Upload) -> httpx.Response:
-        headers = upload.kwargs.get("headers", {})
-        if "X-Cube-Digest" in headers:
-            probe = {**upload.kwargs, "content": b"", "headers": {**headers, "Content-Length": "0"}}
+        probe = _digest_probe(upload.kwargs)
+        if probe is not None:
             response = await self._request("POST", "/v1/jobs", expect=_SUBMIT_OK + (409,), **probe)
             if response.status_code != 409:
                 return response
-            refusal = _api_error(response)
-            if refusal.code != "body_needed":
-                raise refusal
+            _raise_unless_body_needed(response)
         kwargs = dict(upload.kwargs)
         content = kwargs.get("content")
         if content is not None and not isinstance(content, (bytes, bytearray)):
@@ -122,14 +109,7 @@ class AsyncClient:
         out: List[AsyncJob] = []
         after: Optional[str] = None
         while limit is None or len(out) < limit:
-            query: Dict[str, Any] = {}
-            if status is not None:
-                query["status"] = status
-            if limit is not None:
-                query["limit"] = min(limit - len(out), _MAX_PAGE)
-            if after is not None:
-                query["after"] = after
-            documents, after = _page(await self._get_json("/v1/jobs", params=query))
+            documents, after = _page(await self._get_json("/v1/jobs", params=_page_query(status, limit, len(out), after)))
             out.extend(AsyncJob(self, d) for d in documents)
             if not documents or after is None:
                 break

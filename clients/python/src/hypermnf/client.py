@@ -11,21 +11,26 @@ import httpx
 import numpy as np
 
 from . import _tus
+from ._http import DEFAULT_URL  # noqa: F401  (hypermnf.client.DEFAULT_URL, as before)
+from ._http import (
+    _ATTEMPTS,
+    _SUBMIT_OK,
+    _api_error,
+    _digest_probe,
+    _Disconnected,
+    _page,
+    _page_query,
+    _raise_unless_body_needed,
+    _reason,
+    _segment,
+    _settings,
+)
 from ._inputs import CubeLike, Prepared, Upload, _EnviPair, build_upload, envi_data_file, merged_params, prepare
 from ._npy import as_cube, canonical_header, cube_digest, npy_header
 from ._params import DEFAULT_COMPONENTS, Params
-from .errors import APIError, ConnectionError, TimeoutError
-from ._version import __version__
+from .errors import ConnectionError, TimeoutError
 from .job import PRODUCTS, Job
 from .results import Reduction
-
-DEFAULT_URL = "http://127.0.0.1:8080"
-# The largest page the service serves (GET /v1/jobs?limit=1..1000).
-_MAX_PAGE = 1000
-
-# Statuses the service answers for a created (202) or already existing identical (200) job.
-_SUBMIT_OK = (200, 201, 202)
-
 
 class Client:
     """A client of one hypermnf service.
@@ -192,9 +197,7 @@ class Client:
             )
             if probe.status_code != 409:
                 return Job(self, probe.json(), prepared.source)
-            refusal = _api_error(probe)
-            if refusal.code != "body_needed":
-                raise refusal
+            _raise_unless_body_needed(probe)
         uploader = _tus.Uploader(self._http, _api_error, retries=self.tus_retries, progress=progress)
         self.last_upload = uploader
         filetype = "application/x-npy" if resumable.header is None else "application/octet-stream"
@@ -210,15 +213,12 @@ class Client:
         answers at once (200) when it has a job of the same cube and parameters, or (201) when it ran the
         job on the cube it still holds on a GPU; otherwise it says 409 ``body_needed``, and the body goes.
         """
-        headers = upload.kwargs.get("headers", {})
-        if "X-Cube-Digest" in headers:
-            probe = {**upload.kwargs, "content": b"", "headers": {**headers, "Content-Length": "0"}}
+        probe = _digest_probe(upload.kwargs)
+        if probe is not None:
             response = self._request("POST", "/v1/jobs", expect=_SUBMIT_OK + (409,), **probe)
             if response.status_code != 409:
                 return response
-            refusal = _api_error(response)
-            if refusal.code != "body_needed":
-                raise refusal
+            _raise_unless_body_needed(response)
         return self._request("POST", "/v1/jobs", expect=_SUBMIT_OK, upload=True, **upload.kwargs)
 
     def job(self, job_id: str) -> Job:
@@ -235,14 +235,7 @@ class Client:
         out: List[Job] = []
         after: Optional[str] = None
         while limit is None or len(out) < limit:
-            query: Dict[str, Any] = {}
-            if status is not None:
-                query["status"] = status
-            if limit is not None:
-                query["limit"] = min(limit - len(out), _MAX_PAGE)
-            if after is not None:
-                query["after"] = after
-            page = self._get_json("/v1/jobs", params=query)
+            page = self._get_json("/v1/jobs", params=_page_query(status, limit, len(out), after))
             documents, after = _page(page)
             out.extend(Job(self, d) for d in documents)
             if not documents or after is None:
@@ -352,19 +345,6 @@ class Client:
         return response
 
 
-def _settings(url: Optional[str], api_key: Optional[str]) -> "tuple[str, Dict[str, str]]":
-    """The base URL and the default headers of a client (``$HYPERMNF_URL``, ``$HYPERMNF_API_KEY``)."""
-    base = (url or os.environ.get("HYPERMNF_URL") or DEFAULT_URL).rstrip("/")
-    if not base.startswith(("http://", "https://")):
-        raise ValueError(f"url must start with http:// or https://, got {base!r}")
-    if api_key is None:
-        api_key = os.environ.get("HYPERMNF_API_KEY") or None
-    headers = {"User-Agent": f"hypermnf-python/{__version__}", "Accept": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    return base, headers
-
-
 def prepare_submission(
     cube: CubeLike,
     components: Optional[int],
@@ -395,48 +375,3 @@ class _Resumable:
 
     def __init__(self, data: _tus.Source, header: Optional[_tus.Source], digest: Optional[str], array: Any) -> None:
         self.data, self.header, self.digest, self.array = data, header, digest, array
-
-
-class _Disconnected(ConnectionError):
-    """The server closed the connection without answering (typically a stale pooled connection)."""
-
-
-# How often a request that met a closed connection is sent (the first time included).
-_ATTEMPTS = 2
-
-
-def _segment(job_id: str) -> str:
-    """A job id as one path segment (refuses ids that would change the path)."""
-    if not isinstance(job_id, str) or not job_id or "/" in job_id or job_id in (".", ".."):
-        raise ValueError(f"not a job id: {job_id!r}")
-    return job_id
-
-
-def _page(page: Any) -> "tuple[list, Optional[str]]":
-    """The job documents of one page of ``GET /v1/jobs`` and the cursor of the next page, if any."""
-    if isinstance(page, list):
-        return page, None
-    documents = page.get("jobs")
-    if documents is None:
-        documents = page.get("items", [])
-    cursor = page.get("next_after") or page.get("next")
-    return list(documents), cursor if isinstance(cursor, str) and cursor else None
-
-
-def _reason(error: Exception) -> str:
-    text = str(error).strip()
-    return text or type(error).__name__
-
-
-def _api_error(response: httpx.Response) -> APIError:
-    """The server's ``{"code", "message"}`` as an :class:`APIError`; a stand-in when the body is not one."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("code"), str):
-        return APIError(response.status_code, body["code"], str(body.get("message", "")))
-    text = response.text.strip()
-    if len(text) > 300:
-        text = text[:300] + "..."
-    return APIError(response.status_code, f"http_{response.status_code}", text or response.reason_phrase)

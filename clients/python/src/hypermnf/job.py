@@ -5,17 +5,15 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Protocol, Union
 
 import httpx
 import numpy as np
 
+from ._http import _ATTEMPTS, _reason, _segment
 from ._npy import ShortBody, read_npy_stream
 from .errors import ConnectionError, JobCanceled, JobFailed, TimeoutError
 from .results import merge_source
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .client import Client
 
 TERMINAL = ("succeeded", "failed", "canceled")
 
@@ -33,6 +31,22 @@ PROGRESS_EVERY_S = 1.0
 
 PRODUCTS = ("components", "denoised")
 FORMATS = ("npy", "envi")
+
+
+class _Session(Protocol):
+    """What a :class:`Job` uses of its :class:`~hypermnf.Client` (described here, so that this module,
+    which the client imports, does not import the client)."""
+
+    url: str
+    timeout: Optional[float]
+
+    def _get_json(self, path: str, **kwargs: Any) -> Any: ...
+
+    def _request(
+        self, method: str, path: str, *, expect: Iterable[int] = ..., upload: bool = ..., **kwargs: Any
+    ) -> httpx.Response: ...
+
+    def _stream(self, path: str, params: Dict[str, Any]) -> Any: ...
 
 
 class _JobState:
@@ -101,8 +115,6 @@ class _JobState:
         return [int(b) for b in self._known_metadata()["bands_used"]]
 
     def _path(self, suffix: str = "") -> str:
-        from .client import _segment
-
         return f"/v1/jobs/{_segment(self.id)}{suffix}"
 
 
@@ -175,7 +187,7 @@ class Job(_JobState):
     ``document`` is the job document as last fetched; :meth:`refresh` (or :meth:`status`) fetches it again.
     """
 
-    _client: "Client"
+    _client: _Session
 
     def refresh(self, wait: Optional[float] = None) -> Dict[str, Any]:
         """Fetches the job document again (``GET /v1/jobs/{id}``) and returns it.
@@ -298,8 +310,6 @@ class Job(_JobState):
     def _open_stream(self, path: str, query: Dict[str, str]) -> httpx.Response:
         """A streamed GET, opened a second time when the first met a closed connection (as ``_request``
         does for a GET: typically a pooled keep-alive connection the server had dropped)."""
-        from .client import _ATTEMPTS
-
         for attempt in range(_ATTEMPTS):
             try:
                 return self._client._stream(path, query)
@@ -337,7 +347,7 @@ def _content_length(response: httpx.Response) -> Optional[int]:
     return int(value) if value.isdigit() else None
 
 
-def _body(client: "Client", response: httpx.Response, expected: Optional[int]) -> Iterator[bytes]:
+def _body(client: _Session, response: httpx.Response, expected: Optional[int]) -> Iterator[bytes]:
     """The response body's chunks, with transport failures mapped to this package's exceptions.
 
     ``iter_bytes()`` without a chunk size yields each read of the socket (up to 64 KiB) as it comes: asking
@@ -354,8 +364,6 @@ def _body(client: "Client", response: httpx.Response, expected: Optional[int]) -
             f"hypermnf at {client.url} sent {received}{of} bytes of the result, then nothing for {client.timeout} s"
         ) from None
     except httpx.TransportError as e:
-        from .client import _reason
-
         raise ConnectionError(client.url, f"the result was cut off after {received}{of} bytes ({_reason(e)})") from None
 
 
