@@ -76,9 +76,9 @@ typedef unsigned __int128 u128;
 #else
 #define HT_BOUNDS __launch_bounds__(256)
 #endif
-// ht_insert: 3 blocks per SM, the 72 registers ptxas wants. On 2026-11-22 it was capped at 64 for 4 blocks
-// (more warps to hide its memory round trips); later that day, with the kernel as it is now, the cap
-// made the 0.8 build on 2^28 cells slower: 7.91 against 8.10 G inserts/s.
+// ht_insert: 3 blocks per SM, the 72 registers ptxas wants. An earlier version was capped at 64 for 4
+// blocks (more warps to hide its memory round trips); with the kernel as it is now, that cap measured
+// slower on the 0.8 build on 2^28 cells: 7.91 against 8.10 G inserts/s.
 #ifndef HT_INSERT_MIN_BLOCKS
 #define HT_INSERT_MIN_BLOCKS 3
 #endif
@@ -935,7 +935,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) ht_insert_rest(Cell* table,
             const u32 mytag = overflow_tag(myh);
             const u32 myb2 = bucket2(mykey, bucket_mask, myb1);
             const bool both_full = st0 == ST_FULL;
-            // No L2 prefetch of the buckets here (2026-11-23): prefetch.global.L2 brings the whole
+            // No L2 prefetch of the buckets here: prefetch.global.L2 brings the whole
             // 128-byte line, twice the bytes the eviction reads, and the build is bound by DRAM
             // traffic; without it the 0.8 build ran at 8.23 against 8.12 G inserts/s (a 64-byte
             // cp.async.bulk.prefetch.L2: 8.20).

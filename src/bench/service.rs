@@ -311,7 +311,7 @@ fn measure(addr: SocketAddr, npy: &[u8], digest: &str, args: &Args) -> anyhow::R
 
     // The median of five: one 27 MB transfer takes ~12-25 ms, within which a scheduling hiccup shows.
     // The first one also pays for the client's fresh 27 MB buffer (0.41-1.2 GB/s against 2.2 for the
-    // median, H100 host, 2026-11-25); the others read into the same buffer again, as a client that
+    // median on the H100 host); the others read into the same buffer again, as a client that
     // streams into its own array does (a fresh zeroed buffer each time put a 27 MB memset and its page
     // faults into every figure: the client's cost, not the service's). Both are reported.
     let mut downloads = Vec::with_capacity(5);

@@ -14,7 +14,7 @@
 //! buckets); 3 of every 4 cells hold entries, so loads are quoted against
 //! [`Geometry::usable_slots`].
 //!
-//! Why 64-byte buckets (since 2026-11-22 ~19:35 UTC; before, 128-byte buckets of 7 slots): on the H100 a
+//! Why 64-byte buckets (the first version had 128-byte buckets of 7 slots): on the H100 a
 //! random 64-byte read runs at 31.8 G/s over a 4 GiB table, a random 128-byte read at 22.0 G/s, and
 //! a lookup is one such read (two for the few keys that live in their second bucket). With 128-byte
 //! buckets the goal of 20 G hits/s needed 91 % of the line-read ceiling before counting the keys,
@@ -39,8 +39,8 @@
 //! alone: an evicted or erased key's tag stays, which costs a wasted read, never a missed key. The
 //! audits (CPU [`audit_cells`], GPU `ht_audit`) check that every key in its b2 has its tag in b1.
 //! The tag word is kept apart from the lock word so that setting a tag never races the lock's
-//! 16-bit CASes (before 2026-11-22 ~19:35 UTC, 14 tags were kept in the control word, which the lock-free b2 claims below
-//! would have had to CAS around the lock).
+//! 16-bit CASes (an earlier version kept 14 tags in the control word, which the lock-free b2 claims
+//! below would have had to CAS around the lock).
 //!
 //! # Operations
 //! * **find**: read b1; a hit returns its value (and, for cache lookups, refreshes the slot's
@@ -88,13 +88,13 @@
 //! branches differ between groups the compiler wraps every shuffle in a slow fallback for diverged
 //! warps. The kernels that serve one operation after the other (erase, mixed) prefetch each lane's
 //! primary bucket into L2 first; `ht_insert_rest` does not, since the insert build is bound by DRAM
-//! traffic and a prefetch brings a whole 128-byte line (BENCHMARKS.md, 2026-11-23). The lock uses 16-bit
+//! traffic and a prefetch brings a whole 128-byte line (BENCHMARKS.md, GPU hash table). The lock uses 16-bit
 //! `atom.acquire`/`atom.release` CASes, never a `fence.sc`.
 //!
 //! Every loop is bounded (64 attempts, 2^20 lock spins); an operation that runs out reports
 //! [`InsertOutcome::Failed`] / [`EraseOutcome::Failed`] instead of spinning for ever.
 //!
-//! Measured speeds are in BENCHMARKS.md (2026-11-23: at load 0.8 on 2^28 cells, 22.9 G finds/s with
+//! Measured speeds are in BENCHMARKS.md (at load 0.8 on 2^28 cells, 22.9 G finds/s with
 //! hits, 25.5 G/s with misses, 8.2 G inserts/s on the H100, where the DRAM traffic of an insert
 //! bounds the build at about 8.7 G/s).
 //!

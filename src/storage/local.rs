@@ -102,7 +102,7 @@ impl LocalStore {
         let stream: futures::stream::BoxStream<'static, Result<bytes::Bytes, StorageError>> = match r.payload {
             // A large local file: mapped and handed to the connection in slices, without a copy or a
             // trip to the blocking pool per read (1 MiB reads through tokio's file gave ~1 GB/s
-            // downloads on the H100 host, 2026-11-24). A small one, or one that cannot be mapped: read
+            // downloads on the H100 host). A small one, or one that cannot be mapped: read
             // in 1 MiB strides (the store's own stream reads 8 KiB at a time, each on the blocking
             // pool, which caps downloads far below the disk and the network).
             GetResultPayload::File(file, path) => match (size >= MAP_FROM).then(|| map_stream(&file)).flatten() {
@@ -272,7 +272,7 @@ const RELEASE_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Drops a file's clean cached pages a slice at a time, with a pause between slices, before the file
 /// is deleted. Deleting (or unmapping for the last time) a file whose pages are cached frees them all
-/// at once in that thread: for a finished 299 MB upload on the H100 host's ext4 (2026-11-25), the job
+/// at once in that thread: for a finished 299 MB upload on the H100 host's ext4, the job
 /// that ran meanwhile took 50-100 ms instead of ~18 (its result written, its scratch directory
 /// removed, while the pages were freed). Pages a mapping still uses (a cube kept on the GPU maps its
 /// upload) are left alone by `POSIX_FADV_DONTNEED`, so this never takes data from a reader; a missing
