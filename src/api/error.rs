@@ -116,6 +116,7 @@ impl From<CubeError> for Error {
             CubeError::Header(_) | CubeError::SizeMismatch(_) | CubeError::Npy(_) => StatusCode::BAD_REQUEST,
             CubeError::Unsupported(_) => StatusCode::UNPROCESSABLE_ENTITY,
             CubeError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            CubeError::NeedsGdal(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         };
         Error::new(status, e.code(), e.to_string())
     }

@@ -1,12 +1,17 @@
 //! Cubes: the data model (`model`), the ENVI format (`envi`), NumPy `.npy` (`npy`) and synthetic
-//! cubes with a known signal subspace (`synthetic`).
+//! cubes with a known signal subspace (`synthetic`). NetCDF, HDF5 and GeoTIFF products (EMIT, NEON,
+//! PRISMA, EnMAP, DESIS) are read through GDAL (`gdal`, behind the cargo feature of that name; `sniff`
+//! tells them apart either way).
 
 mod bytes;
 pub mod digest;
 pub mod envi;
+#[cfg(feature = "gdal")]
+pub mod gdal;
 pub mod layout;
 pub mod model;
 pub mod npy;
+pub mod sniff;
 pub mod synthetic;
 
 pub use model::{ByteOrder, Cube, CubeMeta, DataType, Interleave};
@@ -28,6 +33,9 @@ pub enum CubeError {
     TooLarge(String),
     #[error("invalid .npy: {0}")]
     Npy(String),
+    /// A NetCDF, HDF5 or GeoTIFF input on a build without the `gdal` feature (the service's 415).
+    #[error("{0}")]
+    NeedsGdal(String),
 }
 
 impl CubeError {
@@ -43,6 +51,7 @@ impl CubeError {
             CubeError::SizeMismatch(_) => "size_mismatch",
             CubeError::TooLarge(_) => "too_large",
             CubeError::Npy(_) => "invalid_npy",
+            CubeError::NeedsGdal(_) => "needs_gdal_feature",
         }
     }
 }
@@ -53,16 +62,18 @@ pub fn input_files(path: &Path) -> Result<Vec<std::path::PathBuf>, CubeError> {
     match path.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref() {
         Some("hdr") => Ok(vec![path.to_path_buf(), envi::data_file(path)?]),
         Some("npy") => Ok(vec![path.to_path_buf()]),
+        _ if sniff::gdal_format(path).is_some() => Ok(vec![path.to_path_buf()]),
         _ => Err(not_a_cube_file(path)),
     }
 }
 
-/// Opens a cube by its file name: `.hdr` (ENVI header; the data file beside it) or `.npy`.
+/// Opens a cube by its file name: `.hdr` (ENVI header; the data file beside it) or `.npy`; NetCDF,
+/// HDF5 and GeoTIFF (by extension or signature, [`sniff`]) through GDAL.
 pub fn open(path: &Path) -> Result<Cube, CubeError> {
     match path.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref() {
         Some("hdr") => envi::read(path),
         Some("npy") => npy::read(path),
-        _ => Err(not_a_cube_file(path)),
+        _ => open_through_gdal(path),
     }
 }
 
@@ -74,10 +85,36 @@ pub fn map(path: &Path) -> Result<Cube, CubeError> {
     match path.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref() {
         Some("hdr") => envi::map(path),
         Some("npy") => npy::map(path),
-        _ => Err(not_a_cube_file(path)),
+        // GDAL decodes (decompresses, scales) into memory of the cube's own: nothing to map.
+        _ => open_through_gdal(path),
     }
 }
 
+/// A NetCDF, HDF5 or TIFF file read through GDAL, or on a build without it an error naming the feature.
+fn open_through_gdal(path: &Path) -> Result<Cube, CubeError> {
+    let Some(format) = sniff::gdal_format(path) else {
+        return Err(not_a_cube_file(path));
+    };
+    #[cfg(feature = "gdal")]
+    {
+        gdal::read(path, format)
+    }
+    #[cfg(not(feature = "gdal"))]
+    {
+        Err(needs_gdal(path, format))
+    }
+}
+
+/// The error for a GDAL-only format on a build without GDAL.
+pub fn needs_gdal(path: &Path, format: sniff::GdalFormat) -> CubeError {
+    CubeError::NeedsGdal(format!(
+        "{}: {} input is read through GDAL, and this hypermnf was built without it: rebuild with \
+         `cargo build --features gdal` (needs libgdal-dev), or use the container image",
+        path.display(),
+        format.name()
+    ))
+}
+
 fn not_a_cube_file(path: &Path) -> CubeError {
-    CubeError::Unsupported(format!("{}: input must be an ENVI header (.hdr) or a NumPy array (.npy)", path.display()))
+    CubeError::Unsupported(format!("{}: input must be an ENVI header (.hdr), a NumPy array (.npy), or NetCDF, HDF5 or GeoTIFF (feature `gdal`)", path.display()))
 }

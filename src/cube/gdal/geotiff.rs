@@ -1,0 +1,199 @@
+//! Multi-band GDAL rasters: EnMAP and DESIS GeoTIFFs, and any GeoTIFF of two or more bands (a file that
+//! GDAL's raster drivers open otherwise is read the same way).
+//!
+//! Band metadata, as EnMAP-Box, GDAL's ENVI driver and the sensors' processors write it:
+//! - per band, in the default domain: `wavelength`, `wavelength_units`, `fwhm`, `bbl` (EnMAP-Box, GDAL
+//!   3.6's ENVI driver);
+//! - or ENVI-style lists in the `ENVI` domain: `wavelength = {...}`, `fwhm`, `bbl`, `wavelength_units`;
+//! - or GDAL ≥ 3.10's `IMAGERY` domain: `CENTRAL_WAVELENGTH_UM`, `FWHM_UM` (micrometres).
+//! - nodata, scale and offset per band (physical = stored × scale + offset).
+
+use std::path::Path;
+
+use gdal::raster::RasterBand;
+use gdal::{Dataset, Metadata as _};
+
+use super::md::{gdal_error, one_line};
+use super::samples::{converted_type, data_type_of, with_sample_type, BlockOrder, CubeBuilder, Linear, Sample};
+use crate::cube::{Cube, CubeError, CubeMeta, Interleave};
+
+pub(super) fn open(path: &Path) -> Result<Dataset, CubeError> {
+    let opts = gdal::DatasetOptions {
+        open_flags: gdal::GdalOpenFlags::GDAL_OF_RASTER | gdal::GdalOpenFlags::GDAL_OF_READONLY | gdal::GdalOpenFlags::GDAL_OF_VERBOSE_ERROR,
+        ..Default::default()
+    };
+    Dataset::open_ex(path, opts)
+        .map_err(|e| CubeError::Header(format!("{}: not a raster GDAL can read ({})", path.display(), super::md::message(&e))))
+}
+
+pub(super) fn read(path: &Path) -> Result<Cube, CubeError> {
+    read_dataset(path, &open(path)?)
+}
+
+/// Reads an open raster dataset (a GeoTIFF, or a subdataset another reader chose).
+pub(super) fn read_dataset(path: &Path, ds: &Dataset) -> Result<Cube, CubeError> {
+    let bands = ds.raster_count();
+    let (samples, lines) = ds.raster_size();
+    if bands < 2 {
+        let subdatasets = ds.metadata_domain("SUBDATASETS").unwrap_or_default();
+        if bands == 0 && !subdatasets.is_empty() {
+            return Err(CubeError::Unsupported(format!(
+                "{}: holds no raster of its own, only subdatasets ({}); hypermnf reads EMIT, NEON and PRISMA layouts of it",
+                path.display(),
+                subdatasets.iter().filter(|s| s.contains("_NAME=")).count()
+            )));
+        }
+        return Err(CubeError::Unsupported(format!(
+            "{}: a raster of {bands} band{}: MNF needs a multi-band (hyperspectral) cube",
+            path.display(),
+            if bands == 1 { "" } else { "s" }
+        )));
+    }
+    let band = |i: usize| ds.rasterband(i + 1).map_err(gdal_error(path, &format!("band {}", i + 1)));
+    let first = band(0)?;
+    let gdal_type = first.band_type() as gdal_sys::GDALDataType::Type;
+    let source_type = data_type_of(gdal_type, &format!("{}: band 1", path.display()))?;
+    let mut linear = Vec::with_capacity(bands);
+    let mut fill = None;
+    for i in 0..bands {
+        let b = band(i)?;
+        if b.band_type() as gdal_sys::GDALDataType::Type != gdal_type {
+            return Err(CubeError::Unsupported(format!("{}: band {} differs in data type from band 1", path.display(), i + 1)));
+        }
+        let nd = b.no_data_value();
+        if i == 0 {
+            fill = nd;
+        } else if nd.map(f64::to_bits) != fill.map(f64::to_bits) {
+            return Err(CubeError::Unsupported(format!(
+                "{}: band {} has nodata {nd:?}, band 1 {fill:?}: hypermnf takes one no-data value per cube",
+                path.display(),
+                i + 1
+            )));
+        }
+        let (scale, offset) = (b.scale().unwrap_or(1.0), b.offset().unwrap_or(0.0));
+        if !scale.is_finite() || !offset.is_finite() || scale == 0.0 {
+            return Err(CubeError::Header(format!("{}: band {} has scale {scale}, offset {offset}", path.display(), i + 1)));
+        }
+        linear.push(Linear { scale, offset });
+    }
+    let dtype = converted_type(source_type, &linear);
+    let mut meta = CubeMeta { ignore_value: fill.filter(|f| !f.is_nan()), ..Default::default() };
+    meta.source_interleave = match ds.metadata_item("INTERLEAVE", "IMAGE_STRUCTURE").as_deref() {
+        Some("BAND") => Some(Interleave::Bsq),
+        Some("LINE") => Some(Interleave::Bil),
+        Some("PIXEL") => Some(Interleave::Bip),
+        _ => None,
+    };
+    spectral(ds, bands, &mut meta, path)?;
+    if linear.iter().any(|l| !l.is_identity()) {
+        let s: Vec<String> = linear.iter().map(|l| format!("{}", l.scale)).collect();
+        let o: Vec<String> = linear.iter().map(|l| format!("{}", l.offset)).collect();
+        meta.extra.push(("gdal scale".into(), format!("{{{}}}", s.join(", "))));
+        meta.extra.push(("gdal offset".into(), format!("{{{}}}", o.join(", "))));
+    }
+    if let Ok(gt) = ds.geo_transform() {
+        let wkt = ds.projection();
+        let georef = super::georef::Georef { geotransform: gt, wkt: (!wkt.is_empty()).then_some(wkt) };
+        super::georef::put_into(&mut meta, &georef)?;
+    }
+
+    let mut cube = CubeBuilder::new(lines, samples, bands, dtype)?;
+    let band_map: Vec<Option<usize>> = (0..bands).map(Some).collect();
+    with_sample_type!(source_type, T => read_blocks::<T>(path, ds, &mut cube, &band_map, &linear, fill))?;
+    cube.finish(meta)
+}
+
+/// Reads all bands a block of lines at a time, pixel-interleaved (BIP) by GDAL itself.
+fn read_blocks<T: Sample>(
+    path: &Path,
+    ds: &Dataset,
+    cube: &mut CubeBuilder,
+    band_map: &[Option<usize>],
+    linear: &[Linear],
+    fill: Option<f64>,
+) -> Result<(), CubeError> {
+    let (samples, lines) = ds.raster_size();
+    let bands = ds.raster_count();
+    let size = std::mem::size_of::<T>();
+    // Whole blocks of the file's tiles or strips, so that no block is decoded twice.
+    let block_h = ds.rasterband(1).map(|b| b.block_size().1).unwrap_or(1).max(1);
+    let per = super::samples::block_lines(samples, bands, size);
+    let per = if per >= block_h { per - per % block_h } else { per };
+    let mut buf: Vec<T> = Vec::new();
+    let mut first = 0;
+    while first < lines {
+        let count = per.min(lines - first);
+        buf.resize(count * samples * bands, T::default());
+        // SAFETY: `buf` holds count × samples × bands values of T, which the spacings below address:
+        // pixel = bands values, line = samples pixels, band = one value.
+        let rv = unsafe {
+            gdal_sys::GDALDatasetRasterIOEx(
+                ds.c_dataset(),
+                gdal_sys::GDALRWFlag::GF_Read,
+                0,
+                first as i32,
+                samples as i32,
+                count as i32,
+                buf.as_mut_ptr() as *mut std::ffi::c_void,
+                samples as i32,
+                count as i32,
+                T::gdal_ordinal(),
+                bands as i32,
+                std::ptr::null_mut(),
+                (bands * size) as i64,
+                (samples * bands * size) as i64,
+                size as i64,
+                std::ptr::null_mut(),
+            )
+        };
+        if rv != gdal_sys::CPLErr::CE_None {
+            return Err(CubeError::Header(format!("{}: reading lines {first}..{}: {}", path.display(), first + count, last_error())));
+        }
+        cube.put(first, count, &buf, BlockOrder::Bip, bands, band_map, linear, fill);
+        first += count;
+    }
+    Ok(())
+}
+
+/// GDAL's last error message.
+pub(super) fn last_error() -> String {
+    // SAFETY: CPLGetLastErrorMsg returns a pointer to a thread-local, NUL-terminated string.
+    let msg = unsafe { std::ffi::CStr::from_ptr(gdal_sys::CPLGetLastErrorMsg()) };
+    one_line(&msg.to_string_lossy())
+}
+
+/// Wavelengths, fwhm, bbl and band names from the band metadata (see the module doc).
+fn spectral(ds: &Dataset, bands: usize, meta: &mut CubeMeta, path: &Path) -> Result<(), CubeError> {
+    let bs: Vec<RasterBand> = (1..=bands).map(|i| ds.rasterband(i)).collect::<Result<_, _>>().map_err(gdal_error(path, "bands"))?;
+    let per_band = |key: &str, domain: &str| -> Option<Vec<f64>> {
+        bs.iter().map(|b| b.metadata_item(key, domain).and_then(|v| v.trim().parse::<f64>().ok())).collect()
+    };
+    let envi_list = |key: &str| -> Option<Vec<f64>> {
+        let v = ds.metadata_item(key, "ENVI")?;
+        let v: Result<Vec<f64>, _> = v.trim().trim_start_matches('{').trim_end_matches('}').split(',').map(|x| x.trim().parse::<f64>()).collect();
+        v.ok().filter(|v| v.len() == bands)
+    };
+    if let Some(w) = per_band("wavelength", "") {
+        meta.wavelength = Some(w);
+        meta.wavelength_units = bs[0].metadata_item("wavelength_units", "").or_else(|| ds.metadata_item("wavelength_units", ""));
+        meta.fwhm = per_band("fwhm", "");
+    } else if let Some(w) = envi_list("wavelength") {
+        meta.wavelength = Some(w);
+        meta.wavelength_units = ds.metadata_item("wavelength_units", "ENVI").map(|u| u.trim_matches(['{', '}', ' ']).to_string());
+        meta.fwhm = envi_list("fwhm");
+    } else if let Some(w) = per_band("CENTRAL_WAVELENGTH_UM", "IMAGERY") {
+        meta.wavelength = Some(w);
+        meta.wavelength_units = Some("Micrometers".into());
+        meta.fwhm = per_band("FWHM_UM", "IMAGERY");
+    }
+    let bbl = per_band("bbl", "").or_else(|| envi_list("bbl"));
+    meta.bbl = bbl.map(|v| v.iter().map(|&g| g != 0.0).collect());
+    let names: Vec<String> = bs.iter().map(|b| b.description().unwrap_or_default()).collect();
+    if names.iter().all(|n| !n.is_empty()) {
+        meta.band_names = Some(names);
+    }
+    if let Some(d) = ds.description().ok().filter(|d| !d.is_empty() && d != &path.display().to_string()) {
+        meta.description = Some(d);
+    }
+    Ok(())
+}

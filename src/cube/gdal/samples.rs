@@ -1,0 +1,219 @@
+//! Assembling a BIP cube from blocks of lines read through GDAL, in the source's data type, or, when
+//! the product defines a scale and offset, as float32 physical values.
+//!
+//! Why blocks: a granule is decoded (decompressed) by GDAL a block of lines at a time into a small typed
+//! buffer, and placed into the cube's one allocation; the cube is never held twice.
+
+use gdal::raster::GdalType;
+
+use crate::cube::{ByteOrder, Cube, CubeError, CubeMeta, DataType};
+
+/// A sample type GDAL reads into and the cube stores.
+pub(super) trait Sample: Copy + Default + GdalType + Send + Sync + 'static {
+    const DTYPE: DataType;
+    fn to_f64(self) -> f64;
+    fn put_ne(self, out: &mut [u8]);
+}
+
+macro_rules! sample {
+    ($t:ty, $d:expr) => {
+        impl Sample for $t {
+            const DTYPE: DataType = $d;
+            #[inline]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline]
+            fn put_ne(self, out: &mut [u8]) {
+                out.copy_from_slice(&self.to_ne_bytes());
+            }
+        }
+    };
+}
+sample!(u8, DataType::U8);
+sample!(i16, DataType::I16);
+sample!(u16, DataType::U16);
+sample!(i32, DataType::I32);
+sample!(u32, DataType::U32);
+sample!(i64, DataType::I64);
+sample!(u64, DataType::U64);
+sample!(f32, DataType::F32);
+sample!(f64, DataType::F64);
+
+/// The byte order of samples GDAL hands over: the machine's.
+pub(super) fn native_order() -> ByteOrder {
+    if cfg!(target_endian = "big") {
+        ByteOrder::Big
+    } else {
+        ByteOrder::Little
+    }
+}
+
+/// The cube's data type for a GDAL numeric type, or an error naming what MNF cannot use.
+#[allow(non_upper_case_globals)] // GDAL's own names of its type constants
+pub(super) fn data_type_of(gdal_type: gdal_sys::GDALDataType::Type, what: &str) -> Result<DataType, CubeError> {
+    use gdal_sys::GDALDataType::*;
+    Ok(match gdal_type {
+        GDT_Byte => DataType::U8,
+        GDT_Int16 => DataType::I16,
+        GDT_UInt16 => DataType::U16,
+        GDT_Int32 => DataType::I32,
+        GDT_UInt32 => DataType::U32,
+        GDT_Int64 => DataType::I64,
+        GDT_UInt64 => DataType::U64,
+        GDT_Float32 => DataType::F32,
+        GDT_Float64 => DataType::F64,
+        GDT_CInt16 | GDT_CInt32 | GDT_CFloat32 | GDT_CFloat64 => {
+            return Err(CubeError::Unsupported(format!("{what} is complex; MNF needs real-valued bands")))
+        }
+        other => return Err(CubeError::Unsupported(format!("{what} has a data type GDAL numbers {other}, which hypermnf does not read"))),
+    })
+}
+
+/// Calls `$body` with the Rust sample type `$t` of the cube data type `$dtype`.
+macro_rules! with_sample_type {
+    ($dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            $crate::cube::DataType::U8 => { type $t = u8; $body }
+            $crate::cube::DataType::I16 => { type $t = i16; $body }
+            $crate::cube::DataType::U16 => { type $t = u16; $body }
+            $crate::cube::DataType::I32 => { type $t = i32; $body }
+            $crate::cube::DataType::U32 => { type $t = u32; $body }
+            $crate::cube::DataType::I64 => { type $t = i64; $body }
+            $crate::cube::DataType::U64 => { type $t = u64; $body }
+            $crate::cube::DataType::F32 => { type $t = f32; $body }
+            $crate::cube::DataType::F64 => { type $t = f64; $body }
+        }
+    };
+}
+pub(super) use with_sample_type;
+
+/// How the samples of one source array lie in a block of lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum BlockOrder {
+    /// (line, sample, band): EMIT, NEON, a GeoTIFF read pixel-interleaved.
+    Bip,
+    /// (line, band, sample): PRISMA's cubes.
+    Bil,
+}
+
+/// Physical value = stored × scale + offset, per band; the fill value is kept as it is (it stays the
+/// cube's no-data value).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Linear {
+    pub scale: f64,
+    pub offset: f64,
+}
+
+impl Linear {
+    pub const IDENTITY: Linear = Linear { scale: 1.0, offset: 0.0 };
+    pub fn is_identity(self) -> bool {
+        self.scale == 1.0 && self.offset == 0.0
+    }
+}
+
+/// The cube being assembled: its geometry, its data type and one allocation for its samples.
+pub(super) struct CubeBuilder {
+    lines: usize,
+    samples: usize,
+    bands: usize,
+    dtype: DataType,
+    bytes: Vec<u8>,
+}
+
+impl CubeBuilder {
+    /// Allocates the cube after checking its size (the dimensions come from the file's header).
+    pub fn new(lines: usize, samples: usize, bands: usize, dtype: DataType) -> Result<Self, CubeError> {
+        let len = crate::cube::model::checked_cube_bytes(lines as u64, samples as u64, bands as u64, dtype)?;
+        let len = usize::try_from(len).map_err(|_| CubeError::TooLarge(format!("{len} bytes do not fit this machine's address space")))?;
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(len).map_err(|_| {
+            CubeError::TooLarge(format!("cannot allocate {len} bytes for {lines} x {samples} x {bands} {}", dtype.name()))
+        })?;
+        bytes.resize(len, 0);
+        Ok(CubeBuilder { lines, samples, bands, dtype, bytes })
+    }
+
+    pub fn lines(&self) -> usize {
+        self.lines
+    }
+
+    /// Places a block of `count` lines from `first`, read from a source array of `src_bands` bands in
+    /// `order`, into the cube: source band `b` goes to cube band `band_map[b]` (None: left out),
+    /// converted by `linear[b]` unless the sample equals `fill`. Without conversion the cube's type
+    /// must be `T`'s; with it, float32 or float64.
+    #[allow(clippy::too_many_arguments)] // a block, where it goes, and how its values are converted
+    pub fn put<T: Sample>(
+        &mut self,
+        first: usize,
+        count: usize,
+        block: &[T],
+        order: BlockOrder,
+        src_bands: usize,
+        band_map: &[Option<usize>],
+        linear: &[Linear],
+        fill: Option<f64>,
+    ) {
+        let (s, b) = (self.samples, self.bands);
+        assert_eq!(block.len(), count * s * src_bands, "CubeBuilder::put: block length");
+        assert!(first + count <= self.lines && band_map.len() == src_bands && linear.len() == src_bands);
+        let size = self.dtype.size();
+        // Converted when the product scales or the cube's type is not the source's (PRISMA's uint16 into
+        // float32 even where a scale happens to be 1).
+        let convert = T::DTYPE != self.dtype || linear.iter().any(|l| !l.is_identity());
+        let identity_map = src_bands == b && band_map.iter().enumerate().all(|(i, m)| *m == Some(i));
+        let out = &mut self.bytes[first * s * b * size..(first + count) * s * b * size];
+        if !convert && identity_map && order == BlockOrder::Bip {
+            for (o, v) in out.chunks_exact_mut(size).zip(block) {
+                v.put_ne(o);
+            }
+            return;
+        }
+        let dtype = self.dtype;
+        let put_one = |o: &mut [u8], v: T, lin: Linear| {
+            if !convert {
+                v.put_ne(o);
+                return;
+            }
+            let x = v.to_f64();
+            let y = if fill.is_some_and(|f| f == x) { x } else { x * lin.scale + lin.offset };
+            match dtype {
+                DataType::F64 => o.copy_from_slice(&y.to_ne_bytes()),
+                _ => o.copy_from_slice(&(y as f32).to_ne_bytes()),
+            }
+        };
+        for l in 0..count {
+            for px in 0..s {
+                for (sb, (m, lin)) in band_map.iter().zip(linear).enumerate() {
+                    let Some(ob) = *m else { continue };
+                    let v = match order {
+                        BlockOrder::Bip => block[(l * s + px) * src_bands + sb],
+                        BlockOrder::Bil => block[(l * src_bands + sb) * s + px],
+                    };
+                    let at = ((l * s + px) * b + ob) * size;
+                    put_one(&mut out[at..at + size], v, *lin);
+                }
+            }
+        }
+    }
+
+    pub fn finish(self, meta: CubeMeta) -> Result<Cube, CubeError> {
+        Cube::from_raw(self.lines, self.samples, self.bands, self.dtype, native_order(), self.bytes, meta)
+    }
+}
+
+/// Lines per block: about 32 MB of samples, at least one line.
+pub(super) fn block_lines(samples: usize, bands: usize, size: usize) -> usize {
+    ((32usize << 20) / (samples * bands * size).max(1)).max(1)
+}
+
+/// The cube's data type when `linear` converts some band: float64 stays, anything else becomes float32.
+pub(super) fn converted_type(source: DataType, linear: &[Linear]) -> DataType {
+    if linear.iter().all(|l| l.is_identity()) {
+        source
+    } else if source == DataType::F64 {
+        DataType::F64
+    } else {
+        DataType::F32
+    }
+}
