@@ -40,11 +40,16 @@ enum BenchCommand {
     Service(hypermnf::bench::service::Args),
     /// A flight-line-shaped ENVI file (598 × N × 425) through the CLI, the pipeline and the service, against its floors.
     Flightline(hypermnf::bench::flightline::Args),
+    /// A ~1 GB cube read through GDAL (GeoTIFF, EMIT NetCDF) against its ENVI twin (feature `gdal`).
+    #[cfg(feature = "gdal")]
+    Formats(hypermnf::bench::formats::Args),
 }
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// Input cube: an ENVI header (.hdr, data file beside it) or a NumPy array (.npy, shape (lines, samples, bands)).
+    /// Input cube: an ENVI header (.hdr, data file beside it), a NumPy array (.npy, shape (lines, samples,
+    /// bands)), or with the `gdal` feature an EMIT NetCDF (.nc), NEON or PRISMA HDF5 (.h5, .he5) or a
+    /// multi-band GeoTIFF (.tif).
     input: PathBuf,
     /// Number of components to keep (default 10).
     #[arg(long, conflicts_with = "snr")]
@@ -77,9 +82,14 @@ struct RunArgs {
     /// Split the cube over the devices whatever its size, each computing a share of its lines.
     #[arg(long)]
     split_cube: bool,
-    /// Output: OUT.npy (float32 (lines, samples, k)) or OUT.hdr (ENVI float32 BSQ + OUT.img).
+    /// Output: OUT.npy (float32 (lines, samples, k)), OUT.hdr (ENVI float32 BSQ + OUT.img), or with the
+    /// `gdal` feature OUT.tif (Cloud-Optimized GeoTIFF with the source's CRS).
     #[arg(long)]
     out: PathBuf,
+    /// EMIT granules: write the COG on the granule's north-up grid by its geometry lookup table (GLT)
+    /// instead of in sensor geometry (which has no CRS). Needs OUT.tif.
+    #[arg(long)]
+    ortho: bool,
 }
 
 fn main() -> ExitCode {
@@ -101,6 +111,8 @@ fn main() -> ExitCode {
             BenchCommand::Hashtable(a) => hypermnf::bench::hashtable::run(&a),
             BenchCommand::Service(a) => hypermnf::bench::service::run(&a),
             BenchCommand::Flightline(a) => hypermnf::bench::flightline::run(&a),
+            #[cfg(feature = "gdal")]
+            BenchCommand::Formats(a) => hypermnf::bench::formats::run(&a),
         },
         Command::Info => info(),
     };
@@ -114,7 +126,6 @@ fn main() -> ExitCode {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
-    use anyhow::Context;
     use hypermnf::mnf::{MnfParams, Monitor, Stage};
     use std::sync::Mutex;
     use std::time::Instant;
@@ -124,7 +135,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         snr: args.snr,
         noise: args.noise,
         inverse: args.inverse,
-        bad_bands: args.bad_bands,
+        bad_bands: args.bad_bands.clone(),
         ignore_value: args.ignore_value,
         noise_window: args.noise_window,
         backend: args.backend,
@@ -132,7 +143,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     // Fail on a bad output name before the work, not after it.
     match args.out.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
         Some("npy") | Some("hdr") => {}
-        _ => anyhow::bail!("--out must end in .npy or .hdr, not {}", args.out.display()),
+        Some("tif") | Some("tiff") if cfg!(feature = "gdal") => {}
+        Some("tif") | Some("tiff") => {
+            return Err(hypermnf::cube::needs_gdal(&args.out, hypermnf::cube::sniff::GdalFormat::Tiff).into())
+        }
+        _ => anyhow::bail!("--out must end in .npy, .hdr or .tif, not {}", args.out.display()),
+    }
+    if args.ortho && !matches!(args.out.extension().and_then(|e| e.to_str()), Some("tif" | "tiff" | "TIF" | "TIFF")) {
+        anyhow::bail!("--ortho writes a GeoTIFF: --out must end in .tif");
     }
     // The devices are opened (driver, context, kernels: the larger part of a short run) on a thread
     // of their own while the cube is mapped; a bad --devices list is reported before the cube is.
@@ -191,8 +209,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     result.metadata.timings_ms.insert("read".into(), read_ms);
     let t = Instant::now();
     let written = ahead.as_ref().is_some_and(|f| f.complete());
-    let files = hypermnf::output::write_result_with(&args.out, &result, &cube.meta, written)
-        .with_context(|| format!("writing {}", args.out.display()))?;
+    let files = write_output(&args, &result, &cube, written)?;
     let write_ms = t.elapsed().as_secs_f64() * 1e3;
     let md = &result.metadata;
     let top: Vec<String> = md.eigenvalues.iter().take(5).map(|v| format!("{v:.4}")).collect();
@@ -214,6 +231,31 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64() * 1e3
     );
     Ok(())
+}
+
+/// Writes the result of `hypermnf run` (on the GLT's grid with `--ortho`).
+/// `written`: a `.npy` OUT already holds the components (written during the projection).
+fn write_output(
+    args: &RunArgs,
+    result: &hypermnf::mnf::MnfOutput,
+    cube: &hypermnf::cube::Cube,
+    written: bool,
+) -> anyhow::Result<hypermnf::output::WrittenFiles> {
+    use anyhow::Context;
+    let outcome = if args.ortho {
+        #[cfg(feature = "gdal")]
+        {
+            let glt = hypermnf::output_cog::ortho_grid(&args.input, &cube.meta, cube.lines(), cube.samples())?;
+            hypermnf::output::write_result_ortho(&args.out, result, &cube.meta, Some(&glt))
+        }
+        #[cfg(not(feature = "gdal"))]
+        {
+            Err(hypermnf::cube::needs_gdal(&args.out, hypermnf::cube::sniff::GdalFormat::Tiff))
+        }
+    } else {
+        hypermnf::output::write_result_with(&args.out, result, &cube.meta, written)
+    };
+    outcome.with_context(|| format!("writing {}", args.out.display()))
 }
 
 /// The backend of `hypermnf run`: one device, or with several a split backend (every cube with

@@ -1,6 +1,8 @@
 //! Benchmark programs (`hypermnf bench ...`): numbers for BENCHMARKS.md, never timed tests.
 pub mod cpu;
 pub mod flightline;
+#[cfg(feature = "gdal")]
+pub mod formats;
 pub mod gpu;
 pub mod hashtable;
 pub mod service;

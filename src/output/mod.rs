@@ -29,14 +29,18 @@ pub struct WrittenFiles {
 enum Format {
     Npy,
     Envi,
+    /// Cloud-Optimized GeoTIFF (feature `gdal`, `output_cog`).
+    Cog,
 }
 
 fn format_of(out: &Path) -> Result<Format, CubeError> {
     match out.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
         Some("npy") => Ok(Format::Npy),
         Some("hdr") => Ok(Format::Envi),
+        Some("tif" | "tiff") if cfg!(feature = "gdal") => Ok(Format::Cog),
+        Some("tif" | "tiff") => Err(crate::cube::needs_gdal(out, crate::cube::sniff::GdalFormat::Tiff)),
         _ => Err(CubeError::Unsupported(format!(
-            "{}: the output must end in .npy (NumPy float32) or .hdr (ENVI float32 BSQ)",
+            "{}: the output must end in .npy (NumPy float32), .hdr (ENVI float32 BSQ) or .tif (Cloud-Optimized GeoTIFF, feature `gdal`)",
             out.display()
         ))),
     }
@@ -58,7 +62,26 @@ pub fn write_result(out: &Path, result: &MnfOutput, source: &CubeMeta) -> Result
 /// [`write_result`], but for the components when `components_written`: a `.npy` OUT that already
 /// holds them (the service writes them during the projection, `output::components_file`).
 pub fn write_result_with(out: &Path, result: &MnfOutput, source: &CubeMeta, components_written: bool) -> Result<WrittenFiles, CubeError> {
+    write_result_on(out, result, source, components_written, None)
+}
+
+/// [`write_result_with`], for a COG OUT on the north-up grid of an EMIT granule's GLT when `ortho`
+/// (`hypermnf run --ortho`; `output_cog::ortho_grid` reads it).
+#[cfg(feature = "gdal")]
+pub fn write_result_ortho(out: &Path, result: &MnfOutput, source: &CubeMeta, ortho: Option<&crate::cube::gdal::emit::Glt>) -> Result<WrittenFiles, CubeError> {
+    write_result_on(out, result, source, false, ortho)
+}
+
+#[cfg(feature = "gdal")]
+type Ortho<'a> = Option<&'a crate::cube::gdal::emit::Glt>;
+#[cfg(not(feature = "gdal"))]
+type Ortho<'a> = Option<&'a std::convert::Infallible>;
+
+fn write_result_on(out: &Path, result: &MnfOutput, source: &CubeMeta, components_written: bool, ortho: Ortho) -> Result<WrittenFiles, CubeError> {
     let format = format_of(out)?;
+    if ortho.is_some() && format != Format::Cog {
+        return Err(CubeError::Unsupported(format!("{}: --ortho writes a GeoTIFF: OUT must end in .tif", out.display())));
+    }
     if components_written && format != Format::Npy {
         return Err(CubeError::Unsupported(format!("{}: components written ahead must be a .npy", out.display())));
     }
@@ -86,6 +109,7 @@ pub fn write_result_with(out: &Path, result: &MnfOutput, source: &CubeMeta, comp
             envi::write_f32_bsq(out, lines, samples, k, &result.components, &components_header(result, source))?;
             files.components_data = Some(out.with_extension("img"));
         }
+        Format::Cog => write_cog(out, &result.components, (lines, samples, k), result, source, ortho, false)?,
     }
     if let Some(den) = &result.denoised {
         match format {
@@ -100,6 +124,11 @@ pub fn write_result_with(out: &Path, result: &MnfOutput, source: &CubeMeta, comp
                 files.denoised_data = Some(p.with_extension("img"));
                 files.denoised = Some(p);
             }
+            Format::Cog => {
+                let p = sibling(out, "-denoised", "tif");
+                write_cog(&p, den, (lines, samples, bands), result, source, ortho, true)?;
+                files.denoised = Some(p);
+            }
         }
     }
     let mut md = md.clone();
@@ -110,6 +139,31 @@ pub fn write_result_with(out: &Path, result: &MnfOutput, source: &CubeMeta, comp
         .map_err(|e| CubeError::io(&files.metadata, std::io::Error::other(e)))?;
     w.write_all(b"\n").and_then(|_| w.flush()).map_err(|e| CubeError::io(&files.metadata, e))?;
     Ok(files)
+}
+
+/// One COG of `result`: its components, or its denoised cube when `denoised`.
+#[cfg(feature = "gdal")]
+fn write_cog(
+    path: &Path,
+    values: &[f32],
+    (lines, samples, bands): (usize, usize, usize),
+    result: &MnfOutput,
+    source: &CubeMeta,
+    ortho: Ortho,
+    denoised: bool,
+) -> Result<(), CubeError> {
+    use crate::output_cog::{components_meta, denoised_meta, write, Grid};
+    let meta = if denoised { denoised_meta(&result.metadata, result.k, source) } else { components_meta(&result.metadata, result.k) };
+    let grid = match ortho {
+        Some(glt) => Grid::Ortho(glt),
+        None => Grid::Source,
+    };
+    write(path, values, lines, samples, bands, meta, source, &grid)
+}
+
+#[cfg(not(feature = "gdal"))]
+fn write_cog(path: &Path, _: &[f32], _: (usize, usize, usize), _: &MnfOutput, _: &CubeMeta, _: Ortho, _: bool) -> Result<(), CubeError> {
+    Err(crate::cube::needs_gdal(path, crate::cube::sniff::GdalFormat::Tiff))
 }
 
 /// Writes only the ENVI headers of `result` (the components at `hdr`, the denoised cube beside it),
