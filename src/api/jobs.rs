@@ -547,7 +547,10 @@ fn precheck_file(path: &Path, limit: u64) -> ApiResult<()> {
             upload::envi_claim(&text, limit)?;
         }
         _ => {
-            return Err(Error::unprocessable("unsupported", "the href must name an ENVI header (.hdr) or a NumPy array (.npy)"))
+            if let Some(checked) = super::formats::precheck_href(path, limit) {
+                return checked;
+            }
+            return Err(Error::unprocessable("unsupported", "the href must name an ENVI header (.hdr), a NumPy array (.npy), or NetCDF, HDF5 or GeoTIFF"));
         }
     }
     Ok(())
@@ -949,15 +952,16 @@ pub async fn metadata(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id)
 }
 
 pub async fn result(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): UrlPath<String>, RawQuery(query): RawQuery) -> ApiResult<Response> {
-    let (mut envi, mut denoised) = (false, false);
+    let (mut envi, mut denoised, mut cog) = (false, false, false);
     let bad = |m: String| Error::bad_request("invalid_query", m);
     for (k, v) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
         match (k.as_ref(), v.as_ref()) {
             ("format", "npy") => envi = false,
             ("format", "envi") => envi = true,
+            ("format", "cog") => cog = true,
             ("product", "components") => denoised = false,
             ("product", "denoised") => denoised = true,
-            ("format", _) => return Err(bad(format!("format must be npy or envi, not {v:?}"))),
+            ("format", _) => return Err(bad(format!("format must be npy, envi or cog, not {v:?}"))),
             ("product", _) => return Err(bad(format!("product must be components or denoised, not {v:?}"))),
             (other, _) => return Err(bad(format!("unknown query parameter {other:?} (format, product)"))),
         }
@@ -971,6 +975,10 @@ pub async fn result(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): 
     };
     if denoised && !job.results.contains_key(npy) {
         return Err(Error::new(StatusCode::CONFLICT, "no_denoised", "this job did not compute the inverse (ask with inverse=true)"));
+    }
+    if cog {
+        let key = job.results.get(npy).ok_or_else(|| Error::internal(anyhow::anyhow!("job {id} lacks {npy}")))?;
+        return super::formats::cog_result(&ctx, &job, key, denoised, &stem).await;
     }
     if !envi {
         let key = job.results.get(npy).ok_or_else(|| Error::internal(anyhow::anyhow!("job {id} lacks {npy}")))?;
@@ -1055,7 +1063,7 @@ async fn zip_in(storage: &crate::storage::Storage, hdr_key: &str, data: EnviData
     Ok(zip_path)
 }
 
-async fn stream(ctx: &ApiContext, key: &str, content_type: &'static str, filename: &str) -> ApiResult<Response> {
+pub(super) async fn stream(ctx: &ApiContext, key: &str, content_type: &'static str, filename: &str) -> ApiResult<Response> {
     let dl = ctx.runner.storage.get(key).await?;
     ctx.metrics.downloaded(dl.size);
     let mut r = Response::new(Body::from_stream(dl.stream));

@@ -4,6 +4,7 @@
 pub mod auth;
 mod envi_upload;
 pub mod error;
+pub mod formats;
 pub mod health;
 pub mod jobs;
 pub mod linger;

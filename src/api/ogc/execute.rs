@@ -147,7 +147,15 @@ fn output_choice(id: &str, spec: &Value) -> OgcResult<OutputChoice> {
         Some("reference") => Transmission::Reference,
         Some(other) => return Err(invalid(format!("output {id}: transmissionMode must be value or reference, not {other:?}"))),
     };
-    let envi_zip = match (output, media_type(spec)) {
+    let media = media_type(spec);
+    // A Cloud-Optimized GeoTIFF (`image/tiff`, with or without its profile parameters); by reference.
+    let cog = matches!(output, Output::Components | Output::Denoised)
+        && media.is_some_and(|m| m.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("image/tiff")));
+    if cog && transmission == Transmission::Value {
+        return Err(invalid(format!("output {id}: the GeoTIFF is given by reference only (transmissionMode: reference)")));
+    }
+    let envi_zip = match (output, media) {
+        _ if cog => false,
         (_, None) => false,
         (Output::Metadata, Some("application/json")) => false,
         (Output::Components | Output::Denoised, Some(NPY)) => false,
@@ -157,7 +165,7 @@ fn output_choice(id: &str, spec: &Value) -> OgcResult<OutputChoice> {
     if envi_zip && transmission == Transmission::Value {
         return Err(invalid(format!("output {id}: the ENVI zip is given by reference only (transmissionMode: reference)")));
     }
-    Ok(OutputChoice { output, transmission, envi_zip })
+    Ok(OutputChoice { output, transmission, envi_zip, cog })
 }
 
 fn parse_request(body: &[u8]) -> OgcResult<Execution> {
@@ -195,7 +203,7 @@ fn parse_request(body: &[u8]) -> OgcResult<Execution> {
         outputs = Output::ALL
             .into_iter()
             .filter(|o| *o != Output::Denoised || params.inverse)
-            .map(|output| OutputChoice { output, transmission: Transmission::Value, envi_zip: false })
+            .map(|output| OutputChoice { output, transmission: Transmission::Value, envi_zip: false, cog: false })
             .collect();
     }
     Ok(Execution { cube, params, outputs, response: request.response.unwrap_or(ResponseMode::Raw) })

@@ -139,6 +139,8 @@ pub struct OutputChoice {
     pub transmission: Transmission,
     /// ENVI (.hdr + .img) in a zip instead of .npy; by reference only.
     pub envi_zip: bool,
+    /// A Cloud-Optimized GeoTIFF instead of .npy (`api::formats`); by reference only.
+    pub cog: bool,
 }
 
 impl OutputChoice {
@@ -152,11 +154,15 @@ impl OutputChoice {
                 output,
                 transmission: if output == Output::Metadata { Transmission::Value } else { Transmission::Reference },
                 envi_zip: false,
+                cog: false,
             })
             .collect()
     }
 
     pub fn media_type(&self) -> &'static str {
+        if self.cog && self.output != Output::Metadata {
+            return crate::api::formats::COG_MEDIA_TYPE;
+        }
         match (self.output, self.envi_zip) {
             (Output::Metadata, _) => "application/json",
             (_, true) => "application/zip",
@@ -167,6 +173,11 @@ impl OutputChoice {
     /// The native API's URL of this product.
     pub fn href(&self, base: &BaseUrl, job: &Job) -> String {
         let job_url = base.join(&format!("/v1/jobs/{}", job.id));
+        match (self.output, self.cog) {
+            (Output::Components, true) => return format!("{job_url}/result?format=cog"),
+            (Output::Denoised, true) => return format!("{job_url}/result?product=denoised&format=cog"),
+            _ => {}
+        }
         match (self.output, self.envi_zip) {
             (Output::Metadata, _) => format!("{job_url}/metadata"),
             (Output::Components, false) => format!("{job_url}/result"),

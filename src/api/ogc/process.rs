@@ -41,7 +41,8 @@ pub fn description(base: &BaseUrl) -> Value {
         "cube": {
             "title": "Input cube",
             "description": "The hyperspectral cube, (lines, samples, bands). By reference: {\"href\": \"file:///...\"} naming \
-                an ENVI header (.hdr, its data file beside it) or a .npy file under one of the server's --input-root \
+                an ENVI header (.hdr, its data file beside it), a .npy file, or (servers built with GDAL) an EMIT NetCDF, \
+                NEON / PRISMA HDF5 or multi-band GeoTIFF under one of the server's --input-root \
                 directories (an absolute path is read as file://). Inline: {\"value\": \"<base64 of a .npy file>\", \
                 \"mediaType\": \"application/x-npy\", \"encoding\": \"base64\"}, for cubes of up to 192 MiB (or --max-upload-bytes) \
                 (larger ones by reference, or uploaded to POST /v1/jobs).",
@@ -49,6 +50,9 @@ pub fn description(base: &BaseUrl) -> Value {
                 {"type": "string", "contentMediaType": NPY, "contentEncoding": "base64"},
                 {"type": "string", "format": "uri", "contentMediaType": "application/x-envi-header"},
                 {"type": "string", "format": "uri", "contentMediaType": NPY},
+                {"type": "string", "format": "uri", "contentMediaType": "application/x-netcdf"},
+                {"type": "string", "format": "uri", "contentMediaType": "application/x-hdf5"},
+                {"type": "string", "format": "uri", "contentMediaType": "image/tiff"},
             ]},
             "minOccurs": 1,
             "maxOccurs": 1,
@@ -79,6 +83,8 @@ pub fn description(base: &BaseUrl) -> Value {
                 {"type": "string", "contentMediaType": NPY, "contentEncoding": "binary"},
                 {"type": "string", "contentMediaType": "application/zip", "contentEncoding": "binary",
                  "description": "ENVI .hdr + .img in a zip (by reference only)"},
+                {"type": "string", "contentMediaType": crate::api::formats::COG_MEDIA_TYPE, "contentEncoding": "binary",
+                 "description": "Cloud-Optimized GeoTIFF with the source's CRS, bands `MNF k` (by reference only; servers built with GDAL)"},
             ]},
         },
         "denoised": {
@@ -87,6 +93,7 @@ pub fn description(base: &BaseUrl) -> Value {
             "schema": {"oneOf": [
                 {"type": "string", "contentMediaType": NPY, "contentEncoding": "binary"},
                 {"type": "string", "contentMediaType": "application/zip", "contentEncoding": "binary"},
+                {"type": "string", "contentMediaType": crate::api::formats::COG_MEDIA_TYPE, "contentEncoding": "binary"},
             ]},
         },
         "metadata": {

@@ -16,7 +16,7 @@
 from .aio import AsyncClient, AsyncJob
 from .client import Client
 from .errors import APIError, ConnectionError, HyperMNFError, JobCanceled, JobFailed, TimeoutError
-from .interop import to_xarray
+from .interop import cog_to_xarray, to_xarray
 from .job import Job
 from .results import Reduction, plot_eigenvalues
 
@@ -29,6 +29,7 @@ __all__ = [
     "AsyncJob",
     "Reduction",
     "to_xarray",
+    "cog_to_xarray",
     "plot_eigenvalues",
     "HyperMNFError",
     "APIError",

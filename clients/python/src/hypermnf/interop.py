@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
 
+if TYPE_CHECKING:  # pragma: no cover
+    import os
+
 import numpy as np
 
 from ._geo import MapInfo, crs_wkt
@@ -138,3 +141,84 @@ def _write_crs_with_rioxarray(da: "xarray.DataArray", wkt: str) -> "xarray.DataA
     if transform is not None:
         da.coords["spatial_ref"].attrs["GeoTransform"] = transform
     return da
+
+
+def cog_to_xarray(path: Union[str, "os.PathLike[str]"]) -> "xarray.DataArray":
+    """Opens a GeoTIFF result (``Job.download(..., format="cog")``, ``hypermnf run --out X.tif``) as an
+    ``xarray.DataArray`` of dims ``(line, sample, component)`` (``band`` for a denoised cube), with the map
+    coordinates ``x`` and ``y`` of each pixel's centre from its geotransform (2-D for a rotated grid), the
+    CRS as WKT in ``attrs["crs_wkt"]`` and on ``spatial_ref`` (and through ``.rio.write_crs`` when rioxarray
+    is installed), the band descriptions (``MNF k``) as ``band_name`` and the eigenvalues and SNR, when the
+    file has them, as coordinates. Reads with rasterio when installed, else GDAL's Python bindings.
+
+    Raises:
+        ImportError: xarray, or both rasterio and GDAL's bindings, are missing.
+    """
+    import os
+
+    try:
+        import xarray as xr
+    except ImportError:
+        raise ImportError("hypermnf.cog_to_xarray needs xarray: pip install 'hypermnf[xarray]'") from None
+    array, gt, wkt, names, tags = _read_geotiff(os.fspath(path))
+    bands, lines, samples = array.shape
+    denoised = not all(n.startswith("MNF ") for n in names)
+    depth = "band" if denoised else "component"
+    coords: Dict[str, Any] = {"line": np.arange(lines), "sample": np.arange(samples), depth: np.arange(bands)}
+    coords["band_name"] = (depth, np.asarray(names, dtype=object))
+    eig = _numbers(tags.get("MNF_EIGENVALUES"))
+    snr = _numbers(tags.get("MNF_SNR"))
+    if not denoised and eig is not None and eig.size >= bands:
+        coords["eigenvalue"] = (depth, eig[:bands])
+    if not denoised and snr is not None and snr.size >= bands:
+        coords["snr"] = (depth, snr[:bands])
+    attrs: Dict[str, Any] = {k: v for k, v in tags.items() if isinstance(v, str) and not k.startswith("MNF_")}
+    if gt is not None:
+        cols, rows = np.meshgrid(np.arange(samples) + 0.5, np.arange(lines) + 0.5)
+        x = gt[0] + cols * gt[1] + rows * gt[2]
+        y = gt[3] + cols * gt[4] + rows * gt[5]
+        if gt[2] == 0.0 and gt[4] == 0.0:
+            coords["x"], coords["y"] = ("sample", x[0, :]), ("line", y[:, 0])
+        else:
+            coords["x"], coords["y"] = (("line", "sample"), x), (("line", "sample"), y)
+        ref: Dict[str, Any] = {"GeoTransform": " ".join(repr(float(v)) for v in gt)}
+        if wkt:
+            attrs["crs_wkt"] = wkt
+            ref.update(crs_wkt=wkt, spatial_ref=wkt)
+        coords["spatial_ref"] = ((), np.int64(0), ref)
+        attrs["grid_mapping"] = "spatial_ref"
+    da = xr.DataArray(np.moveaxis(array, 0, -1), dims=("line", "sample", depth), coords=coords,
+                      name="denoised" if denoised else "mnf", attrs=attrs)
+    if gt is not None and wkt:
+        da = _write_crs_with_rioxarray(da, wkt)
+    return da
+
+
+def _numbers(text: Optional[str]) -> Optional[np.ndarray]:
+    try:
+        return None if not text else np.asarray([float(v) for v in text.split(",")], dtype=np.float64)
+    except ValueError:
+        return None
+
+
+def _read_geotiff(path: str):
+    """(bands, lines, samples) values, the geotransform (None without one), the WKT, band descriptions and
+    the dataset's metadata, with rasterio or else osgeo.gdal."""
+    try:
+        import rasterio
+    except ImportError:
+        rasterio = None
+    if rasterio is not None:
+        with rasterio.open(path) as d:
+            gt = d.transform.to_gdal() if d.crs is not None or not d.transform.is_identity else None
+            return d.read(), gt, d.crs.to_wkt() if d.crs else None, [s or "" for s in d.descriptions], dict(d.tags())
+    try:
+        from osgeo import gdal
+    except ImportError:
+        raise ImportError("hypermnf.cog_to_xarray needs rasterio or GDAL's Python bindings (osgeo)") from None
+    d = gdal.Open(path)
+    if d is None:
+        raise ValueError(f"{path}: not a raster GDAL can read")
+    has_gt = d.GetGeoTransform(can_return_null=True)
+    names = [d.GetRasterBand(i + 1).GetDescription() for i in range(d.RasterCount)]
+    return d.ReadAsArray().reshape(d.RasterCount, d.RasterYSize, d.RasterXSize), has_gt, d.GetProjection() or None, names, d.GetMetadata() or {}

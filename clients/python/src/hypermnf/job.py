@@ -30,7 +30,7 @@ LONG_POLL_S = 20.0
 PROGRESS_EVERY_S = 1.0
 
 PRODUCTS = ("components", "denoised")
-FORMATS = ("npy", "envi")
+FORMATS = ("npy", "envi", "cog")
 
 
 class _Session(Protocol):
@@ -269,7 +269,9 @@ class Job(_JobState):
     def download(self, path: Union[str, "os.PathLike[str]"], product: str = "components", format: str = "npy") -> Path:
         """Streams the result to ``path`` without holding it in memory, and returns the path.
 
-        ``format="npy"`` writes the ``.npy``; ``format="envi"`` writes a zip holding the ENVI ``.hdr`` and ``.img``.
+        ``format="npy"`` writes the ``.npy``; ``format="envi"`` writes a zip holding the ENVI ``.hdr`` and ``.img``;
+        ``format="cog"`` writes a Cloud-Optimized GeoTIFF with the source's CRS (servers built with GDAL), which
+        :func:`hypermnf.cog_to_xarray` opens.
         """
         query = _result_query(product, format)
         target = Path(os.fspath(path))
