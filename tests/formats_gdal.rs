@@ -1,0 +1,442 @@
+//! The formats read through GDAL (feature `gdal`): EMIT NetCDF-4, NEON HDF5, PRISMA HDF-EOS5 and
+//! multi-band GeoTIFF in, Cloud-Optimized GeoTIFF out.
+//!
+//! - every real sample of `../shared/data/formats/` (EMIT obs/mask granules, NEON, EnMAP) is read with
+//!   its expected shape, type, wavelengths, bad bands, no-data and CRS;
+//! - the Apache-licensed AVIRIS-NG radiance chip is written at test time into the EMIT, NEON, GeoTIFF and
+//!   PRISMA layouts by `tests/formats_gdal/make_layouts.py` (netCDF4, h5py and GDAL's Python bindings):
+//!   each reader returns the ENVI original's values exactly, and the MNF results are identical bit for bit;
+//! - COG results are opened with GDAL's Python bindings: CRS and transform of the source, band count and
+//!   descriptions, and GDAL's own COG validation (`validate_cloud_optimized_geotiff`);
+//! - bad files are refused with a clear error, and nothing is left behind.
+//!
+//! The shared samples and the Python modules are required when `HYPERMNF_REQUIRE_FORMATS=1` (CI): the
+//! tests fail rather than skip without them. The Python is `HYPERMNF_GDAL_PYTHON`, else /usr/bin/python3
+//! (Debian's python3-gdal, python3-netcdf4, python3-h5py).
+#![cfg(feature = "gdal")]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use hypermnf::cube::{self, Cube, DataType};
+
+fn required() -> bool {
+    std::env::var("HYPERMNF_REQUIRE_FORMATS").as_deref() == Ok("1")
+}
+
+fn formats_dir() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/formats");
+    if dir.join("PROVENANCE.md").is_file() {
+        return Some(dir);
+    }
+    assert!(!required(), "HYPERMNF_REQUIRE_FORMATS=1 but {} is missing", dir.display());
+    eprintln!("skipped: {} is missing (the real samples are read from there)", dir.display());
+    None
+}
+
+fn python() -> Option<String> {
+    static PY: OnceLock<Option<String>> = OnceLock::new();
+    PY.get_or_init(|| {
+        let py = std::env::var("HYPERMNF_GDAL_PYTHON").unwrap_or_else(|_| "/usr/bin/python3".into());
+        let ok = Command::new(&py)
+            .args(["-c", "import osgeo.gdal, netCDF4, h5py, numpy; from osgeo_utils.samples import validate_cloud_optimized_geotiff"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Some(py);
+        }
+        assert!(!required(), "HYPERMNF_REQUIRE_FORMATS=1 but {py} lacks osgeo (python3-gdal), netCDF4 or h5py");
+        eprintln!("skipped: {py} lacks osgeo, netCDF4 or h5py");
+        None
+    })
+    .clone()
+}
+
+fn py_run(py: &str, script: &str, args: &[&Path]) -> String {
+    let out = Command::new(py).arg("-c").arg(script).args(args).output().unwrap();
+    assert!(out.status.success(), "python failed: {}\n{}", String::from_utf8_lossy(&out.stderr), script);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+const CHIP: &str = "aviris-ng/ang20160910t185702_2rdn_img.hdr";
+
+/// The AVIRIS-NG chip in every layout, written once per test binary.
+struct Layouts {
+    dir: PathBuf,
+    original: PathBuf,
+}
+
+fn layouts() -> Option<&'static Layouts> {
+    static L: OnceLock<Option<Layouts>> = OnceLock::new();
+    L.get_or_init(|| {
+        let formats = formats_dir()?;
+        let py = python()?;
+        let original = formats.join(CHIP);
+        let cube = cube::open(&original).unwrap();
+        let dir = tempfile::tempdir().unwrap().keep();
+        let meta = serde_json::json!({
+            "wavelength": cube.meta.wavelengths_nm().unwrap(),
+            "fwhm": cube.meta.fwhm,
+            "map_info": cube.meta.map_info,
+        });
+        std::fs::write(dir.join("meta.json"), meta.to_string()).unwrap();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/formats_gdal/make_layouts.py");
+        let out = Command::new(&py).arg(&script).arg(original.with_extension("")).arg(dir.join("meta.json")).arg(&dir).output().unwrap();
+        assert!(out.status.success(), "make_layouts.py: {}", String::from_utf8_lossy(&out.stderr));
+        Some(Layouts { dir, original })
+    })
+    .as_ref()
+}
+
+fn same_samples(a: &Cube, b: &Cube, what: &str) {
+    assert_eq!((a.lines(), a.samples(), a.bands()), (b.lines(), b.samples(), b.bands()), "{what}: shape");
+    let (x, y) = (a.to_f64(), b.to_f64());
+    let differ = x.iter().zip(&y).filter(|(p, q)| p.to_bits() != q.to_bits()).count();
+    assert_eq!(differ, 0, "{what}: {differ} samples differ from the ENVI original");
+}
+
+fn mnf(cube: &Cube) -> hypermnf::mnf::MnfOutput {
+    let params = hypermnf::mnf::MnfParams { components: Some(8), inverse: true, ..Default::default() };
+    let backend = hypermnf::backend::cpu::CpuBackend::new();
+    hypermnf::mnf::run(cube, &params, &backend, &hypermnf::mnf::Monitor::silent()).unwrap()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+// ---------------------------------------------------------------- real samples
+
+#[test]
+fn real_emit_granules_read_with_their_layout() {
+    let Some(dir) = formats_dir() else { return };
+    for (name, bands, names_key) in [
+        ("emit/EMIT_L1B_OBS_001_20220827T060753_9999999_999.nc", 11, "obs"),
+        ("emit/EMIT_L2A_MASK_001_20220827T060753_9999999_999.nc", 8, "mask"),
+    ] {
+        let c = cube::open(&dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!((c.lines(), c.samples(), c.bands(), c.dtype()), (200, 200, bands, DataType::F32), "{name}");
+        assert_eq!(c.meta.ignore_value, Some(-9999.0), "{name}");
+        assert_eq!(c.meta.band_names.as_ref().map(Vec::len), Some(bands), "{name}: {names_key} band names");
+        assert_eq!(c.meta.wavelength, None, "{name}");
+        assert_eq!(c.meta.bbl, None, "{name}");
+        // Sensor geometry: no map info; the granule's grid and GLT are carried.
+        assert_eq!(c.meta.map_info, None, "{name}");
+        assert_eq!(c.meta.extra_value("emit glt"), Some("318, 354"), "{name}");
+        assert!(c.meta.extra_value("emit geotransform").unwrap().starts_with("61.6401744677027, 0.000542232520256367"), "{name}");
+        assert!(c.meta.extra_value("emit spatial ref").unwrap().contains("WGS 84"), "{name}");
+    }
+    // obs band 0 (path length) at (0, 0), as netCDF4 reads it.
+    if let Some(py) = python() {
+        let p = dir.join("emit/EMIT_L1B_OBS_001_20220827T060753_9999999_999.nc");
+        let want: f64 = py_run(&py, "import netCDF4,sys; d=netCDF4.Dataset(sys.argv[1]); d.set_auto_mask(False); print(repr(float(d['obs'][3,5,2])))", &[&p]).trim().parse().unwrap();
+        let c = cube::open(&p).unwrap();
+        let mut px = vec![0.0; 11];
+        c.decode_pixel_f64(3, 5, &mut px);
+        assert_eq!(px[2], want);
+    }
+}
+
+#[test]
+fn real_neon_reflectance_is_scaled_with_its_crs() {
+    let Some(dir) = formats_dir() else { return };
+    let p = dir.join("neon/neon_sjer_2017_reflectance_subset.h5");
+    let c = cube::open(&p).unwrap();
+    assert_eq!((c.lines(), c.samples(), c.bands(), c.dtype()), (30, 30, 426, DataType::F32));
+    assert_eq!(c.meta.ignore_value, Some(-9999.0));
+    let wl = c.meta.wavelength.as_ref().unwrap();
+    assert_eq!(wl.len(), 426);
+    assert!(wl[0] > 370.0 && wl[0] < 390.0 && wl[425] > 2490.0 && wl[425] < 2520.0, "{} .. {}", wl[0], wl[425]);
+    assert_eq!(c.meta.wavelength_units.as_deref(), Some("Nanometers"));
+    assert!(c.meta.map_info.as_deref().unwrap().starts_with("UTM"));
+    assert_eq!(c.meta.extra_value("epsg code"), Some("32611"));
+    assert!(c.meta.extra_value("coordinate system string").unwrap().contains("UTM zone 11N"));
+    let g = hypermnf::cube::gdal::georef::of_meta(&c.meta).unwrap().unwrap();
+    assert_eq!(g.geotransform, [257000.0, 1.0, 0.0, 4112000.0, 0.0, -1.0]);
+    // Reflectance = stored / Scale_Factor (10000); -9999 stays no-data.
+    let Some(py) = python() else { return };
+    let raw: Vec<f64> = py_run(&py, "import h5py,sys; d=h5py.File(sys.argv[1])['SJER/Reflectance/Reflectance_Data']; print(' '.join(str(int(v)) for v in d[:].ravel()))", &[&p])
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let got = c.to_f64();
+    assert_eq!(raw.len(), got.len());
+    for (r, g) in raw.iter().zip(&got) {
+        let want = if *r == -9999.0 { -9999.0 } else { (r * (1.0 / 10000.0)) as f32 as f64 };
+        assert_eq!(*g, want);
+    }
+}
+
+#[test]
+fn real_enmap_geotiff_reads_band_metadata_scale_and_crs() {
+    let Some(dir) = formats_dir() else { return };
+    let p = dir.join("enmap/enmap_potsdam_tile_128_0.tif");
+    let c = cube::open(&p).unwrap();
+    assert_eq!((c.lines(), c.samples(), c.bands(), c.dtype()), (32, 32, 224, DataType::F32));
+    assert_eq!(c.meta.ignore_value, Some(-32768.0));
+    assert_eq!(c.meta.wavelength.as_ref().unwrap()[0], 418.24);
+    assert_eq!(c.meta.fwhm.as_ref().unwrap()[0], 6.99561);
+    assert_eq!(c.meta.wavelength_units.as_deref(), Some("Nanometers"));
+    assert_eq!(c.meta.bbl.as_ref().unwrap().len(), 224);
+    assert_eq!(c.meta.band_names.as_ref().unwrap()[0], "band 1 (418.24 Nanometers)");
+    assert!(c.meta.map_info.as_deref().unwrap().contains("33"), "{:?}", c.meta.map_info);
+    let g = hypermnf::cube::gdal::georef::of_meta(&c.meta).unwrap().unwrap();
+    assert_eq!(g.geotransform, [366015.0, 30.0, 0.0, 5809965.0, 0.0, -30.0]);
+    assert!(g.wkt.unwrap().contains("UTM zone 33N"));
+    let Some(py) = python() else { return };
+    let raw: Vec<f64> = py_run(&py, "from osgeo import gdal; import sys,numpy as np; a=gdal.Open(sys.argv[1]).ReadAsArray().transpose(1,2,0); print(' '.join(repr(float(v)) for v in a.ravel()))", &[&p])
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    for (r, g) in raw.iter().zip(c.to_f64()) {
+        let want = if *r == -32768.0 { -32768.0 } else { (r * 0.0001) as f32 as f64 };
+        assert_eq!(g, want);
+    }
+}
+
+// ---------------------------------------------------------------- round trips
+
+#[test]
+fn the_chip_in_every_layout_reads_as_its_envi_original_and_gives_the_same_mnf() {
+    let Some(l) = layouts() else { return };
+    let original = cube::open(&l.original).unwrap();
+    let reference = mnf(&original);
+    for name in ["emit_rdn.nc", "emit_rfl.nc", "neon_refl.h5", "cube.tif"] {
+        let c = cube::open(&l.dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        same_samples(&original, &c, name);
+        assert_eq!(c.dtype(), DataType::F32, "{name}");
+        assert_eq!(c.meta.ignore_value, Some(-9999.0), "{name}");
+        let (w0, w1) = (original.meta.wavelengths_nm().unwrap(), c.meta.wavelengths_nm().unwrap());
+        assert!(w0.iter().zip(&w1).all(|(a, b)| (a - b).abs() < 1e-3) && w0.len() == w1.len(), "{name}: wavelengths");
+        let r = mnf(&c);
+        assert_eq!(r.k, reference.k, "{name}");
+        assert_eq!(bits(&r.components), bits(&reference.components), "{name}: components differ");
+        assert_eq!(bits(r.denoised.as_ref().unwrap()), bits(reference.denoised.as_ref().unwrap()), "{name}: denoised differs");
+        assert_eq!(r.metadata.eigenvalues, reference.metadata.eigenvalues, "{name}: eigenvalues");
+    }
+    // The georeferenced layouts carry the original's place on the ground.
+    let want = hypermnf::cube::gdal::georef::of_meta(&original.meta).unwrap().unwrap();
+    for name in ["neon_refl.h5", "cube.tif"] {
+        let c = cube::open(&l.dir.join(name)).unwrap();
+        let g = hypermnf::cube::gdal::georef::of_meta(&c.meta).unwrap().unwrap();
+        assert_eq!(g.geotransform, want.geotransform, "{name}");
+    }
+}
+
+#[test]
+fn prisma_layout_joins_vnir_and_swir_in_wavelength_order() {
+    let Some(l) = layouts() else { return };
+    let c = cube::open(&l.dir.join("prisma_l2d.he5")).unwrap();
+    let expected = cube::open(&l.dir.join("prisma_expected.npy")).unwrap();
+    same_samples(&expected, &c, "prisma");
+    let want: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(l.dir.join("prisma_expected.npy.json")).unwrap()).unwrap();
+    let wl = c.meta.wavelength.as_ref().unwrap();
+    let want: Vec<f64> = want["wavelength"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(wl.len(), want.len());
+    assert!(wl.windows(2).all(|w| w[0] < w[1]), "increasing");
+    assert!(wl.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-3));
+    let g = hypermnf::cube::gdal::georef::of_meta(&c.meta).unwrap().unwrap();
+    assert_eq!(g.geotransform[1], 30.0);
+}
+
+// ---------------------------------------------------------------- COG outputs
+
+const CHECK_COG: &str = r#"
+import sys, json
+from osgeo import gdal, osr
+from osgeo_utils.samples import validate_cloud_optimized_geotiff as v
+gdal.UseExceptions()
+cog, src = sys.argv[1], sys.argv[2]
+warnings, errors, _ = v.validate(cog, full_check=True)
+d = gdal.Open(cog)
+out = {"errors": errors, "bands": d.RasterCount, "size": [d.RasterXSize, d.RasterYSize],
+       "gt": list(d.GetGeoTransform()) if d.GetProjection() else None,
+       "layout": d.GetMetadataItem("LAYOUT", "IMAGE_STRUCTURE"),
+       "descriptions": [d.GetRasterBand(i + 1).GetDescription() for i in range(d.RasterCount)],
+       "md": d.GetMetadata(), "type": gdal.GetDataTypeName(d.GetRasterBand(1).DataType)}
+if d.GetProjection() and src != "-":
+    s = gdal.Open(src)
+    out["same_crs"] = bool(osr.SpatialReference(wkt=d.GetProjection()).IsSame(osr.SpatialReference(wkt=s.GetProjection())))
+    out["src_gt"] = list(s.GetGeoTransform())
+print(json.dumps(out))
+"#;
+
+fn run_cli(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_hypermnf")).args(["run", "--backend", "cpu", "--components", "5"]).args(args).output().unwrap()
+}
+
+fn check_cog(py: &str, cog: &Path, src: &Path) -> serde_json::Value {
+    serde_json::from_str(&py_run(py, CHECK_COG, &[cog, src])).unwrap()
+}
+
+#[test]
+fn cog_results_carry_the_source_crs_and_pass_gdal_validation() {
+    let Some(l) = layouts() else { return };
+    let py = python().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let envi_data = l.original.with_extension("");
+    for (name, input) in [("envi", l.original.clone()), ("neon", l.dir.join("neon_refl.h5")), ("tif", l.dir.join("cube.tif"))] {
+        let cog = out.path().join(format!("{name}.tif"));
+        let r = run_cli(&[input.as_os_str(), "--inverse".as_ref(), "--out".as_ref(), cog.as_os_str()]);
+        assert!(r.status.success(), "{name}: {}", String::from_utf8_lossy(&r.stderr));
+        let v = check_cog(&py, &cog, &envi_data);
+        assert_eq!(v["errors"], serde_json::json!([]), "{name}: {v}");
+        assert_eq!(v["layout"], "COG", "{name}");
+        assert_eq!(v["type"], "Float32", "{name}");
+        assert_eq!(v["bands"], 5, "{name}");
+        assert_eq!(v["descriptions"], serde_json::json!(["MNF 1", "MNF 2", "MNF 3", "MNF 4", "MNF 5"]), "{name}");
+        assert_eq!(v["md"]["MNF_EIGENVALUES"].as_str().unwrap().split(',').count(), 5, "{name}");
+        assert!(v["md"]["MNF_SNR"].is_string(), "{name}");
+        assert_eq!(v["same_crs"], true, "{name}: {v}");
+        assert_eq!(v["gt"], v["src_gt"], "{name}: {v}");
+        let den = out.path().join(format!("{name}-denoised.tif"));
+        let d = check_cog(&py, &den, &envi_data);
+        assert_eq!((d["errors"].clone(), d["bands"].clone(), d["same_crs"].clone()), (serde_json::json!([]), serde_json::json!(425), serde_json::json!(true)), "{name} denoised: {d}");
+        // The denoised COG reads back as a cube with the source's wavelengths.
+        let back = cube::open(&den).unwrap();
+        assert_eq!(back.meta.wavelength.as_ref().map(Vec::len), Some(425));
+    }
+}
+
+#[test]
+fn emit_results_stay_in_sensor_geometry_unless_ortho_applies_the_glt() {
+    let Some(l) = layouts() else { return };
+    let py = python().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let nc = l.dir.join("emit_rdn.nc");
+    let sensor = out.path().join("sensor.tif");
+    let r = run_cli(&[nc.as_os_str(), "--out".as_ref(), sensor.as_os_str()]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v = check_cog(&py, &sensor, Path::new("-"));
+    assert_eq!(v["errors"], serde_json::json!([]));
+    assert_eq!(v["gt"], serde_json::Value::Null, "sensor geometry has no CRS: {v}");
+    assert!(v["md"]["HYPERMNF_GEOMETRY"].as_str().unwrap().contains("sensor geometry"));
+    assert_eq!(v["size"], serde_json::json!([30, 25]));
+
+    let ortho = out.path().join("ortho.tif");
+    let r = run_cli(&[nc.as_os_str(), "--ortho".as_ref(), "--out".as_ref(), ortho.as_os_str()]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v = check_cog(&py, &ortho, &l.original.with_extension(""));
+    assert_eq!(v["errors"], serde_json::json!([]), "{v}");
+    assert_eq!(v["size"], serde_json::json!([32, 27]), "the GLT's grid");
+    assert_eq!(v["same_crs"], true, "{v}");
+    // make_layouts.py put the grid one cell up and left of the chip's own.
+    let src = v["src_gt"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect::<Vec<_>>();
+    let gt = v["gt"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect::<Vec<_>>();
+    assert_eq!(gt, vec![src[0] - src[1], src[1], 0.0, src[3] - src[5], 0.0, src[5]]);
+    // Cell (1, 1) of the grid is pixel (0, 0) of the sensor geometry; the border is no-data.
+    let vals = py_run(&py, "from osgeo import gdal; import sys; a=gdal.Open(sys.argv[1]).ReadAsArray(); b=gdal.Open(sys.argv[2]).ReadAsArray(); print(repr(float(a[0,1,1])), repr(float(b[0,0,0])), repr(float(a[0,0,0])))", &[&ortho, &sensor]);
+    let vals: Vec<&str> = vals.split_whitespace().collect();
+    assert_eq!(vals[0], vals[1]);
+    assert_eq!(vals[2], "nan");
+
+    // --ortho on an input without a GLT is refused before anything is written.
+    let tif = l.dir.join("cube.tif");
+    let bad = out.path().join("no-glt.tif");
+    let r = run_cli(&[tif.as_os_str(), "--ortho".as_ref(), "--out".as_ref(), bad.as_os_str()]);
+    assert!(!r.status.success());
+    assert!(String::from_utf8_lossy(&r.stderr).contains("geometry lookup table"));
+    assert!(!bad.exists());
+}
+
+// ---------------------------------------------------------------- bad files
+
+#[test]
+fn bad_files_are_refused_clearly_and_leave_nothing_behind() {
+    let Some(l) = layouts() else { return };
+    for (name, says) in [
+        ("bad_truncated.nc", "not a readable NetCDF file"),
+        ("bad_truncated.h5", "not a readable HDF5 file"),
+        ("bad_rank.nc", "EMIT's are (downtrack, crosstrack, bands)"),
+        ("bad_one_band.tif", "a raster of 1 band: MNF needs a multi-band"),
+        ("bad_not_raster.tif", "not a raster GDAL can read"),
+    ] {
+        let p = l.dir.join(name);
+        let e = cube::open(&p).err().unwrap_or_else(|| panic!("{name} was read"));
+        assert!(e.to_string().contains(says), "{name}: {e}");
+        assert!(matches!(e, cube::CubeError::Header(_) | cube::CubeError::Unsupported(_)), "{name}: a 4xx error, not {e:?}");
+        assert!(!e.to_string().contains('\n'), "{name}: one line: {e}");
+        let out = tempfile::tempdir().unwrap();
+        let r = run_cli(&[p.as_os_str(), "--out".as_ref(), out.path().join("o.tif").as_os_str()]);
+        assert!(!r.status.success(), "{name}");
+        assert!(String::from_utf8_lossy(&r.stderr).contains(says), "{name}: {}", String::from_utf8_lossy(&r.stderr));
+        assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0, "{name}: something was left behind");
+    }
+}
+
+#[test]
+fn a_failed_cog_write_leaves_no_partial_file() {
+    let out = tempfile::tempdir().unwrap();
+    let p = out.path().join("x.tif");
+    let meta = hypermnf::cube::gdal::cog::CogMeta::default();
+    // Wrong length: refused before anything is written.
+    assert!(hypermnf::cube::gdal::cog::write(&p, 2, 2, 2, &[0.0; 7], &meta).is_err());
+    // A directory that does not exist: GDAL fails, and no .partial stays.
+    assert!(hypermnf::cube::gdal::cog::write(&out.path().join("no/such/x.tif"), 2, 2, 2, &[0.0; 8], &meta).is_err());
+    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
+    hypermnf::cube::gdal::cog::write(&p, 2, 2, 2, &[1.0; 8], &meta).unwrap();
+    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 1);
+}
+
+// ---------------------------------------------------------------- the service
+
+mod common;
+
+/// A GeoTIFF and an EMIT NetCDF by `href` (the native API and the OGC process), the result as a COG
+/// (`?format=cog`) with the source's CRS; a file that claims more than the upload limit is refused
+/// before it is read; a bad file is a 4xx.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_reads_gdal_hrefs_and_serves_cog_results() {
+    let Some(l) = layouts() else { return };
+    let py = python().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(tmp.path());
+    args.input_roots = vec![l.dir.canonicalize().unwrap()];
+    let srv = common::TestServer::start(args).await;
+    let work = tempfile::tempdir().unwrap();
+    for (name, params) in [("cube.tif", serde_json::json!({"components": 4})), ("emit_rdn.nc", serde_json::json!({"components": 3}))] {
+        let body = serde_json::json!({"input": {"href": format!("file://{}", l.dir.join(name).display())}, "params": params});
+        let r = srv.client.post(srv.url("/v1/jobs")).json(&body).send().await.unwrap();
+        let (s, j) = (r.status(), r.json::<serde_json::Value>().await.unwrap());
+        assert_eq!(s, reqwest::StatusCode::ACCEPTED, "{name}: {j}");
+        let id = j["id"].as_str().unwrap().to_string();
+        let done = srv.wait(&id).await;
+        assert_eq!(done["status"], "succeeded", "{name}: {done}");
+        let r = srv.client.get(srv.url(&format!("/v1/jobs/{id}/result?format=cog"))).send().await.unwrap();
+        assert_eq!(r.status(), reqwest::StatusCode::OK, "{name}");
+        assert!(r.headers()["content-type"].to_str().unwrap().starts_with("image/tiff; application=geotiff"));
+        let cog = work.path().join(format!("{name}.tif"));
+        std::fs::write(&cog, r.bytes().await.unwrap()).unwrap();
+        let v = check_cog(&py, &cog, &l.original.with_extension(""));
+        assert_eq!(v["errors"], serde_json::json!([]), "{name}: {v}");
+        assert_eq!(v["bands"], params["components"], "{name}");
+        if name == "cube.tif" {
+            assert_eq!(v["same_crs"], true, "{name}: {v}");
+            assert_eq!(v["gt"], v["src_gt"], "{name}: {v}");
+        } else {
+            assert_eq!(v["gt"], serde_json::Value::Null, "EMIT in sensor geometry: {v}");
+        }
+    }
+    // The OGC process advertises COG outputs.
+    let (_, d) = srv.get_json("/processes/mnf").await;
+    assert!(d["outputs"]["components"].to_string().contains("image/tiff; application=geotiff; profile=cloud-optimized"));
+    // A bad file by href: 4xx, with the reader's message.
+    let body = serde_json::json!({"input": {"href": format!("file://{}", l.dir.join("bad_one_band.tif").display())}});
+    let r = srv.client.post(srv.url("/v1/jobs")).json(&body).send().await.unwrap();
+    let (s, j) = (r.status(), r.json::<serde_json::Value>().await.unwrap());
+    assert!(s.is_client_error(), "{s} {j}");
+    assert!(j.to_string().contains("MNF needs a multi-band"), "{j}");
+    srv.stop().await;
+
+    // A server with a small limit refuses the file from its header, before reading it.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(tmp.path());
+    args.input_roots = vec![l.dir.canonicalize().unwrap()];
+    args.max_upload_bytes = 100_000;
+    let srv = common::TestServer::start(args).await;
+    let body = serde_json::json!({"input": {"href": format!("file://{}", l.dir.join("emit_rdn.nc").display())}});
+    let r = srv.client.post(srv.url("/v1/jobs")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::PAYLOAD_TOO_LARGE);
+    srv.stop().await;
+}
