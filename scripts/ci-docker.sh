@@ -42,6 +42,9 @@ grep -Eq '^VOLUME \["/data"\]' "$dockerfile" || fail "the data dir /data is not 
 grep -Eq '^EXPOSE 8080' "$dockerfile" || fail "port 8080 is not EXPOSEd"
 grep -Eq '^HEALTHCHECK .*' "$dockerfile" && grep -q '/healthz' "$dockerfile" || fail "no HEALTHCHECK on /healthz"
 grep -q 'HYPERMNF_LISTEN=0.0.0.0:8080' "$dockerfile" || fail "the container must listen on 0.0.0.0:8080"
+# The image reads NetCDF/HDF5/GeoTIFF: built with the `gdal` feature, and the runtime has the library.
+grep -q 'cargo build --release --locked --features gdal' "$dockerfile" || fail "the image must be built with --features gdal"
+grep -q 'libgdal32' "$dockerfile" || fail "the runtime stage must install libgdal32 (the binary links it)"
 
 step "build context (.dockerignore applied) compiles"
 # The build stage sees only what .dockerignore lets through: check that it is enough for the crate

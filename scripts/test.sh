@@ -17,6 +17,8 @@ cd "$(dirname "$0")/.."
 source scripts/lib/postgres.sh
 # shellcheck source=lib/garage.sh
 source scripts/lib/garage.sh
+# shellcheck source=lib/gdal.sh
+source scripts/lib/gdal.sh
 
 step() { printf '\n== %s\n' "$*"; }
 # The PostgreSQL and Garage servers started below go on any exit.
@@ -64,6 +66,15 @@ echo "HYPERMNF_TEST_S3_URL=$HYPERMNF_TEST_S3_URL (AWS_ENDPOINT_URL=$AWS_ENDPOINT
 step "cargo test"
 cargo test --all-targets 2>&1 | tee /tmp/hypermnf-cargo-test.log
 grep -q "test result: ok" /tmp/hypermnf-cargo-test.log
+
+# The GDAL formats (feature `gdal`): EMIT/NEON/PRISMA/GeoTIFF readers and COG outputs. Only this test
+# binary is built with the feature (the crate once more; the dependencies are shared), so the rest of
+# the suite keeps testing the default, system-library-free build. HYPERMNF_REQUIRE_FORMATS=1 (above)
+# makes its shared samples and Python modules required.
+step "GDAL formats (cargo test --features gdal --test formats_gdal)"
+hypermnf_gdal_install
+cargo test --features gdal --test formats_gdal 2>&1 | tee /tmp/hypermnf-cargo-test-gdal.log
+grep -q "test result: ok" /tmp/hypermnf-cargo-test-gdal.log
 
 step "fuzz the parsers (scripts/fuzz.sh 50000: 50 000 inputs per parser, ~20 s; 10^6 is the dedicated run)"
 bash scripts/fuzz.sh 50000
