@@ -418,6 +418,24 @@ async fn the_service_reads_gdal_hrefs_and_serves_cog_results() {
             assert_eq!(v["gt"], serde_json::Value::Null, "EMIT in sensor geometry: {v}");
         }
     }
+    // A single-file upload with its media type: decoded once, then an ordinary ENVI input.
+    let bytes = std::fs::read(l.dir.join("neon_refl.h5")).unwrap();
+    let r = srv.client.post(srv.url("/v1/jobs?components=6")).header("content-type", "application/x-hdf5").body(bytes).send().await.unwrap();
+    let (s, j) = (r.status(), r.json::<serde_json::Value>().await.unwrap());
+    assert_eq!(s, reqwest::StatusCode::ACCEPTED, "{j}");
+    assert_eq!((j["input"]["lines"].as_u64(), j["input"]["bands"].as_u64()), (Some(25), Some(425)), "{j}");
+    let done = srv.wait(j["id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let (_, md) = srv.get_json(&format!("/v1/jobs/{}/metadata", j["id"].as_str().unwrap())).await;
+    assert!(md["source"]["map_info"].as_str().unwrap().starts_with("UTM"), "{md}");
+    assert_eq!(md["pixels"]["ignore_value"], -9999.0, "{md}");
+    // A truncated one: 400, nothing kept.
+    let bytes = std::fs::read(l.dir.join("bad_truncated.nc")).unwrap();
+    let r = srv.client.post(srv.url("/v1/jobs")).header("content-type", "application/x-netcdf").body(bytes).send().await.unwrap();
+    let (s, j) = (r.status(), r.json::<serde_json::Value>().await.unwrap());
+    assert_eq!(s, reqwest::StatusCode::BAD_REQUEST, "{j}");
+    assert!(j.to_string().contains("the upload: not a readable NetCDF"), "{j}");
+    assert!(!j.to_string().contains("scratch"), "no server path in the message: {j}");
     // The OGC process advertises COG outputs.
     let (_, d) = srv.get_json("/processes/mnf").await;
     assert!(d["outputs"]["components"].to_string().contains("image/tiff; application=geotiff; profile=cloud-optimized"));

@@ -165,11 +165,16 @@ async fn create_inner(ctx: &ApiContext, caller: &Caller, query: Option<String>, 
         "application/x-npy" | "application/octet-stream" => create_npy(ctx, caller, query.as_deref(), req, &token).await,
         "multipart/form-data" => super::envi_upload::create(ctx, caller, query.as_deref(), req, &token).await.map(Created::response),
         "application/json" => create_href(ctx, caller, query.as_deref(), req).await.map(Created::response),
+        // NetCDF, HDF5, GeoTIFF (api::formats; 415 naming the feature on a build without GDAL).
+        m if super::formats::upload_format(m).is_some() => {
+            let format = super::formats::upload_format(m).expect("matched");
+            super::formats::create_upload(ctx, caller, query.as_deref(), req, &token, format).await.map(Created::response)
+        }
         _ => Err(Error::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
             format!(
-                "Content-Type must be application/x-npy, multipart/form-data or application/json, not {:?}",
+                "Content-Type must be application/x-npy, multipart/form-data, application/json, or (NetCDF, HDF5, GeoTIFF) application/x-netcdf, application/x-hdf5 or image/tiff, not {:?}",
                 content_type
             ),
         )),

@@ -108,7 +108,7 @@ fn open_through_gdal(path: &Path) -> Result<Cube, CubeError> {
 /// The error for a GDAL-only format on a build without GDAL.
 pub fn needs_gdal(path: &Path, format: sniff::GdalFormat) -> CubeError {
     CubeError::NeedsGdal(format!(
-        "{}: {} input is read through GDAL, and this hypermnf was built without it: rebuild with \
+        "{}: {} files are read and written through GDAL, and this hypermnf was built without it: rebuild with \
          `cargo build --features gdal` (needs libgdal-dev), or use the container image",
         path.display(),
         format.name()
