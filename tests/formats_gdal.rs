@@ -436,9 +436,26 @@ async fn the_service_reads_gdal_hrefs_and_serves_cog_results() {
     assert_eq!(s, reqwest::StatusCode::BAD_REQUEST, "{j}");
     assert!(j.to_string().contains("the upload: not a readable NetCDF"), "{j}");
     assert!(!j.to_string().contains("scratch"), "no server path in the message: {j}");
-    // The OGC process advertises COG outputs.
+    // The OGC process advertises COG outputs, takes a GeoTIFF href and gives the COG by reference.
     let (_, d) = srv.get_json("/processes/mnf").await;
     assert!(d["outputs"]["components"].to_string().contains("image/tiff; application=geotiff; profile=cloud-optimized"));
+    let exec = serde_json::json!({
+        "inputs": {"cube": {"href": format!("file://{}", l.dir.join("cube.tif").display())}, "components": 2},
+        "outputs": {"components": {"transmissionMode": "reference", "format": {"mediaType": "image/tiff; application=geotiff; profile=cloud-optimized"}}},
+        "response": "document"
+    });
+    let r = srv.client.post(srv.url("/processes/mnf/execution")).json(&exec).send().await.unwrap();
+    let (s, j) = (r.status(), r.json::<serde_json::Value>().await.unwrap());
+    assert!(s.is_success(), "{s} {j}");
+    let href = j["components"]["href"].as_str().unwrap_or_else(|| panic!("{j}"));
+    assert!(href.ends_with("/result?format=cog"), "{j}");
+    assert!(j["components"]["type"].as_str().unwrap().starts_with("image/tiff"), "{j}");
+    let r = srv.client.get(href).send().await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::OK);
+    let cog = work.path().join("ogc.tif");
+    std::fs::write(&cog, r.bytes().await.unwrap()).unwrap();
+    let v = check_cog(&py, &cog, &l.original.with_extension(""));
+    assert_eq!((v["errors"].clone(), v["bands"].clone(), v["same_crs"].clone()), (serde_json::json!([]), serde_json::json!(2), serde_json::json!(true)), "{v}");
     // A bad file by href: 4xx, with the reader's message.
     let body = serde_json::json!({"input": {"href": format!("file://{}", l.dir.join("bad_one_band.tif").display())}});
     let r = srv.client.post(srv.url("/v1/jobs")).json(&body).send().await.unwrap();

@@ -435,3 +435,36 @@ def test_a_spectral_python_bip_image_is_sent_from_its_memory_map() -> None:
     prepared = prepare(spectral.open_image(str(jasper)))
     assert prepared.source["band_names"][:2] == ["AVIRIS channel 4", "AVIRIS channel 5"]
     assert prepared.ignore_value is None and prepared.bad_bands == []
+
+
+def test_cog_to_xarray_takes_x_y_and_the_crs_from_the_geotiff(tmp_path) -> None:
+    """A GeoTIFF result as hypermnf writes it (bands `MNF k`, MNF_EIGENVALUES, a UTM CRS, a rotated
+    geotransform); needs GDAL's Python bindings (or rasterio) to write and read it, skipped without."""
+    pytest.importorskip("xarray")
+    gdal = pytest.importorskip("osgeo.gdal")
+    from osgeo import osr
+
+    path = str(tmp_path / "mnf.tif")
+    values = np.arange(3 * 4 * 2, dtype=np.float32).reshape(3, 4, 2)  # (line, sample, component)
+    ds = gdal.GetDriverByName("GTiff").Create(path, 4, 3, 2, gdal.GDT_Float32)
+    gt = (500000.0, 30.0, 3.0, 4000000.0, 2.0, -30.0)
+    ds.SetGeoTransform(gt)
+    srs = osr.SpatialReference()
+    srs.ImportFromEPSG(32633)
+    ds.SetProjection(srs.ExportToWkt())
+    ds.SetMetadata({"MNF_EIGENVALUES": "9,5", "MNF_SNR": "8,4"})
+    for k in range(2):
+        band = ds.GetRasterBand(k + 1)
+        band.WriteArray(values[:, :, k])
+        band.SetDescription(f"MNF {k + 1}")
+    ds = None
+    da = hypermnf.cog_to_xarray(path)
+    assert da.dims == ("line", "sample", "component")
+    np.testing.assert_array_equal(da.values, values)
+    assert list(da.band_name.values) == ["MNF 1", "MNF 2"]
+    assert list(da.eigenvalue.values) == [9.0, 5.0]
+    # Pixel centres through the rotated transform: 2-D x and y.
+    assert da.x.dims == ("line", "sample")
+    assert float(da.x[1, 2]) == gt[0] + 2.5 * gt[1] + 1.5 * gt[2]
+    assert float(da.y[1, 2]) == gt[3] + 2.5 * gt[4] + 1.5 * gt[5]
+    assert "UTM zone 33N" in da.attrs["crs_wkt"]
