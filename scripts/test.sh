@@ -73,6 +73,7 @@ grep -q "test result: ok" /tmp/hypermnf-cargo-test.log
 # makes its shared samples and Python modules required.
 step "GDAL formats (cargo test --features gdal --test formats_gdal)"
 hypermnf_gdal_install
+cargo clippy --features gdal --lib --bins --test formats_gdal -- -D warnings
 cargo test --features gdal --test formats_gdal 2>&1 | tee /tmp/hypermnf-cargo-test-gdal.log
 grep -q "test result: ok" /tmp/hypermnf-cargo-test-gdal.log
 

@@ -35,8 +35,6 @@ pub mod jobs;
 pub mod library;
 pub mod mnf;
 pub mod output;
-#[cfg(feature = "gdal")]
-pub mod output_cog;
 pub mod storage;
 
 pub use library::{Backend, Error, Mnf, MnfFit, NoiseEstimator, Sample, Window};

@@ -245,7 +245,7 @@ fn write_output(
     let outcome = if args.ortho {
         #[cfg(feature = "gdal")]
         {
-            let glt = hypermnf::output_cog::ortho_grid(&args.input, &cube.meta, cube.lines(), cube.samples())?;
+            let glt = hypermnf::output::cog::ortho_grid(&args.input, &cube.meta, cube.lines(), cube.samples())?;
             hypermnf::output::write_result_ortho(&args.out, result, &cube.meta, Some(&glt))
         }
         #[cfg(not(feature = "gdal"))]

@@ -482,6 +482,7 @@ fn expect_err(result: Result<Cube, CubeError>, variant: &str, needle: &str) {
         CubeError::SizeMismatch(_) => "SizeMismatch",
         CubeError::TooLarge(_) => "TooLarge",
         CubeError::Npy(_) => "Npy",
+        CubeError::NeedsGdal(_) => "NeedsGdal",
     };
     assert_eq!(kind, variant, "error was: {err}");
     assert!(err.to_string().contains(needle), "'{err}' should mention '{needle}'");

@@ -126,6 +126,11 @@ fn real_emit_granules_read_with_their_layout() {
         assert_eq!(c.meta.extra_value("emit glt"), Some("318, 354"), "{name}");
         assert!(c.meta.extra_value("emit geotransform").unwrap().starts_with("61.6401744677027, 0.000542232520256367"), "{name}");
         assert!(c.meta.extra_value("emit spatial ref").unwrap().contains("WGS 84"), "{name}");
+        // The GLT points into the granule: every filled cell is a pixel of its 200 x 200.
+        let glt = hypermnf::cube::gdal::emit::read_glt(&dir.join(name), 200, 200).unwrap();
+        assert_eq!((glt.rows, glt.cols), (318, 354), "{name}");
+        let filled = glt.cells.iter().filter(|c| c.is_some()).count();
+        assert!(filled > 200 * 200 / 2, "{name}: {filled} cells filled");
     }
     // obs band 0 (path length) at (0, 0), as netCDF4 reads it.
     if let Some(py) = python() {
@@ -436,6 +441,9 @@ async fn the_service_reads_gdal_hrefs_and_serves_cog_results() {
     assert_eq!(s, reqwest::StatusCode::BAD_REQUEST, "{j}");
     assert!(j.to_string().contains("the upload: not a readable NetCDF"), "{j}");
     assert!(!j.to_string().contains("scratch"), "no server path in the message: {j}");
+    let scratch = tmp.path().join("objects/scratch");
+    let left = std::fs::read_dir(&scratch).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(left, 0, "the refused upload left files in {}", scratch.display());
     // The OGC process advertises COG outputs, takes a GeoTIFF href and gives the COG by reference.
     let (_, d) = srv.get_json("/processes/mnf").await;
     assert!(d["outputs"]["components"].to_string().contains("image/tiff; application=geotiff; profile=cloud-optimized"));

@@ -174,10 +174,10 @@ async fn build_cog(ctx: &ApiContext, job: &Job, npy_key: &str, denoised: bool, c
     let made = tokio::task::spawn_blocking(move || -> Result<(), crate::cube::CubeError> {
         let cube = crate::cube::npy::read(npy.path())?;
         let values: Vec<f32> = cube.to_f64().into_iter().map(|v| v as f32).collect();
-        let source = crate::output_cog::source_meta(&md);
+        let source = crate::output::cog::source_meta(&md);
         let k = md.components;
-        let meta = if denoised { crate::output_cog::denoised_meta(&md, k, &source) } else { crate::output_cog::components_meta(&md, k) };
-        crate::output_cog::write(&o, &values, cube.lines(), cube.samples(), cube.bands(), meta, &source, &crate::output_cog::Grid::Source)
+        let meta = if denoised { crate::output::cog::denoised_meta(&md, k, &source) } else { crate::output::cog::components_meta(&md, k) };
+        crate::output::cog::write(&o, &values, cube.lines(), cube.samples(), cube.bands(), meta, &source, &crate::output::cog::Grid::Source)
     })
     .await
     .map_err(Error::internal)?

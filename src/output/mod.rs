@@ -1,6 +1,8 @@
 //! Writing a result to disk, the same way for `hypermnf run` and the service (so both give the same
 //! bytes): the components, the denoised cube when there is one, and the metadata JSON.
 
+#[cfg(feature = "gdal")]
+pub mod cog;
 pub mod components_file;
 
 use std::fs::File;
@@ -29,7 +31,7 @@ pub struct WrittenFiles {
 enum Format {
     Npy,
     Envi,
-    /// Cloud-Optimized GeoTIFF (feature `gdal`, `output_cog`).
+    /// Cloud-Optimized GeoTIFF (feature `gdal`, [`cog`]).
     Cog,
 }
 
@@ -66,7 +68,7 @@ pub fn write_result_with(out: &Path, result: &MnfOutput, source: &CubeMeta, comp
 }
 
 /// [`write_result_with`], for a COG OUT on the north-up grid of an EMIT granule's GLT when `ortho`
-/// (`hypermnf run --ortho`; `output_cog::ortho_grid` reads it).
+/// (`hypermnf run --ortho`; `output::cog::ortho_grid` reads it).
 #[cfg(feature = "gdal")]
 pub fn write_result_ortho(out: &Path, result: &MnfOutput, source: &CubeMeta, ortho: Option<&crate::cube::gdal::emit::Glt>) -> Result<WrittenFiles, CubeError> {
     write_result_on(out, result, source, false, ortho)
@@ -152,7 +154,7 @@ fn write_cog(
     ortho: Ortho,
     denoised: bool,
 ) -> Result<(), CubeError> {
-    use crate::output_cog::{components_meta, denoised_meta, write, Grid};
+    use crate::output::cog::{components_meta, denoised_meta, write, Grid};
     let meta = if denoised { denoised_meta(&result.metadata, result.k, source) } else { components_meta(&result.metadata, result.k) };
     let grid = match ortho {
         Some(glt) => Grid::Ortho(glt),
