@@ -133,6 +133,15 @@ up() {
     compose up -d --no-build >>"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; fail "compose up"; }
     wait_healthy hypermnf-a
     wait_healthy hypermnf-b
+    # Healthy inside the container is not yet reachable from the host: after a `down` and `up` the
+    # published ports answered only a moment later (curl: connection refused, seen on a loaded machine).
+    local port
+    for port in "$A_PORT" "$B_PORT"; do
+        until curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$port/healthz"; do
+            [ $(( SECONDS - started )) -lt 120 ] || fail "port $port does not answer from the host"
+            sleep 0.5
+        done
+    done
     echo "cluster up in $(( SECONDS - started ))s; restarts: $(for s in postgres garage hypermnf-a hypermnf-b; do
         printf '%s %s  ' "$s" "$(podman inspect --format '{{.RestartCount}}' "$(container_of "$s")")"; done)"
 }
