@@ -149,11 +149,11 @@ impl From<StorageError> for Error {
                 Error::Internal(source) => Error::internal(source.context(format!("cannot {op} {}", path.display()))),
                 known => known,
             },
-            // The object store did not answer, or answered with its own failure: to retry, as with
-            // the database. A refusal of our credentials is a configuration fault (internal).
-            StorageError::Store { ref source, .. }
-                if !matches!(**source, object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }) =>
-            {
+            // The object store did not answer, or answered with its own failure (object_store reports
+            // both, after its retries, as `Generic`): to retry, as with the database. Its specific
+            // answers (a refusal of our credentials, a missing object, a failed precondition) are
+            // not an outage, and stay what they were.
+            StorageError::Store { ref source, .. } if matches!(**source, object_store::Error::Generic { .. }) => {
                 tracing::warn!("the object store is unavailable: {e}");
                 Error::new(StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable", "the object store cannot be reached now; retry shortly")
             }
