@@ -101,6 +101,9 @@ pub struct Plan {
     fed: Option<Arc<ResidentCube>>,
     statistics_key: Digest,
     known: Option<(Arc<SystemRecord>, ReuseSource)>,
+    /// The known system was given (a pooled batch's): not the cube's own, so never kept with the
+    /// cube at the device level, where a later job on the same cube would take it for its own.
+    given: bool,
 }
 
 /// A finished computation.
@@ -138,7 +141,15 @@ impl Plan {
             Some(s) => Some((s, ReuseSource::Device)),
             None => rt.block_on(cache.find_system(&statistics_key)).map(|s| (s, ReuseSource::Storage)),
         };
-        Plan { cube, device_key, resident, fed, statistics_key, known }
+        Plan { cube, device_key, resident, fed, statistics_key, known, given: false }
+    }
+
+    /// The plan to project with `system`, given instead of computed or looked up (a member of a
+    /// pooled batch, `jobs::batch`); the cube is still found on the device or read as for `new`.
+    pub fn with_system(found: DeviceLookup, cube: Arc<Cube>, system: Arc<SystemRecord>, source: ReuseSource) -> Plan {
+        let DeviceLookup { device_key, resident, fed, .. } = found;
+        // No statistics key: the system is not the cube's own, and is never registered under one.
+        Plan { cube, device_key, resident, fed, statistics_key: [0; 32], known: Some((system, source)), given: true }
     }
 
     /// Whether the statistics passes will be skipped.
@@ -176,8 +187,9 @@ impl Plan {
         if let Some((record, source)) = &self.known {
             output.metadata.statistics = Some(StatisticsReuse {
                 reused: true,
-                from_job: (record.owner == job.owner).then(|| record.job_id.clone()),
+                from_job: (record.owner == job.owner && !self.given).then(|| record.job_id.clone()),
                 source: *source,
+                batch: job.batch.as_ref().filter(|_| self.given).map(|b| b.batch_id.clone()),
             });
         }
         Ok(Computed { cube: self.cube, output, fresh: fresh.map(|r| (self.statistics_key, r)) })
@@ -230,8 +242,8 @@ impl Plan {
         if let Ok((_, fresh)) = &result {
             match (fresh, &self.known) {
                 (Some(r), _) => item.keep_system(self.statistics_key, r.clone()),
-                (None, Some((r, _))) => item.keep_system(self.statistics_key, r.clone()),
-                (None, None) => {}
+                (None, Some((r, _))) if !self.given => item.keep_system(self.statistics_key, r.clone()),
+                _ => {}
             }
             if new && !device.keep(key, item.clone()) {
                 tracing::debug!(job = %job.id, "cube not kept on the device (streamed, or larger than --gpu-cache-bytes)");
@@ -383,6 +395,7 @@ mod tests {
             started_at: None,
             finished_at: None,
             results_unsynced: false,
+            batch: None,
         }
     }
 

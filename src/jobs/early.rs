@@ -120,6 +120,7 @@ pub(super) fn job_before_insert(new: &NewJob, scratch_location: String) -> Job {
         started_at: Some(now),
         finished_at: None,
         results_unsynced: false,
+        batch: None,
     }
 }
 

@@ -37,7 +37,7 @@ use super::cached_run::{Computed, DeviceLookup, Plan};
 use crate::output::components_file::ComponentsFile;
 use super::input;
 use super::metrics::JobMetrics;
-use super::model::{now_ms, product, InputKind, Job, JobStatus};
+use super::model::{now_ms, product, BatchPhase, InputKind, Job, JobStatus};
 use super::result_sync;
 use super::store::{JobStore, Lease, StoreError};
 use crate::cache::{Digest, ResidentCube, SystemRecord};
@@ -45,7 +45,7 @@ use crate::cube::{Cube, CubeError};
 use crate::backend::BackendError;
 use crate::mnf::pipeline::ComponentSink;
 use crate::mnf::result::EigenSystem;
-use crate::mnf::{MnfOutput, MnfParams, Monitor, Stage};
+use crate::mnf::{MnfOutput, MnfParams, Monitor, ReuseSource, Stage};
 use crate::storage::{Storage, StorageError};
 
 /// How often a running job's progress is written to the database.
@@ -142,6 +142,16 @@ impl JobRun {
         &self.job
     }
 
+    /// What the run calls.
+    pub(super) fn services(&self) -> &JobServices {
+        &self.services
+    }
+
+    /// Records a run that ended without a result (see `mark_failed`).
+    pub(super) async fn record_failure(&self, f: JobFailure) {
+        self.mark_failed(f).await
+    }
+
     /// Set it to stop the job at the backend's next chunk (a cancellation).
     pub fn cancel_flag(&self) -> Arc<AtomicBool> {
         self.cancel.clone()
@@ -151,6 +161,9 @@ impl JobRun {
     pub async fn run(self) {
         let queued_ms = (now_ms() - self.job.created_at).max(0) as u64;
         self.services.metrics.record_phase("queued", Duration::from_millis(queued_ms));
+        if let Some(member) = self.job.batch.clone().filter(|m| m.phase == Some(BatchPhase::Statistics)) {
+            return super::batch::run_statistics(self, member).await;
+        }
         let started = self.start_compute();
         self.finish(started).await
     }
@@ -309,6 +322,11 @@ impl JobRun {
             (None, None, None) => s.backends.get(params.backend).map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?,
         };
         let started = Instant::now();
+        // A member of a pooled batch, in its second run: projected with the batch's system.
+        let pooled = match job.batch.as_ref().filter(|m| m.phase == Some(BatchPhase::Project)) {
+            Some(m) => Some(rt.block_on(super::batch::load_system(&s.store, &s.storage, &m.batch_id, job))?),
+            None => None,
+        };
 
         // Step 2: the cube may still be resident on the device, or have been fed to it.
         let mut found = match (&self.resident, elsewhere) {
@@ -328,7 +346,10 @@ impl JobRun {
             None => Arc::new(input::load_cube(job.input_kind, &job.input_location, &s.storage, rt).map_err(JobFailure::cube)?),
         };
         let loaded = Instant::now();
-        let plan = Plan::new(&s.cache, &params, &backend, found, cube, rt);
+        let plan = match &pooled {
+            Some(system) => Plan::with_system(found, cube, system.clone(), ReuseSource::Pooled),
+            None => Plan::new(&s.cache, &params, &backend, found, cube, rt),
+        };
         tracing::debug!(
             target: "hypermnf::timing",
             job = %job.id,
@@ -577,7 +598,7 @@ impl JobRun {
 /// While steps 2 to 4 run: writes progress every `PROGRESS_EVERY`, and extends the lease every third
 /// of its duration; a lease that cannot be extended (canceled, deleted, claimed again elsewhere)
 /// stops the job. Runs until aborted.
-async fn keep_lease(s: JobServices, id: String, progress: Arc<Mutex<(Stage, f64)>>, cancel: Arc<AtomicBool>) {
+pub(super) async fn keep_lease(s: JobServices, id: String, progress: Arc<Mutex<(Stage, f64)>>, cancel: Arc<AtomicBool>) {
     let mut last = (Stage::Read, -1.0);
     let beat_every = (s.lease.duration / 3).max(PROGRESS_EVERY);
     let mut last_beat = Instant::now();
@@ -690,13 +711,13 @@ impl JobFailure {
     /// accepted job is not lost to a disk that was full or read-only for a while.
     pub const DISK_UNAVAILABLE: &'static str = "disk_unavailable";
 
-    fn cube(e: CubeError) -> JobFailure {
+    pub(super) fn cube(e: CubeError) -> JobFailure {
         let code = if is_disk_condition(&e) { Self::DISK_UNAVAILABLE } else { e.code() };
         JobFailure { code: code.into(), message: e.to_string() }
     }
 
     /// A storage or local file error: `DISK_UNAVAILABLE` for a disk condition, else `storage_error`.
-    fn storage(e: &(dyn std::error::Error + 'static)) -> JobFailure {
+    pub(super) fn storage(e: &(dyn std::error::Error + 'static)) -> JobFailure {
         let code = if is_disk_condition(e) { Self::DISK_UNAVAILABLE } else { "storage_error" };
         JobFailure { code: code.into(), message: e.to_string() }
     }

@@ -19,6 +19,7 @@
 //! running jobs back in the queue, and checks the results that had not reached the disk.
 
 pub mod backends;
+pub mod batch;
 pub mod cache;
 pub mod cached_run;
 pub mod early;

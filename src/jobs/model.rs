@@ -105,6 +105,42 @@ pub struct Job {
     pub finished_at: Option<i64>,
     /// Succeeded, but its result files may not be on the disk yet (see `jobs::result_sync`).
     pub results_unsynced: bool,
+    /// The batch that made this job, if one did (`POST /v1/batches`).
+    pub batch: Option<BatchMember>,
+}
+
+/// A job's place in its batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchMember {
+    pub batch_id: String,
+    /// 0-based index of the job's input in the batch's `inputs`.
+    pub position: i64,
+    /// Where a member of a pooled batch is; None for a batch of independent jobs.
+    pub phase: Option<BatchPhase>,
+}
+
+/// The two runs of a member of a pooled batch: its cube's statistics, then (once every member's
+/// statistics are in and the pooled eigen system is stored) its projection with that system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchPhase {
+    Statistics,
+    Project,
+}
+
+impl BatchPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BatchPhase::Statistics => "statistics",
+            BatchPhase::Project => "project",
+        }
+    }
+    pub fn parse(s: &str) -> Option<BatchPhase> {
+        match s {
+            "statistics" => Some(BatchPhase::Statistics),
+            "project" => Some(BatchPhase::Project),
+            _ => None,
+        }
+    }
 }
 
 /// Names of the stored result products (keys of `Job::results`).

@@ -9,6 +9,7 @@
 //! instance was killed, its node lost) is claimed again by any instance. The final status of a job is
 //! written only by the holder of its lease, so a job succeeds once however often it was claimed.
 
+mod batches;
 mod cache_rows;
 pub mod notify;
 #[cfg(test)]
@@ -16,6 +17,7 @@ pub(crate) mod testing;
 #[cfg(test)]
 mod tests;
 
+pub use batches::{BatchRow, NewBatch};
 pub use cache_rows::{EigenRow, NewEigenRow};
 
 use std::collections::BTreeMap;
@@ -24,7 +26,7 @@ use std::time::Duration;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
-use super::model::{now_ms, InputKind, InputSummary, Job, JobStatus};
+use super::model::{now_ms, BatchMember, BatchPhase, InputKind, InputSummary, Job, JobStatus};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -431,10 +433,12 @@ impl JobStore {
             "UPDATE jobs SET status = 'running', stage = 'read', progress = 0, started_at = $1,
                              attempts = attempts + 1, lease_owner = $2, lease_expires_at = $3
              WHERE id = (SELECT id FROM jobs
-                         WHERE status = 'queued' OR (status = 'running' AND lease_expires_at < $1)
+                         WHERE (status = 'queued' AND {READY})
+                            OR (status = 'running' AND lease_expires_at < $1)
                          ORDER BY created_at, id LIMIT 1 {})
              RETURNING *",
-            self.dialect.skip_locked()
+            self.dialect.skip_locked(),
+            READY = batches::CLAIMABLE,
         ))
         .bind(now)
         .bind(&lease.owner)
@@ -674,6 +678,17 @@ fn decode(r: &AnyRow) -> Result<Job, StoreError> {
         started_at: r.try_get("started_at")?,
         finished_at: r.try_get("finished_at")?,
         results_unsynced: r.try_get::<i64, _>("results_unsynced")? != 0,
+        batch: match r.try_get::<Option<String>, _>("batch_id")? {
+            Some(batch_id) => Some(BatchMember {
+                batch_id,
+                position: r.try_get::<Option<i64>, _>("batch_position")?.unwrap_or(0),
+                phase: match r.try_get::<Option<String>, _>("batch_phase")? {
+                    Some(p) => Some(BatchPhase::parse(&p).ok_or_else(|| corrupt("batch_phase"))?),
+                    None => None,
+                },
+            }),
+            None => None,
+        },
         id,
     })
 }

@@ -284,6 +284,11 @@ impl Runner {
                 }
                 Ok(None) => {
                     drop(slot);
+                    // One worker per instance also finishes pooled batches another instance left
+                    // without their system (killed between a member's statistics and the system).
+                    if n == 0 {
+                        super::batch::compute_ready_systems(&services, None).await;
+                    }
                     let _ = tokio::time::timeout(IDLE_POLL, self.wake.notified()).await;
                 }
                 Err(e) => {

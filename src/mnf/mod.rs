@@ -9,6 +9,7 @@ pub mod compute;
 pub mod eigen;
 pub mod params;
 pub mod pipeline;
+pub mod pooled;
 pub mod result;
 pub mod stats;
 

@@ -164,12 +164,12 @@ pub fn analyse_on(
 }
 
 /// The band selection and the noise half of the eigenproblem, or why there is none.
-type Whitened = Result<(BandSelection, NoiseWhitening), MnfError>;
+pub(super) type Whitened = Result<(BandSelection, NoiseWhitening), MnfError>;
 
 /// Band selection from the noise moments and the scaled noise covariance C_N of the bands used, with
 /// its Cholesky factor computed now, or left to the device solver when `defer` (see
 /// [`NoiseWhitening::deferred`]).
-fn whiten(
+pub(super) fn whiten(
     pre: &BandSelection,
     noise: &Moments,
     data: Option<&Moments>,
@@ -186,7 +186,7 @@ fn whiten(
     Ok((sel, w))
 }
 
-fn check_counts(data: &Moments, noise: &Moments, masked: u64, params: &MnfParams) -> Result<(), MnfError> {
+pub(super) fn check_counts(data: &Moments, noise: &Moments, masked: u64, params: &MnfParams) -> Result<(), MnfError> {
     if data.n < 2 && masked == 0 {
         return Err(MnfError::Degenerate(super::params::few_pixels_message(data.n)));
     }
@@ -207,7 +207,7 @@ fn check_counts(data: &Moments, noise: &Moments, masked: u64, params: &MnfParams
 /// singular and its Cholesky factor fails, which would be reported as bands that are linear
 /// combinations of others (a 10 × 10 tile of a 425-band AVIRIS-NG line is the usual case). Said here
 /// with the counts, before any factorisation.
-fn check_enough_for_bands(data: &Moments, noise: &Moments, masked: u64, bands: usize, params: &MnfParams) -> Result<(), MnfError> {
+pub(super) fn check_enough_for_bands(data: &Moments, noise: &Moments, masked: u64, bands: usize, params: &MnfParams) -> Result<(), MnfError> {
     let need = bands as u64 + 1;
     if data.n >= need && noise.n >= need {
         return Ok(());
@@ -229,7 +229,7 @@ fn check_enough_for_bands(data: &Moments, noise: &Moments, masked: u64, bands: u
 /// (NaN and ±Inf samples are no-data in float cubes, so they never reach the statistics). Unchecked,
 /// such a band passes for constant (NaN compares false, so every band is dropped) or poisons the
 /// eigenproblem, and the job fails with a reason that points elsewhere.
-fn check_finite(data: &Moments, noise: &Moments, used: &[usize]) -> Result<(), MnfError> {
+pub(super) fn check_finite(data: &Moments, noise: &Moments, used: &[usize]) -> Result<(), MnfError> {
     let bad: Vec<usize> = used
         .iter()
         .copied()

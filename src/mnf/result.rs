@@ -122,8 +122,12 @@ pub struct StatisticsReuse {
     /// owner's job id is not disclosed).
     pub from_job: Option<String>,
     /// `device`: the cube and its eigen system were still in GPU memory (nothing was read or
-    /// uploaded); `storage`: the eigen system was read from the data dir.
+    /// uploaded); `storage`: the eigen system was read from the data dir; `pooled`: the pooled system
+    /// of the job's batch (the statistics of all its cubes).
     pub source: ReuseSource,
+    /// The batch whose pooled system this job was projected with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,6 +135,7 @@ pub struct StatisticsReuse {
 pub enum ReuseSource {
     Device,
     Storage,
+    Pooled,
 }
 
 /// The full eigen system of one cube and noise model: enough to project with any k, or to invert.
