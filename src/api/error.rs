@@ -62,6 +62,14 @@ impl Error {
         tracing::error!("{message}: {e}");
         Error::new(status, code, message)
     }
+    /// The same error, its message prefixed (which of several inputs it is about); internal errors
+    /// are left as they are (their message is not shown).
+    pub fn prefixed(self, prefix: &str) -> Error {
+        match self {
+            Error::Client { status, code, message } => Error::Client { status, code, message: format!("{prefix}{message}") },
+            other => other,
+        }
+    }
     pub fn status(&self) -> StatusCode {
         match self {
             Error::Client { status, .. } => *status,

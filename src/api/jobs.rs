@@ -67,6 +67,7 @@ pub fn job_document(job: &Job, cached: bool) -> Value {
         "input": job.input,
         "cached": cached,
         "error": error,
+        "batch": super::batches::member_of(job),
         "links": {"self": base, "result": format!("{base}/result"), "metadata": format!("{base}/metadata")},
     })
 }
@@ -532,7 +533,7 @@ pub fn resolve_href(href: &str, roots: &[PathBuf]) -> ApiResult<PathBuf> {
 }
 
 /// For a file on disk: the size its header claims must fit the limit before it is read.
-fn precheck_file(path: &Path, limit: u64) -> ApiResult<()> {
+pub(super) fn precheck_file(path: &Path, limit: u64) -> ApiResult<()> {
     let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     match ext.as_deref() {
         Some("npy") => {

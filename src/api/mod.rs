@@ -2,6 +2,7 @@
 //! The contract is `openapi.yaml`; `error` maps every failure to `{"code", "message"}`.
 
 pub mod auth;
+pub mod batches;
 mod envi_upload;
 pub mod error;
 pub mod formats;
@@ -58,6 +59,8 @@ pub fn app(ctx: ApiContext) -> Router {
         .route("/jobs/{id}/result", get(jobs::result))
         .route("/jobs/{id}/metadata", get(jobs::metadata))
         .route("/jobs/{id}/preview", get(preview::preview))
+        .route("/batches", get(batches::list).post(batches::create))
+        .route("/batches/{id}", get(batches::get).delete(batches::delete))
         .route("/info", get(health::info))
         .merge(tus::routes());
     // Results are float samples that hardly compress; JSON does.

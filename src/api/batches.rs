@@ -1,0 +1,306 @@
+//! `/v1/batches`: several cubes, given by reference, submitted together. Each cube is a job of its own
+//! (listed by `/v1/jobs` too, its document naming its batch); with `"statistics": "pooled"` one eigen
+//! system is computed from all of them and every cube is projected with it (`jobs::batch`), with
+//! `"each"` the jobs are independent.
+
+use std::sync::Arc;
+
+use axum::extract::{Path as UrlPath, RawQuery, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::auth::Caller;
+use super::error::{ApiResult, Error};
+use super::jobs as job_api;
+use super::{params, ApiContext};
+use crate::cube::Cube;
+use crate::jobs::batch;
+use crate::jobs::model::{rfc3339, BatchPhase};
+use crate::jobs::store::{BatchRow, NewBatch};
+use crate::jobs::{InputKind, InputSummary, Job, JobStatus, NewJob};
+use crate::mnf::MnfParams;
+
+/// The most cubes one batch may hold: a campaign of a few hundred flight lines, with room.
+pub const MAX_INPUTS: usize = 1000;
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchRequest {
+    inputs: Vec<BatchInput>,
+    #[serde(default)]
+    statistics: Option<String>,
+    #[serde(default)]
+    params: Value,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchInput {
+    href: String,
+}
+
+/// One input, checked and decoded as far as the job needs before it runs.
+struct Prepared {
+    href: String,
+    kind: InputKind,
+    location: String,
+    input: InputSummary,
+    cube: Arc<Cube>,
+}
+
+// ---------------------------------------------------------------------------------------------------
+// POST /v1/batches
+
+pub async fn create(State(ctx): State<ApiContext>, caller: Caller, RawQuery(query): RawQuery, body: axum::body::Bytes) -> ApiResult<Response> {
+    if query.is_some_and(|q| !q.is_empty()) {
+        return Err(Error::unprocessable("invalid_params", "a batch's parameters go in its `params` member"));
+    }
+    let request: BatchRequest = serde_json::from_slice(&body).map_err(|e| {
+        Error::bad_request(
+            "invalid_json",
+            format!("expected {{\"inputs\": [{{\"href\": ...}}, ...], \"statistics\": \"pooled\" | \"each\", \"params\": {{...}}}}: {e}"),
+        )
+    })?;
+    let pooled = match request.statistics.as_deref() {
+        None | Some("each") => false,
+        Some("pooled") => true,
+        Some(other) => return Err(Error::unprocessable("invalid_params", format!("statistics must be \"pooled\" or \"each\", not {other:?}"))),
+    };
+    if request.inputs.is_empty() || request.inputs.len() > MAX_INPUTS {
+        return Err(Error::unprocessable("invalid_params", format!("a batch holds 1 to {MAX_INPUTS} inputs, not {}", request.inputs.len())));
+    }
+    let params = params::from_json(request.params)?;
+    let mut prepared = Vec::with_capacity(request.inputs.len());
+    for (i, input) in request.inputs.into_iter().enumerate() {
+        let p = prepare(&ctx, input.href, &params).await.map_err(|e| e.prefixed(&format!("input {i}: ")))?;
+        prepared.push(p);
+    }
+    if pooled {
+        check_same_bands(&prepared)?;
+    }
+    let id = uuid::Uuid::now_v7().to_string();
+    let canonical = params::canonical(&params);
+    let members: Vec<NewJob> = prepared
+        .iter()
+        .enumerate()
+        .map(|(position, p)| NewJob {
+            id: uuid::Uuid::now_v7().to_string(),
+            owner: caller.owner.clone(),
+            params: canonical.clone(),
+            // A batch's jobs are its own: never answered by, nor answering, another request's job
+            // (a cube's statistics and device-resident copy are still shared through the job cache,
+            // which keys on the content read at run time).
+            digest: hex::encode(Sha256::digest(format!("batch-member\n{id}\n{position}\n{canonical}"))),
+            content_digest: None,
+            upload_sha256: None,
+            input: p.input.clone(),
+            input_kind: p.kind,
+            input_location: p.location.clone(),
+        })
+        .collect();
+    let new = NewBatch { id: id.clone(), owner: caller.owner.clone(), pooled, params: canonical };
+    let row = ctx.runner.store.insert_batch(&new, &members).await?;
+    ctx.runner.notify();
+    tracing::info!(batch = %id, inputs = members.len(), pooled, "batch created");
+    let jobs = ctx.runner.store.batch_jobs(&id).await?;
+    let hrefs: Vec<String> = prepared.into_iter().map(|p| p.href).collect();
+    let mut r = (StatusCode::CREATED, Json(batch_document(&row, &jobs, Some(&hrefs)))).into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/batches/{id}")) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(r)
+}
+
+/// Checks one input as `POST /v1/jobs` checks an href, without digesting its samples (a member's
+/// digest is taken from what its run reads).
+async fn prepare(ctx: &ApiContext, href: String, params: &MnfParams) -> ApiResult<Prepared> {
+    let path = job_api::resolve_href(&href, &ctx.input_roots)?;
+    job_api::precheck_file(&path, ctx.config.max_upload_bytes)?;
+    let location = path.to_str().ok_or_else(|| Error::bad_request("invalid_href", "the path is not UTF-8"))?.to_string();
+    let (cube, _) = job_api::decode_and_validate(ctx, InputKind::Href, location.clone(), params.clone()).await?;
+    Ok(Prepared { href, kind: InputKind::Href, location, input: job_api::input_summary(&cube), cube })
+}
+
+/// A pooled batch needs cubes of the same bands: the same count, and the same wavelengths where the
+/// headers give them (to a millionth of the value: headers print them with varying digits).
+fn check_same_bands(inputs: &[Prepared]) -> ApiResult<()> {
+    let first = &inputs[0].cube;
+    for (i, p) in inputs.iter().enumerate().skip(1) {
+        if p.cube.bands() != first.bands() {
+            return Err(Error::unprocessable(
+                "batch_mismatch",
+                format!("input {i} has {} bands and input 0 has {}: pooled statistics need cubes of the same bands", p.cube.bands(), first.bands()),
+            ));
+        }
+        if let (Some(a), Some(b)) = (&first.meta.wavelength, &p.cube.meta.wavelength) {
+            if let Some(band) = a.iter().zip(b).position(|(x, y)| (x - y).abs() > 1e-6 * x.abs().max(y.abs()).max(1.0)) {
+                return Err(Error::unprocessable(
+                    "batch_mismatch",
+                    format!(
+                        "input {i}'s wavelength of band {band} is {} and input 0's is {}: pooled statistics need cubes of the same bands",
+                        b[band], a[band]
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The batch document
+
+/// The batch's status from its members': failed or canceled as soon as one is (a pooled batch then
+/// has no system), succeeded when all are, running once any has started, else queued.
+fn overall_status(row: &BatchRow, jobs: &[Job]) -> &'static str {
+    if row.error_code.is_some() || jobs.iter().any(|j| j.status == JobStatus::Failed) {
+        return "failed";
+    }
+    if jobs.iter().any(|j| j.status == JobStatus::Canceled) {
+        return "canceled";
+    }
+    if !jobs.is_empty() && jobs.iter().all(|j| j.status == JobStatus::Succeeded) {
+        return "succeeded";
+    }
+    let started = |j: &Job| j.status != JobStatus::Queued || j.batch.as_ref().is_some_and(|b| b.phase == Some(BatchPhase::Project));
+    if jobs.iter().any(started) {
+        "running"
+    } else {
+        "queued"
+    }
+}
+
+/// A member's share of the work done: a pooled member's statistics run is its first half.
+fn member_progress(j: &Job) -> f64 {
+    match j.status {
+        JobStatus::Succeeded | JobStatus::Failed | JobStatus::Canceled => 1.0,
+        _ => match j.batch.as_ref().and_then(|b| b.phase) {
+            Some(BatchPhase::Statistics) => 0.5 * j.progress,
+            Some(BatchPhase::Project) if j.status == JobStatus::Queued => 0.5,
+            Some(BatchPhase::Project) => 0.5 + 0.5 * j.progress,
+            None => j.progress,
+        },
+    }
+}
+
+fn batch_document(row: &BatchRow, jobs: &[Job], hrefs: Option<&[String]>) -> Value {
+    let base = format!("/v1/batches/{}", row.id);
+    let progress = if jobs.is_empty() { 0.0 } else { jobs.iter().map(member_progress).sum::<f64>() / jobs.len() as f64 };
+    let count = |s: JobStatus| jobs.iter().filter(|j| j.status == s).count();
+    let members: Vec<Value> = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| {
+            let mut m = json!({
+                "id": j.id,
+                "status": j.status.as_str(),
+                "stage": j.stage,
+                "progress": j.progress,
+                "links": {"self": format!("/v1/jobs/{}", j.id)},
+            });
+            if let Some(h) = hrefs.and_then(|h| h.get(i)) {
+                m["href"] = json!(h);
+            }
+            if let Some(code) = &j.error_code {
+                m["error"] = json!({"code": code, "message": j.error_message.clone().unwrap_or_default()});
+            }
+            m
+        })
+        .collect();
+    let error = match (&row.error_code, &row.error_message) {
+        (Some(c), m) => json!({"code": c, "message": m.clone().unwrap_or_default()}),
+        _ => Value::Null,
+    };
+    json!({
+        "id": row.id,
+        "status": overall_status(row, jobs),
+        "statistics": if row.pooled { "pooled" } else { "each" },
+        "progress": progress,
+        "counts": {
+            "queued": count(JobStatus::Queued), "running": count(JobStatus::Running),
+            "succeeded": count(JobStatus::Succeeded), "failed": count(JobStatus::Failed), "canceled": count(JobStatus::Canceled),
+        },
+        "system_ready": row.system_key.is_some(),
+        "params": serde_json::from_str::<Value>(&row.params).unwrap_or(Value::Null),
+        "created_at": rfc3339(row.created_at),
+        "error": error,
+        "jobs": members,
+        "links": {"self": base.clone(), "system": format!("{base}/system")},
+    })
+}
+
+async fn owned_batch(ctx: &ApiContext, caller: &Caller, id: &str) -> ApiResult<BatchRow> {
+    if uuid::Uuid::parse_str(id).is_err() {
+        return Err(Error::not_found());
+    }
+    match ctx.runner.store.get_batch(id).await? {
+        Some(b) if b.owner == caller.owner => Ok(b),
+        _ => Err(Error::not_found()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// GET, list, DELETE
+
+pub async fn get(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): UrlPath<String>) -> ApiResult<Response> {
+    let row = owned_batch(&ctx, &caller, &id).await?;
+    let jobs = ctx.runner.store.batch_jobs(&row.id).await?;
+    Ok(Json(batch_document(&row, &jobs, None)).into_response())
+}
+
+pub async fn list(State(ctx): State<ApiContext>, caller: Caller, RawQuery(query): RawQuery) -> ApiResult<Response> {
+    let (mut limit, mut after) = (50u32, None);
+    let bad = |m: String| Error::bad_request("invalid_query", m);
+    for (k, v) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
+        match k.as_ref() {
+            "limit" => {
+                limit = v.parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(|| bad(format!("limit must be an integer from 1 to 1000, not {v:?}")))?
+            }
+            "after" => {
+                uuid::Uuid::parse_str(&v).map_err(|_| bad(format!("after must be a batch id, not {v:?}")))?;
+                after = Some(v.into_owned());
+            }
+            other => return Err(bad(format!("unknown query parameter {other:?} (limit, after)"))),
+        }
+    }
+    let rows = ctx.runner.store.list_batches(&caller.owner, limit, after.as_deref()).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let jobs = ctx.runner.store.batch_jobs(&row.id).await?;
+        out.push(batch_document(row, &jobs, None));
+    }
+    let next = (rows.len() == limit as usize).then(|| rows.last().map(|r| format!("/v1/batches?limit={limit}&after={}", r.id))).flatten();
+    Ok(Json(json!({"batches": out, "next": next})).into_response())
+}
+
+/// Cancels the batch's running and queued jobs and removes the batch, its jobs and every file they
+/// and the batch stored.
+pub async fn delete(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): UrlPath<String>) -> ApiResult<Response> {
+    let row = owned_batch(&ctx, &caller, &id).await?;
+    // The row first: a member whose statistics end meanwhile then finds no batch to compute a system
+    // for, and a system stored meanwhile is removed by whoever stored it (`jobs::batch`).
+    ctx.runner.store.delete_batch(&row.id).await?;
+    for job in ctx.runner.store.batch_jobs(&row.id).await? {
+        if !job.status.is_finished() && ctx.runner.store.cancel(&job.id).await? {
+            ctx.runner.cancel(&job.id);
+        }
+        ctx.runner.store.delete(&job.id).await?;
+        job_api::purge_files(&ctx, &job).await;
+    }
+    ctx.runner.job_may_have_ended();
+    if let Err(e) = ctx.runner.storage.delete_prefix(&batch::storage_prefix(&row.id)).await {
+        tracing::warn!(batch = %row.id, "cannot delete the batch's files: {e}");
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// The job document with its batch, for `/v1/jobs` (see `jobs::job_document`).
+pub fn member_of(job: &Job) -> Value {
+    match &job.batch {
+        Some(b) => json!({"id": b.batch_id, "position": b.position, "link": format!("/v1/batches/{}", b.batch_id)}),
+        None => Value::Null,
+    }
+}
