@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use super::notify::Event;
 use super::testing::{each_store, FreshPostgres};
-use super::{Dialect, Inserted, JobStore, Lease};
+use super::{Dialect, Inserted, JobStore, Lease, NewBatch};
+use crate::jobs::model::BatchPhase;
 use crate::jobs::{JobStatus, NewJob};
 
 fn lease(owner: &str, secs: u64) -> Lease {
@@ -217,6 +218,62 @@ async fn unsynced_results_are_listed_until_synced_and_lost_ones_are_queued_again
         assert!(s.unsynced_results("a").await.unwrap().is_empty());
         // Only succeeded jobs are taken back.
         assert!(!s.requeue_lost("resident").await.unwrap(), "a failed job is not requeued");
+    })
+    .await;
+}
+
+/// A pooled batch's members: inserted together, claimed for their statistics in the batch's order,
+/// not claimable between their two runs until the batch has its system, then claimed again; a lost
+/// member is found as breaking its batch, and failing the batch fails the members left.
+#[tokio::test]
+async fn pooled_members_wait_for_their_batch_system() {
+    each_store(|s| async move {
+        let lease = Lease { owner: "a".into(), duration: Duration::from_secs(60) };
+        let batch = NewBatch { id: uuid::Uuid::now_v7().to_string(), owner: "alice".into(), pooled: true, params: "{}".into() };
+        let members: Vec<NewJob> = (0..3).map(|_| NewJob::for_test(&uuid::Uuid::now_v7().to_string())).collect();
+        let row = s.insert_batch(&batch, &members).await.unwrap();
+        assert_eq!((row.inputs, row.pooled, row.system_key.clone()), (3, true, None));
+        let jobs = s.batch_jobs(&batch.id).await.unwrap();
+        assert_eq!(jobs.iter().map(|j| j.id.clone()).collect::<Vec<_>>(), members.iter().map(|m| m.id.clone()).collect::<Vec<_>>());
+        // Statistics runs, in order.
+        for (i, m) in members.iter().enumerate() {
+            let j = s.claim(&lease).await.unwrap().expect("a statistics run");
+            assert_eq!(j.id, m.id);
+            let b = j.batch.clone().unwrap();
+            assert_eq!((b.position, b.phase), (i as i64, Some(BatchPhase::Statistics)));
+            assert!(s.statistics_done(&j.id, "a").await.unwrap());
+            assert!(!s.statistics_done(&j.id, "a").await.unwrap(), "once");
+        }
+        // All waiting for the system: nothing to claim, and the batch awaits its system.
+        assert!(s.claim(&lease).await.unwrap().is_none());
+        let awaiting = s.batches_awaiting_system().await.unwrap();
+        assert_eq!(awaiting.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), [batch.id.as_str()]);
+        assert!(s.set_batch_system(&batch.id, "batches/x/system").await.unwrap());
+        assert!(!s.set_batch_system(&batch.id, "batches/x/other").await.unwrap(), "the first system stays");
+        assert!(s.batches_awaiting_system().await.unwrap().is_empty());
+        for m in &members {
+            let j = s.claim(&lease).await.unwrap().expect("a projection run");
+            assert_eq!((j.id.as_str(), j.batch.unwrap().phase), (m.id.as_str(), Some(BatchPhase::Project)));
+        }
+
+        // A second batch loses a member before its system: it is found broken, and failing it fails
+        // the members left.
+        let batch2 = NewBatch { id: uuid::Uuid::now_v7().to_string(), owner: "alice".into(), pooled: true, params: "{}".into() };
+        let members2: Vec<NewJob> = (0..2).map(|_| NewJob::for_test(&uuid::Uuid::now_v7().to_string())).collect();
+        s.insert_batch(&batch2, &members2).await.unwrap();
+        assert!(s.cancel(&members2[1].id).await.unwrap());
+        let broken = s.broken_batches().await.unwrap();
+        assert_eq!(broken.len(), 1);
+        assert_eq!((broken[0].0.id.as_str(), broken[0].1, broken[0].2.as_str()), (batch2.id.as_str(), 1, "canceled"));
+        assert_eq!(s.fail_batch(&batch2.id, "batch_failed", "input 1 was canceled").await.unwrap(), vec![members2[0].id.clone()]);
+        assert!(s.broken_batches().await.unwrap().is_empty());
+        let j = s.get(&members2[0].id).await.unwrap().unwrap();
+        assert_eq!((j.status, j.error_code.as_deref()), (JobStatus::Failed, Some("batch_failed")));
+        assert_eq!(s.get_batch(&batch2.id).await.unwrap().unwrap().error_code.as_deref(), Some("batch_failed"));
+        assert_eq!(s.list_batches("alice", 10, None).await.unwrap().len(), 2);
+        assert!(s.list_batches("bob", 10, None).await.unwrap().is_empty());
+        assert!(s.delete_batch(&batch2.id).await.unwrap());
+        assert!(s.get_batch(&batch2.id).await.unwrap().is_none());
     })
     .await;
 }
