@@ -1,0 +1,148 @@
+//! Pooled statistics (`/v1/batches` with `"statistics": "pooled"`) on the GPU: each cube's statistics
+//! pass on a device, the moments merged in order, one eigen system; against the CPU backend's and
+//! an independent float64 reference; and a pooled batch through the service on the CUDA backend.
+//! Every test needs a CUDA device: ignored elsewhere, run on the GPU host with `--include-ignored`.
+
+/// The GPU suites' helpers (`common::gpu`).
+mod common;
+
+use common::gpu::*;
+use hypermnf::backend::cpu::CpuBackend;
+use hypermnf::backend::Backend;
+use hypermnf::cube::Cube;
+use hypermnf::mnf::stats::Statistics;
+use hypermnf::mnf::{pooled, MnfParams, Monitor, NoiseEstimator};
+use rand::SeedableRng;
+
+fn member_stats(backend: &dyn Backend, cube: &Cube, params: &MnfParams) -> Statistics {
+    let monitor = Monitor::silent();
+    let mut prepared = backend.prepare(cube, &monitor).expect("prepare");
+    pooled::statistics_on(cube, params, prepared.as_mut(), &monitor).expect("statistics")
+}
+
+/// Naive float64 moments of the pooled pixels and of each cube's own residuals (shift difference:
+/// x(l, s) − x(l + 1, s + 1), never across two cubes): (data mean, data covariance, noise covariance).
+fn reference(cubes: &[Cube]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let b = cubes[0].bands();
+    let (mut pixels, mut residuals) = (Vec::new(), Vec::new());
+    for cube in cubes {
+        let (l, s) = (cube.lines(), cube.samples());
+        let x = cube.to_f64();
+        let at = |li: usize, si: usize| &x[(li * s + si) * b..(li * s + si + 1) * b];
+        for li in 0..l {
+            for si in 0..s {
+                pixels.push(at(li, si).to_vec());
+                if li + 1 < l && si + 1 < s {
+                    residuals.push(at(li, si).iter().zip(at(li + 1, si + 1)).map(|(p, q)| p - q).collect::<Vec<f64>>());
+                }
+            }
+        }
+    }
+    let cov = |rows: &[Vec<f64>]| {
+        let n = rows.len() as f64;
+        let mean: Vec<f64> = (0..b).map(|j| rows.iter().map(|r| r[j]).sum::<f64>() / n).collect();
+        let mut c = vec![0.0; b * b];
+        for r in rows {
+            for i in 0..b {
+                for j in 0..b {
+                    c[i * b + j] += (r[i] - mean[i]) * (r[j] - mean[j]);
+                }
+            }
+        }
+        (mean, c.into_iter().map(|v| v / (n - 1.0)).collect::<Vec<f64>>())
+    };
+    let (mean, cd) = cov(&pixels);
+    let (_, cn) = cov(&residuals);
+    (mean, cd, cn)
+}
+
+/// Three random cubes of different shapes and types, pooled on each CUDA route: the pooled moments
+/// within the usual GPU tolerance (1e-5, float32 products on the device) of the CPU backend's pooled
+/// moments and of the naive float64 reference, and the CPU backend's within 1e-9 of the reference;
+/// the pooled eigenvalues of both backends close; and the merge itself exact: pooling the GPU's
+/// per-cube moments in the same order again gives the same bits.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn pooled_statistics_on_the_gpu_match_the_cpu_and_a_float64_reference() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let cubes = vec![
+        synthetic_cube(&mut rng, 61, 47, 24),
+        synthetic_cube(&mut rng, 38, 47, 24),
+        synthetic_cube(&mut rng, 90, 33, 24),
+    ];
+    let params = MnfParams { noise: NoiseEstimator::ShiftDifference, components: Some(6), ..MnfParams::default() };
+    let (ref_mean, ref_cd, ref_cn) = reference(&cubes);
+    let cpu_parts: Vec<Statistics> = cubes.iter().map(|c| member_stats(&CpuBackend, c, &params)).collect();
+    let cpu = pooled::pool(&cpu_parts).unwrap();
+    let e_cpu = rel_fro(&cpu.data.covariance().unwrap(), &ref_cd).max(rel_fro(&cpu.noise.covariance().unwrap(), &ref_cn));
+    eprintln!("CPU pooled covariances vs float64 reference: rel. error {e_cpu:.2e}");
+    assert!(e_cpu <= 1e-9, "CPU pooled vs reference {e_cpu:.3e}");
+    let cpu_system = pooled::system_of(24, None, &cpu, &params).unwrap();
+    for route in ROUTES {
+        let g = gpu(route);
+        let parts: Vec<Statistics> = cubes.iter().map(|c| member_stats(&g, c, &params)).collect();
+        let pooled_gpu = pooled::pool(&parts).unwrap();
+        assert_eq!(pooled::pool(&parts).unwrap(), pooled_gpu, "{route:?}: the merge is deterministic");
+        assert_stats_match(&format!("{route:?} pooled vs CPU pooled"), &pooled_gpu, &cpu);
+        let e_data = rel_fro(&pooled_gpu.data.covariance().unwrap(), &ref_cd);
+        let e_noise = rel_fro(&pooled_gpu.noise.covariance().unwrap(), &ref_cn);
+        let e_mean = rel_fro(&pooled_gpu.data.mean, &ref_mean);
+        eprintln!("{route:?}: pooled vs float64 reference: data cov {e_data:.2e}, noise cov {e_noise:.2e}, mean {e_mean:.2e}");
+        assert!(e_data <= 1e-5 && e_noise <= 1e-5 && e_mean <= 1e-7, "{route:?}");
+        let system = pooled::system_of(24, None, &pooled_gpu, &params).unwrap();
+        assert_eq!(system.bands_used, cpu_system.bands_used);
+        let e_eig = rel_fro(&system.eigenvalues, &cpu_system.eigenvalues);
+        eprintln!("{route:?}: pooled eigenvalues vs CPU: rel. error {e_eig:.2e}");
+        assert!(e_eig <= 1e-4, "{route:?}: eigenvalues {e_eig:.3e}");
+    }
+}
+
+/// A pooled batch through the service on the CUDA backend: its members' statistics and projections
+/// run on the device, and the pooled eigenvalues are those of the CPU backend's pooled system.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a CUDA device"]
+async fn a_pooled_batch_runs_on_the_device_through_the_service() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let cubes: Vec<Cube> = (0..3).map(|i| synthetic_cube(&mut rng, 70 + 10 * i, 64, 32)).collect();
+    let root = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut inputs = Vec::new();
+    for (i, c) in cubes.iter().enumerate() {
+        let p = root.path().join(format!("c{i}.npy"));
+        std::fs::write(&p, common::npy_bytes(c)).unwrap();
+        inputs.push(serde_json::json!({"href": format!("file://{}", p.canonicalize().unwrap().display())}));
+    }
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(data.path());
+    args.input_roots = vec![root.path().canonicalize().unwrap()];
+    args.backend = hypermnf::mnf::BackendChoice::Cuda;
+    args.workers = 2;
+    let srv = common::TestServer::start_on_given_backend(args).await;
+    let body = serde_json::json!({"inputs": inputs, "statistics": "pooled", "params": {"components": 5, "backend": "cuda"}});
+    let r = srv.client.post(srv.url("/v1/batches")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::CREATED);
+    let b: serde_json::Value = r.json().await.unwrap();
+    let id = b["id"].as_str().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let done = loop {
+        let (_, b) = srv.get_json(&format!("/v1/batches/{id}")).await;
+        if matches!(b["status"].as_str(), Some("succeeded" | "failed" | "canceled")) {
+            break b;
+        }
+        assert!(std::time::Instant::now() < deadline, "{b}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let params = MnfParams { components: Some(5), ..MnfParams::default() };
+    let cpu_parts: Vec<Statistics> = cubes.iter().map(|c| member_stats(&CpuBackend, c, &params)).collect();
+    let cpu_system = pooled::system_of(32, None, &pooled::pool(&cpu_parts).unwrap(), &params).unwrap();
+    for job in done["jobs"].as_array().unwrap() {
+        let (_, m) = srv.get_json(&format!("/v1/jobs/{}/metadata", job["id"].as_str().unwrap())).await;
+        assert_eq!(m["backend"], "cuda", "{m}");
+        assert_eq!(m["statistics"]["source"], "pooled");
+        let eig: Vec<f64> = m["eigenvalues"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let e = rel_fro(&eig, &cpu_system.eigenvalues);
+        eprintln!("service on the device: pooled eigenvalues vs CPU rel. error {e:.2e}");
+        assert!(e <= 1e-4, "{e:.3e}");
+    }
+    srv.stop().await;
+}
