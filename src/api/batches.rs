@@ -44,7 +44,6 @@ struct BatchInput {
 
 /// One input, checked and decoded as far as the job needs before it runs.
 struct Prepared {
-    href: String,
     kind: InputKind,
     location: String,
     input: InputSummary,
@@ -69,13 +68,26 @@ pub async fn create(State(ctx): State<ApiContext>, caller: Caller, RawQuery(quer
         Some("pooled") => true,
         Some(other) => return Err(Error::unprocessable("invalid_params", format!("statistics must be \"pooled\" or \"each\", not {other:?}"))),
     };
-    if request.inputs.is_empty() || request.inputs.len() > MAX_INPUTS {
-        return Err(Error::unprocessable("invalid_params", format!("a batch holds 1 to {MAX_INPUTS} inputs, not {}", request.inputs.len())));
-    }
     let params = params::from_json(request.params)?;
-    let mut prepared = Vec::with_capacity(request.inputs.len());
-    for (i, input) in request.inputs.into_iter().enumerate() {
-        let p = prepare(&ctx, input.href, &params).await.map_err(|e| e.prefixed(&format!("input {i}: ")))?;
+    let hrefs: Vec<String> = request.inputs.into_iter().map(|i| i.href).collect();
+    let (row, jobs) = create_batch(&ctx, &caller, &hrefs, pooled, params).await?;
+    let mut r = (StatusCode::CREATED, Json(batch_document(&row, &jobs, Some(&hrefs)))).into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/batches/{}", row.id)) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(r)
+}
+
+/// Creates a batch of the cubes `hrefs` (each checked as `POST /v1/jobs` checks an href; a refusal
+/// names its input's index, and creates nothing): its row and member jobs, in the inputs' order.
+/// Shared by `/v1/batches` and the OGC API's execution of several cubes.
+pub async fn create_batch(ctx: &ApiContext, caller: &Caller, hrefs: &[String], pooled: bool, params: MnfParams) -> ApiResult<(BatchRow, Vec<Job>)> {
+    if hrefs.is_empty() || hrefs.len() > MAX_INPUTS {
+        return Err(Error::unprocessable("invalid_params", format!("a batch holds 1 to {MAX_INPUTS} inputs, not {}", hrefs.len())));
+    }
+    let mut prepared = Vec::with_capacity(hrefs.len());
+    for (i, href) in hrefs.iter().enumerate() {
+        let p = prepare(ctx, href, &params).await.map_err(|e| e.prefixed(&format!("input {i}: ")))?;
         prepared.push(p);
     }
     if pooled {
@@ -106,22 +118,17 @@ pub async fn create(State(ctx): State<ApiContext>, caller: Caller, RawQuery(quer
     ctx.runner.notify();
     tracing::info!(batch = %id, inputs = members.len(), pooled, "batch created");
     let jobs = ctx.runner.store.batch_jobs(&id).await?;
-    let hrefs: Vec<String> = prepared.into_iter().map(|p| p.href).collect();
-    let mut r = (StatusCode::CREATED, Json(batch_document(&row, &jobs, Some(&hrefs)))).into_response();
-    if let Ok(v) = HeaderValue::from_str(&format!("/v1/batches/{id}")) {
-        r.headers_mut().insert(header::LOCATION, v);
-    }
-    Ok(r)
+    Ok((row, jobs))
 }
 
 /// Checks one input as `POST /v1/jobs` checks an href, without digesting its samples (a member's
 /// digest is taken from what its run reads).
-async fn prepare(ctx: &ApiContext, href: String, params: &MnfParams) -> ApiResult<Prepared> {
-    let path = job_api::resolve_href(&href, &ctx.input_roots)?;
+async fn prepare(ctx: &ApiContext, href: &str, params: &MnfParams) -> ApiResult<Prepared> {
+    let path = job_api::resolve_href(href, &ctx.input_roots)?;
     job_api::precheck_file(&path, ctx.config.max_upload_bytes)?;
     let location = path.to_str().ok_or_else(|| Error::bad_request("invalid_href", "the path is not UTF-8"))?.to_string();
     let (cube, _) = job_api::decode_and_validate(ctx, InputKind::Href, location.clone(), params.clone()).await?;
-    Ok(Prepared { href, kind: InputKind::Href, location, input: job_api::input_summary(&cube), cube })
+    Ok(Prepared { kind: InputKind::Href, location, input: job_api::input_summary(&cube), cube })
 }
 
 /// A pooled batch needs cubes of the same bands: the same count, and the same wavelengths where the
@@ -186,7 +193,7 @@ fn member_progress(j: &Job) -> f64 {
     }
 }
 
-fn batch_document(row: &BatchRow, jobs: &[Job], hrefs: Option<&[String]>) -> Value {
+pub fn batch_document(row: &BatchRow, jobs: &[Job], hrefs: Option<&[String]>) -> Value {
     let base = format!("/v1/batches/{}", row.id);
     let progress = if jobs.is_empty() { 0.0 } else { jobs.iter().map(member_progress).sum::<f64>() / jobs.len() as f64 };
     let count = |s: JobStatus| jobs.iter().filter(|j| j.status == s).count();
@@ -232,7 +239,7 @@ fn batch_document(row: &BatchRow, jobs: &[Job], hrefs: Option<&[String]>) -> Val
     })
 }
 
-async fn owned_batch(ctx: &ApiContext, caller: &Caller, id: &str) -> ApiResult<BatchRow> {
+pub async fn owned_batch(ctx: &ApiContext, caller: &Caller, id: &str) -> ApiResult<BatchRow> {
     if uuid::Uuid::parse_str(id).is_err() {
         return Err(Error::not_found());
     }
