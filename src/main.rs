@@ -38,6 +38,8 @@ enum BenchCommand {
     Hashtable(hypermnf::bench::hashtable::Args),
     /// The HTTP service over loopback.
     Service(hypermnf::bench::service::Args),
+    /// A campaign of cubes through the service: uploads against one batch by reference, each and pooled.
+    Batch(hypermnf::bench::batch::Args),
     /// A flight-line-shaped ENVI file (598 × N × 425) through the CLI, the pipeline and the service, against its floors.
     Flightline(hypermnf::bench::flightline::Args),
     /// A ~1 GB cube read through GDAL (GeoTIFF, EMIT NetCDF) against its ENVI twin (feature `gdal`).
@@ -110,6 +112,7 @@ fn main() -> ExitCode {
             BenchCommand::Gpu(a) => hypermnf::bench::gpu::run(&a),
             BenchCommand::Hashtable(a) => hypermnf::bench::hashtable::run(&a),
             BenchCommand::Service(a) => hypermnf::bench::service::run(&a),
+            BenchCommand::Batch(a) => hypermnf::bench::batch::run(&a),
             BenchCommand::Flightline(a) => hypermnf::bench::flightline::run(&a),
             #[cfg(feature = "gdal")]
             BenchCommand::Formats(a) => hypermnf::bench::formats::run(&a),

@@ -1,4 +1,5 @@
 //! Benchmark programs (`hypermnf bench ...`): numbers for BENCHMARKS.md, never timed tests.
+pub mod batch;
 pub mod cpu;
 pub mod flightline;
 #[cfg(feature = "gdal")]
