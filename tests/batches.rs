@@ -68,6 +68,23 @@ fn put(dir: &Path, name: &str, cube: &Cube) -> String {
     href(&p)
 }
 
+/// Writes `cube` (int16, BIP) as an ENVI pair `<dir>/<name>.{hdr,img}` with wavelengths `first`,
+/// `first + 10`, ... nm, and returns the header's href.
+fn put_envi(dir: &Path, name: &str, cube: &Cube, first: f64) -> String {
+    let wl: Vec<String> = (0..cube.bands()).map(|b| format!("{:.2}", first + 10.0 * b as f64)).collect();
+    let hdr = format!(
+        "ENVI\nsamples = {}\nlines = {}\nbands = {}\nheader offset = 0\ndata type = 2\ninterleave = bip\nbyte order = 0\nwavelength units = Nanometers\nwavelength = {{{}}}\n",
+        cube.samples(),
+        cube.lines(),
+        cube.bands(),
+        wl.join(", ")
+    );
+    std::fs::write(dir.join(format!("{name}.hdr")), hdr).unwrap();
+    let le: Vec<u8> = cube.to_f64().iter().flat_map(|v| (*v as i16).to_le_bytes()).collect();
+    std::fs::write(dir.join(format!("{name}.img")), le).unwrap();
+    href(&dir.join(format!("{name}.hdr")))
+}
+
 async fn server(root: &Path, data: &Path) -> TestServer {
     let mut args = hypermnf::config::ServeArgs::with_data_dir(data);
     args.input_roots = vec![root.canonicalize().unwrap()];
@@ -235,7 +252,9 @@ async fn bad_batches_are_refused_and_leave_nothing() {
     let a = put(root.path(), "a", &synthetic_cube(20, 20, 8, 1));
     let other_bands = put(root.path(), "b", &synthetic_cube(20, 20, 9, 2));
     let out = put(outside.path(), "o", &synthetic_cube(20, 20, 8, 3));
+    let (wl_a, wl_b) = (put_envi(root.path(), "wa", &synthetic_cube(20, 20, 8, 4), 400.0), put_envi(root.path(), "wb", &synthetic_cube(20, 20, 8, 5), 405.0));
     let cases = [
+        ("wavelengths differ", json!({"inputs": [{"href": wl_a}, {"href": wl_b}], "statistics": "pooled"}), StatusCode::UNPROCESSABLE_ENTITY, "batch_mismatch"),
         ("band counts differ", json!({"inputs": [{"href": a}, {"href": other_bands}], "statistics": "pooled"}), StatusCode::UNPROCESSABLE_ENTITY, "batch_mismatch"),
         ("no inputs", json!({"inputs": [], "statistics": "pooled"}), StatusCode::UNPROCESSABLE_ENTITY, "invalid_params"),
         ("unknown statistics", json!({"inputs": [{"href": a}], "statistics": "mean"}), StatusCode::UNPROCESSABLE_ENTITY, "invalid_params"),
@@ -255,6 +274,11 @@ async fn bad_batches_are_refused_and_leave_nothing() {
     assert_eq!(batches["batches"].as_array().unwrap().len(), 0);
     let (_, jobs) = srv.get_json("/v1/jobs").await;
     assert_eq!(jobs["jobs"].as_array().unwrap().len(), 0, "{jobs}");
+    // The same wavelengths (and a .npy, which has none) pool.
+    let wl_c = put_envi(root.path(), "wc", &synthetic_cube(20, 20, 8, 6), 400.0);
+    let (s, b) = srv.post_batch(&json!({"inputs": [{"href": wl_a}, {"href": wl_c}, {"href": a}], "statistics": "pooled"})).await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    assert_eq!(srv.wait_batch(b["id"].as_str().unwrap()).await["status"], "succeeded");
     srv.stop().await;
 }
 

@@ -3,8 +3,6 @@
 //! system is computed from all of them and every cube is projected with it (`jobs::batch`), with
 //! `"each"` the jobs are independent.
 
-use std::sync::Arc;
-
 use axum::extract::{Path as UrlPath, RawQuery, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -16,7 +14,6 @@ use super::auth::Caller;
 use super::error::{ApiResult, Error};
 use super::jobs as job_api;
 use super::{params, ApiContext};
-use crate::cube::Cube;
 use crate::jobs::batch;
 use crate::jobs::model::{rfc3339, BatchPhase};
 use crate::jobs::store::{BatchRow, NewBatch};
@@ -47,7 +44,8 @@ struct Prepared {
     kind: InputKind,
     location: String,
     input: InputSummary,
-    cube: Arc<Cube>,
+    /// The header's wavelengths, if it gives them (a pooled batch's cubes must agree).
+    wavelength: Option<Vec<f64>>,
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -128,21 +126,21 @@ async fn prepare(ctx: &ApiContext, href: &str, params: &MnfParams) -> ApiResult<
     job_api::precheck_file(&path, ctx.config.max_upload_bytes)?;
     let location = path.to_str().ok_or_else(|| Error::bad_request("invalid_href", "the path is not UTF-8"))?.to_string();
     let (cube, _) = job_api::decode_and_validate(ctx, InputKind::Href, location.clone(), params.clone()).await?;
-    Ok(Prepared { kind: InputKind::Href, location, input: job_api::input_summary(&cube), cube })
+    Ok(Prepared { kind: InputKind::Href, location, input: job_api::input_summary(&cube), wavelength: cube.meta.wavelength.clone() })
 }
 
 /// A pooled batch needs cubes of the same bands: the same count, and the same wavelengths where the
 /// headers give them (to a millionth of the value: headers print them with varying digits).
 fn check_same_bands(inputs: &[Prepared]) -> ApiResult<()> {
-    let first = &inputs[0].cube;
+    let first = &inputs[0];
     for (i, p) in inputs.iter().enumerate().skip(1) {
-        if p.cube.bands() != first.bands() {
+        if p.input.bands != first.input.bands {
             return Err(Error::unprocessable(
                 "batch_mismatch",
-                format!("input {i} has {} bands and input 0 has {}: pooled statistics need cubes of the same bands", p.cube.bands(), first.bands()),
+                format!("input {i} has {} bands and input 0 has {}: pooled statistics need cubes of the same bands", p.input.bands, first.input.bands),
             ));
         }
-        if let (Some(a), Some(b)) = (&first.meta.wavelength, &p.cube.meta.wavelength) {
+        if let (Some(a), Some(b)) = (&first.wavelength, &p.wavelength) {
             if let Some(band) = a.iter().zip(b).position(|(x, y)| (x - y).abs() > 1e-6 * x.abs().max(y.abs()).max(1.0)) {
                 return Err(Error::unprocessable(
                     "batch_mismatch",
