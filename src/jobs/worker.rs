@@ -275,6 +275,9 @@ impl Runner {
             }
             match claimed {
                 Ok(Some(run)) => {
+                    // There may be more: another idle worker looks too (a batch queues many jobs at
+                    // once, a pooled system makes many claimable, and one wake-up reaches one worker).
+                    self.wake.notify_one();
                     let (id, flag) = (run.job().id.clone(), run.cancel_flag());
                     tracing::info!(worker = n, job = %id, attempt = run.job().attempts, "job started");
                     self.track(&id, flag.clone());
@@ -286,8 +289,8 @@ impl Runner {
                     drop(slot);
                     // One worker per instance also finishes pooled batches another instance left
                     // without their system (killed between a member's statistics and the system).
-                    if n == 0 {
-                        super::batch::compute_ready_systems(&services, None).await;
+                    if n == 0 && super::batch::compute_ready_systems(&services, None).await {
+                        continue; // its members can be claimed now
                     }
                     let _ = tokio::time::timeout(IDLE_POLL, self.wake.notified()).await;
                 }

@@ -108,16 +108,18 @@ fn member_statistics(
 /// (only `batch` when given): after a member's statistics run, and from the idle workers' sweep (an
 /// instance killed between a member's last statistics and the system leaves it to the others). Two
 /// instances may compute the same system at once: it is the same, bit for bit (the members' moments
-/// are merged in the batch's order), and the first recorded wins.
-pub async fn compute_ready_systems(s: &JobServices, batch: Option<&str>) {
+/// are merged in the batch's order), and the first recorded wins. Whether a system was recorded (its
+/// members can be claimed).
+pub async fn compute_ready_systems(s: &JobServices, batch: Option<&str>) -> bool {
     fail_broken_batches(s).await;
     let ready = match s.store.batches_awaiting_system().await {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!("cannot look for batches awaiting their system: {e}");
-            return;
+            return false;
         }
     };
+    let mut recorded = false;
     for b in ready.into_iter().filter(|b| batch.is_none_or(|id| id == b.id)) {
         match pooled_system(s, &b).await {
             Ok(bytes) => {
@@ -127,7 +129,10 @@ pub async fn compute_ready_systems(s: &JobServices, batch: Option<&str>) {
                     continue;
                 }
                 match s.store.set_batch_system(&b.id, &key).await {
-                    Ok(true) => tracing::info!(batch = %b.id, "pooled system stored; its members are projected"),
+                    Ok(true) => {
+                        tracing::info!(batch = %b.id, "pooled system stored; its members are projected");
+                        recorded = true;
+                    }
                     Ok(false) => {
                         // Recorded first elsewhere (the same object), or the batch was deleted meanwhile.
                         if matches!(s.store.get_batch(&b.id).await, Ok(None)) {
@@ -147,6 +152,7 @@ pub async fn compute_ready_systems(s: &JobServices, batch: Option<&str>) {
         }
         s.ended.notify_waiters();
     }
+    recorded
 }
 
 /// Fails the pooled batches that lost a member before their system was computed (see
