@@ -11,6 +11,7 @@ pub mod params;
 pub mod pipeline;
 pub mod result;
 pub mod stats;
+pub mod system_file;
 
 pub use params::{BackendChoice, MnfParams, NoiseEstimator, Window};
 pub use pipeline::{run, MnfOutput};

@@ -249,7 +249,7 @@ fn check_finite(data: &Moments, noise: &Moments, used: &[usize]) -> Result<(), M
 }
 
 /// How many components to keep.
-fn choose_k(params: &MnfParams, eigenvalues: &[f64]) -> Result<usize, MnfError> {
+pub(crate) fn choose_k(params: &MnfParams, eigenvalues: &[f64]) -> Result<usize, MnfError> {
     let u = eigenvalues.len();
     if let Some(k) = params.components {
         if k > u {
