@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod ogc;
 pub mod params;
 pub mod preview;
+pub mod systems;
 pub mod tus;
 pub mod upload;
 pub mod web;
@@ -59,7 +60,8 @@ pub fn app(ctx: ApiContext) -> Router {
         .route("/jobs/{id}/metadata", get(jobs::metadata))
         .route("/jobs/{id}/preview", get(preview::preview))
         .route("/info", get(health::info))
-        .merge(tus::routes());
+        .merge(tus::routes())
+        .merge(systems::routes());
     // Results are float samples that hardly compress; JSON does.
     let compress = DefaultPredicate::new()
         .and(NotForContentType::const_new("application/x-npy"))

@@ -101,6 +101,8 @@ pub struct Plan {
     fed: Option<Arc<ResidentCube>>,
     statistics_key: Digest,
     known: Option<(Arc<SystemRecord>, ReuseSource)>,
+    /// The request's `statistics_from` (id, system identity), when it named the system.
+    given: Option<(String, String)>,
 }
 
 /// A finished computation.
@@ -109,6 +111,9 @@ pub struct Computed {
     pub output: MnfOutput,
     /// The eigen system this job computed and its statistics key: stored when the job succeeds.
     pub fresh: Option<(Digest, Arc<SystemRecord>)>,
+    /// The eigen system the job projected with (computed, found in the cache, or given): kept with
+    /// its results (`GET /v1/jobs/{id}/system`).
+    pub used: Arc<SystemRecord>,
 }
 
 impl Plan {
@@ -138,7 +143,30 @@ impl Plan {
             Some(s) => Some((s, ReuseSource::Device)),
             None => rt.block_on(cache.find_system(&statistics_key)).map(|s| (s, ReuseSource::Storage)),
         };
-        Plan { cube, device_key, resident, fed, statistics_key, known }
+        Plan { cube, device_key, resident, fed, statistics_key, known, given: None }
+    }
+
+    /// The plan for a job whose request named its eigen system (`statistics_from`, resolved by
+    /// `jobs::systems`): only the projection runs, with `system`. The statistics level is neither
+    /// asked nor told: the system is not this cube's, and must never be found under its key.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_system(
+        params: &MnfParams,
+        backend: &Arc<dyn Backend>,
+        found: DeviceLookup,
+        cube: Arc<Cube>,
+        system: Arc<SystemRecord>,
+        from: String,
+        identity: String,
+    ) -> Plan {
+        let DeviceLookup { stored, device_key, resident, fed } = found;
+        let content = match stored {
+            Some(c) => c,
+            None => cube.content_digest(),
+        };
+        let statistics_key = keys::statistics_key(&content, params, backend.name());
+        let known = Some((system, ReuseSource::StatisticsFrom));
+        Plan { cube, device_key, resident, fed, statistics_key, known, given: Some((from, identity)) }
     }
 
     /// Whether the statistics passes will be skipped.
@@ -176,11 +204,17 @@ impl Plan {
         if let Some((record, source)) = &self.known {
             output.metadata.statistics = Some(StatisticsReuse {
                 reused: true,
-                from_job: (record.owner == job.owner).then(|| record.job_id.clone()),
+                from_job: (record.owner == job.owner && self.given.is_none()).then(|| record.job_id.clone()),
                 source: *source,
+                from: self.given.as_ref().map(|(id, _)| id.clone()),
+                system_sha256: self.given.as_ref().map(|(_, identity)| identity.clone()),
             });
         }
-        Ok(Computed { cube: self.cube, output, fresh: fresh.map(|r| (self.statistics_key, r)) })
+        let used = match (&fresh, &self.known) {
+            (Some(r), _) | (None, Some((r, _))) => r.clone(),
+            (None, None) => unreachable!("a run without a known system computes one"),
+        };
+        Ok(Computed { cube: self.cube, output, fresh: fresh.map(|r| (self.statistics_key, r)), used })
     }
 
     /// One try: on the resident cube, on a cube prepared for the device level, or on a plain one
@@ -230,7 +264,9 @@ impl Plan {
         if let Ok((_, fresh)) = &result {
             match (fresh, &self.known) {
                 (Some(r), _) => item.keep_system(self.statistics_key, r.clone()),
-                (None, Some((r, _))) => item.keep_system(self.statistics_key, r.clone()),
+                // A given system is not this cube's: never kept under its statistics key.
+                (None, Some((r, source))) if *source != ReuseSource::StatisticsFrom => item.keep_system(self.statistics_key, r.clone()),
+                (None, Some(_)) => {}
                 (None, None) => {}
             }
             if new && !device.keep(key, item.clone()) {

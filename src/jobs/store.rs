@@ -10,6 +10,7 @@
 //! written only by the holder of its lease, so a job succeeds once however often it was claimed.
 
 mod cache_rows;
+mod system_rows;
 pub mod notify;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -17,6 +18,7 @@ pub(crate) mod testing;
 mod tests;
 
 pub use cache_rows::{EigenRow, NewEigenRow};
+pub use system_rows::SystemRow;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

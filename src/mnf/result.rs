@@ -119,11 +119,18 @@ pub struct StatisticsReuse {
     /// Always true: the statistics passes and the eigen decomposition were skipped.
     pub reused: bool,
     /// The job that computed them, when it belongs to the same owner (null otherwise: another
-    /// owner's job id is not disclosed).
+    /// owner's job id is not disclosed). Null with `statistics_from` (see `from`).
     pub from_job: Option<String>,
     /// `device`: the cube and its eigen system were still in GPU memory (nothing was read or
-    /// uploaded); `storage`: the eigen system was read from the data dir.
+    /// uploaded); `storage`: the eigen system was read from the data dir; `statistics_from`: the
+    /// request named the system (`from`).
     pub source: ReuseSource,
+    /// With `statistics_from`: the job or imported system id the request named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// With `statistics_from`: the system's identity (`SystemFile::identity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_sha256: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,6 +138,9 @@ pub struct StatisticsReuse {
 pub enum ReuseSource {
     Device,
     Storage,
+    /// The job's `statistics_from` named the system.
+    #[serde(rename = "statistics_from")]
+    StatisticsFrom,
 }
 
 /// The full eigen system of one cube and noise model: enough to project with any k, or to invert.
