@@ -42,7 +42,7 @@ pub async fn open(args: &crate::config::ServeArgs, default_backend: &dyn Backend
 }
 
 /// Name of the stored eigen system beside a job's results.
-const EIGEN_OBJECT: &str = "eigen-system.bin";
+pub(crate) const EIGEN_OBJECT: &str = "eigen-system.bin";
 
 /// How the cache is set up (from `hypermnf serve`'s options).
 #[derive(Debug, Clone)]

@@ -92,11 +92,22 @@ pub async fn of_job(storage: &Storage, job: &Job) -> Result<SystemFile, ResolveE
     if job.status != JobStatus::Succeeded {
         return Err(ResolveError::NotReady { id: job.id.clone(), status: job.status.as_str() });
     }
-    let (Some(system_key), Some(metadata_key)) = (job.results.get(product::SYSTEM), job.results.get(product::METADATA)) else {
+    let Some(metadata_key) = job.results.get(product::METADATA) else {
         return Err(ResolveError::NoSystem(job.id.clone()));
     };
+    // Jobs of before `product::SYSTEM` still have theirs where they computed one and the statistics
+    // level kept it (the same bytes, beside their results).
+    let system_key = match job.results.get(product::SYSTEM) {
+        Some(key) => key.clone(),
+        None => format!("results/{}/{}", job.id, crate::jobs::cache::EIGEN_OBJECT),
+    };
+    let bytes = match storage.get_bytes(&system_key).await {
+        Ok(b) => b,
+        Err(StorageError::NotFound { .. }) => return Err(ResolveError::NoSystem(job.id.clone())),
+        Err(e) => return Err(e.into()),
+    };
     let unreadable = |m: String| ResolveError::Unreadable { id: job.id.clone(), source: SystemFileError::Invalid(m) };
-    let system = crate::cache::eigen_file::decode(&storage.get_bytes(system_key).await?).map_err(|e| unreadable(e.to_string()))?;
+    let system = crate::cache::eigen_file::decode(&bytes).map_err(|e| unreadable(e.to_string()))?;
     let metadata: Metadata = serde_json::from_slice(&storage.get_bytes(metadata_key).await?).map_err(|e| unreadable(format!("metadata: {e}")))?;
     Ok(SystemFile::of_run(Source::Job(job.id.clone()), &metadata, &system))
 }

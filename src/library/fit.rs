@@ -134,8 +134,11 @@ impl MnfFit {
             return Err(Error::InvalidOptions("give either components or snr, not both".into()));
         }
         let system = file.system.clone();
+        if params.components == Some(0) {
+            return Err(Error::InvalidOptions("components must be at least 1".into()));
+        }
         if let Some(requested) = params.components {
-            if requested == 0 || requested > system.used() {
+            if requested > system.used() {
                 return Err(Error::TooManyComponents { requested, available: system.used() });
             }
         }
