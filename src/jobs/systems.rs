@@ -117,3 +117,62 @@ pub async fn of_imported(storage: &Storage, row: &SystemRow) -> Result<SystemFil
     let bytes = storage.get_bytes(&row.storage_key).await?;
     SystemFile::from_json(&bytes).map_err(|source| ResolveError::Unreadable { id: row.id.clone(), source })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::backend::cpu::CpuBackend;
+    use crate::jobs::store::Lease;
+    use crate::jobs::NewJob;
+    use crate::mnf::{MnfParams, Monitor};
+
+    /// A succeeded job of alice's whose results hold `products` (name → bytes), as a worker leaves them.
+    async fn succeeded(store: &JobStore, storage: &Storage, products: &[(&str, Vec<u8>)]) -> String {
+        let id = uuid::Uuid::now_v7().to_string();
+        store.insert(NewJob::for_test(&id)).await.unwrap();
+        let lease = Lease { owner: "worker".into(), duration: Duration::from_secs(30) };
+        assert_eq!(store.claim(&lease).await.unwrap().map(|j| j.id), Some(id.clone()));
+        let mut results = BTreeMap::new();
+        for (name, bytes) in products {
+            let key = format!("results/{id}/{name}");
+            storage.put_bytes(&key, bytes.clone().into()).await.unwrap();
+            results.insert(name.to_string(), key);
+        }
+        assert!(store.succeed(&id, "worker", &results, false).await.unwrap());
+        id
+    }
+
+    /// Old jobs (no `product::SYSTEM`) are served from the statistics level's copy beside their results
+    /// when there is one, else `no_system`; ids of other owners, queued jobs and non-ids are refused.
+    #[tokio::test]
+    async fn job_ids_resolve_for_their_owner_only_and_old_jobs_from_the_cache_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = JobStore::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
+        let storage = Storage::local(dir.path().join("objects")).unwrap();
+        let cube = crate::cube::synthetic::generate(&crate::cube::synthetic::SyntheticSpec::small(20, 20, 8));
+        let params = MnfParams { components: Some(3), ..MnfParams::default() };
+        let system = crate::mnf::pipeline::analyse(&cube, &params, &CpuBackend::new(), &Monitor::silent()).unwrap();
+        let out = crate::mnf::pipeline::apply(&cube, &params, &system, &CpuBackend::new(), &Monitor::silent()).unwrap();
+        let metadata = serde_json::to_vec(&out.metadata).unwrap();
+        let encoded = crate::cache::eigen_file::encode(&system);
+
+        let new = succeeded(&store, &storage, &[(product::METADATA, metadata.clone()), (product::SYSTEM, encoded.clone())]).await;
+        let found = resolve(&store, &storage, "alice", &new).await.unwrap();
+        assert_eq!((found.kind, &found.file.system, found.file.input.bands), (SystemKind::Job, &system, 8));
+        assert_eq!(found.identity, found.file.identity());
+
+        let old = succeeded(&store, &storage, &[(product::METADATA, metadata.clone()), (crate::jobs::cache::EIGEN_OBJECT, encoded)]).await;
+        assert_eq!(resolve(&store, &storage, "alice", &old).await.unwrap().file.system, system);
+        let older = succeeded(&store, &storage, &[(product::METADATA, metadata)]).await;
+        assert_eq!(resolve(&store, &storage, "alice", &older).await.unwrap_err().code(), "no_system");
+
+        assert_eq!(resolve(&store, &storage, "bob", &new).await.unwrap_err().code(), "system_not_found");
+        assert_eq!(resolve(&store, &storage, "alice", "../etc").await.unwrap_err().code(), "system_not_found");
+        let queued = uuid::Uuid::now_v7().to_string();
+        store.insert(NewJob::for_test(&queued)).await.unwrap();
+        assert_eq!(resolve(&store, &storage, "alice", &queued).await.unwrap_err().code(), "system_not_ready");
+    }
+}

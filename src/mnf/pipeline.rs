@@ -44,8 +44,10 @@ pub fn analyse(cube: &Cube, params: &MnfParams, backend: &dyn Backend, monitor: 
     analyse_on(cube, params, prepared.as_mut(), monitor, &mut BTreeMap::new())
 }
 
-/// Projects (and inverts, if asked) with an eigen system computed earlier for the same cube and noise
-/// model: only `components`, `snr` and `inverse` of `params` matter here.
+/// Projects (and inverts, if asked) with an eigen system computed earlier: for the same cube and noise
+/// model, or for another cube of the same bands (a system file, `mnf::system_file`). Only
+/// `components`, `snr` and `inverse` of `params` matter here, and the per-pixel no-data checks
+/// (`bad_bands`, `ignore_value`).
 pub fn apply(
     cube: &Cube,
     params: &MnfParams,
