@@ -135,11 +135,10 @@ pub struct SystemFile {
     pub extra_arrays: BTreeMap<String, Value>,
 }
 
-/// The members of the file besides the arrays, as they are read.
+/// The members of the file besides the arrays, as they are read (`format` and `version` are checked
+/// first, on the JSON value; members this version does not know are ignored).
 #[derive(Deserialize)]
 struct Wire {
-    format: String,
-    version: u64,
     #[serde(default)]
     hypermnf_version: String,
     source: Source,
@@ -243,7 +242,6 @@ impl SystemFile {
             None => return Err(invalid("\"version\" is missing or not an integer")),
         }
         let wire: Wire = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
-        let _ = (&wire.format, wire.version);
         let b = wire.input.bands;
         if b == 0 || b > MAX_INPUT_BANDS {
             return Err(invalid(format!("input.bands is {b}; it must be 1 to {MAX_INPUT_BANDS}")));
