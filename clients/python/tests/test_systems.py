@@ -4,6 +4,7 @@ loaded, applied to another cube with statistics_from, imported, listed and delet
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 import hypermnf
-from conftest import CliRunner, assert_same
+from conftest import CliRunner, Server, assert_same
 
 
 def scene(lines: int, samples: int, bands: int, seed: int) -> np.ndarray:
@@ -89,3 +90,20 @@ def test_a_file_that_is_not_a_system_is_refused_offline() -> None:
         hypermnf.System({"format": "other"})
     with pytest.raises(ValueError, match="version"):
         hypermnf.System({"format": "hypermnf-system", "version": 9, "arrays": {}})
+
+
+def test_the_async_client_applies_a_system_too(server: Server, client: hypermnf.Client) -> None:
+    job = client.submit(scene(24, 20, 10, seed=15), components=3)
+    job.wait(progress=False)
+    other = scene(18, 26, 10, seed=16)
+    (blocking,) = client.apply(job.id, [other], components=2)
+    blocking.wait(progress=False)
+
+    async def run() -> np.ndarray:
+        async with hypermnf.AsyncClient(server.url) as ac:
+            j = await ac.submit(other, components=2, inverse=True, statistics_from=job.id)
+            await j.wait(progress=False)
+            return await j.result()
+
+    result = asyncio.run(asyncio.wait_for(run(), timeout=600))
+    assert_same(result, blocking.result())
