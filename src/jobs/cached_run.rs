@@ -229,7 +229,7 @@ impl Plan {
         mut sink: Option<&mut dyn ComponentSink>,
     ) -> Result<(MnfOutput, Option<Arc<SystemRecord>>), MnfError> {
         let known = self.known.as_ref().map(|(r, _)| &r.system);
-        let record = |system: EigenSystem| Arc::new(SystemRecord { system, job_id: job.id.clone(), owner: job.owner.clone() });
+        let record = |system: EigenSystem| Arc::new(SystemRecord::new(system, job.id.clone(), job.owner.clone()));
         let plain = |sink: Option<&mut dyn ComponentSink>| -> Result<(MnfOutput, Option<Arc<SystemRecord>>), MnfError> {
             let mut prepared = backend.prepare(&self.cube, monitor)?;
             let (out, fresh) = run_passes(&self.cube, params, known, backend.as_ref(), prepared.as_mut(), monitor, sink)?;

@@ -355,7 +355,7 @@ impl JobRun {
                     return Err(JobFailure { code: "system_mismatch".into(), message: format!("statistics_from {}: {why}", g.id) });
                 }
                 let job_id = if g.kind == super::systems::SystemKind::Job { g.id.clone() } else { String::new() };
-                let record = Arc::new(SystemRecord { system: g.file.system, job_id, owner: job.owner.clone() });
+                let record = Arc::new(SystemRecord::new(g.file.system, job_id, job.owner.clone()));
                 Plan::with_system(&params, &backend, found, cube, record, g.id, g.identity)
             }
             None => Plan::new(&s.cache, &params, &backend, found, cube, rt),
@@ -398,7 +398,7 @@ impl JobRun {
         let mut components = ComponentsFile::new(scratch.join(RESULT_NPY));
         let statistics_key = plan.statistics_key();
         let register_fresh = |system: &EigenSystem| {
-            let record = Arc::new(SystemRecord { system: system.clone(), job_id: job.id.clone(), owner: job.owner.clone() });
+            let record = Arc::new(SystemRecord::new(system.clone(), job.id.clone(), job.owner.clone()));
             let (me, name) = (self.clone(), backend.name());
             rt.spawn(async move { me.register(Some((statistics_key, record)), name).await })
         };
@@ -456,7 +456,7 @@ impl JobRun {
             components_write_ms = components.writing.as_secs_f64() * 1e3,
             "components written during the projection"
         );
-        let written = write_results(&scratch, &cube, &output, components.complete(), &used.system);
+        let written = write_results(&scratch, &cube, &output, components.complete(), &used.encoded());
         let write_ms = write_started.elapsed().as_secs_f64() * 1e3;
         s.metrics.record_stage(Stage::Write, write_started.elapsed());
         // Freed on the blocking pool, after the job: unmapping the output's pages (37 MB for 14
@@ -673,7 +673,7 @@ const RESULT_NPY: &str = "result.npy";
 /// there already when `components_written` (written during the projection). The ENVI data
 /// (band-sequential: a transposition that took as long as the rest of the write) is made from the
 /// .npy when it is first asked for.
-fn write_results(dir: &Path, cube: &Cube, output: &MnfOutput, components_written: bool, system: &EigenSystem) -> Result<Vec<(String, PathBuf)>, JobFailure> {
+fn write_results(dir: &Path, cube: &Cube, output: &MnfOutput, components_written: bool, system: &[u8]) -> Result<Vec<(String, PathBuf)>, JobFailure> {
     let npy = crate::output::write_result_with(&dir.join(RESULT_NPY), output, &cube.meta, components_written).map_err(JobFailure::cube)?;
     // Only the ENVI headers: the data files are made from the .npy on the first request for them
     // (api::jobs::result), instead of a second copy of the result written by every job.
@@ -691,11 +691,12 @@ fn write_results(dir: &Path, cube: &Cube, output: &MnfOutput, components_written
     if let Some(d) = denoised_hdr {
         files.push((product::DENOISED_HDR.to_string(), d));
     }
-    // The eigen system, whether this job computed it, found it in the job cache or was given it:
-    // `GET /v1/jobs/{id}/system` and `statistics_from` need every succeeded job's, and the cache's
-    // copy is neither made for every job nor kept as long as the job (about 2.9 MB at 425 bands).
+    // The eigen system (`system`, its stored form), whether this job computed it, found it in the job
+    // cache or was given it: `GET /v1/jobs/{id}/system` and `statistics_from` need every succeeded
+    // job's, and the cache's copy is neither made for every job nor kept as long as the job (about
+    // 2.9 MB at 425 bands).
     let system_path = dir.join(product::SYSTEM);
-    std::fs::write(&system_path, crate::cache::eigen_file::encode(system)).map_err(|e| JobFailure::storage(&e))?;
+    std::fs::write(&system_path, system).map_err(|e| JobFailure::storage(&e))?;
     files.push((product::SYSTEM.to_string(), system_path));
     Ok(files)
 }
