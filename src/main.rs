@@ -92,6 +92,14 @@ struct RunArgs {
     /// instead of in sensor geometry (which has no CRS). Needs OUT.tif.
     #[arg(long)]
     ortho: bool,
+    /// Project with the eigen system of this system file (`GET /v1/jobs/{id}/system`,
+    /// `--export-system`) instead of computing one: only the projection runs. The cube must have the
+    /// system's band count (and wavelengths, when both know them).
+    #[arg(long, value_name = "FILE")]
+    system: Option<PathBuf>,
+    /// Also write the eigen system this run projected with, as a system file (JSON, arrays as .npy).
+    #[arg(long, value_name = "FILE")]
+    export_system: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -133,7 +141,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     use std::sync::Mutex;
     use std::time::Instant;
 
-    let params = MnfParams {
+    let mut params = MnfParams {
         components: args.components,
         snr: args.snr,
         noise: args.noise,
@@ -142,6 +150,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         ignore_value: args.ignore_value,
         noise_window: args.noise_window,
         backend: args.backend,
+        statistics_from: None,
+        statistics_sha256: None,
     };
     // Fail on a bad output name before the work, not after it.
     match args.out.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
@@ -155,6 +165,15 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.ortho && !matches!(args.out.extension().and_then(|e| e.to_str()), Some("tif" | "tiff" | "TIF" | "TIFF")) {
         anyhow::bail!("--ortho writes a GeoTIFF: --out must end in .tif");
     }
+    // A bad system file is reported before any work.
+    let given = match &args.system {
+        Some(path) => {
+            let file = hypermnf::mnf::system_file::SystemFile::load(path).map_err(|e| anyhow::anyhow!("--system: {e}"))?;
+            params = file.apply_params(&params);
+            Some(file)
+        }
+        None => None,
+    };
     // The devices are opened (driver, context, kernels: the larger part of a short run) on a thread
     // of their own while the cube is mapped; a bad --devices list is reported before the cube is.
     let started = Instant::now();
@@ -180,6 +199,13 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         read_ms
     );
     eprintln!("hypermnf: backend {} on {} (ready in {backend_ms:.0} ms)", backend.name(), backend.device());
+    if let Some(file) = &given {
+        if let Some(why) = file.mismatch(cube.bands(), cube.meta.wavelength.as_deref(), params.components) {
+            anyhow::bail!("--system {}: {why}", args.system.as_ref().expect("given").display());
+        }
+        params.validate(cube.lines(), cube.samples(), cube.bands())?;
+        eprintln!("hypermnf: projecting with the system of {} ({} bands used)", args.system.as_ref().expect("given").display(), file.used());
+    }
 
     // Progress to stderr: a line when a stage starts and at every further 25%.
     let last: Mutex<Option<(Stage, u32)>> = Mutex::new(None);
@@ -196,17 +222,20 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     // job's), instead of after it.
     let npy_out = args.out.extension().is_some_and(|e| e.eq_ignore_ascii_case("npy"));
     let mut ahead = npy_out.then(|| hypermnf::output::components_file::ComponentsFile::new(args.out.clone()));
-    let mut result = {
+    let (mut result, system) = {
         use hypermnf::mnf::pipeline::{analyse_on, apply_on_to, ComponentSink};
         let mut prepared = backend.prepare(&cube, &monitor)?;
         let mut timings = std::collections::BTreeMap::new();
-        let system = analyse_on(&cube, &params, prepared.as_mut(), &monitor, &mut timings)?;
+        let system = match given {
+            Some(file) => file.system,
+            None => analyse_on(&cube, &params, prepared.as_mut(), &monitor, &mut timings)?,
+        };
         let sink = ahead.as_mut().map(|f| f as &mut dyn ComponentSink);
         let projected = apply_on_to(&cube, &params, &system, backend.as_ref(), prepared.as_mut(), &monitor, timings, sink);
         if let Some(e) = ahead.as_mut().and_then(|f| f.take_error()) {
             return Err(anyhow::Error::new(e).context(format!("writing {}", args.out.display())));
         }
-        projected?
+        (projected?, system)
     };
     let pipeline_ms = t.elapsed().as_secs_f64() * 1e3;
     result.metadata.timings_ms.insert("read".into(), read_ms);
@@ -227,6 +256,12 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     eprintln!("hypermnf: wrote {} and {}", files.components.display(), files.metadata.display());
     if let Some(d) = &files.denoised {
         eprintln!("hypermnf: wrote {}", d.display());
+    }
+    if let Some(path) = &args.export_system {
+        use hypermnf::mnf::system_file::{Source, SystemFile};
+        let file = SystemFile::of_run(Source::Run(args.input.display().to_string()), &result.metadata, &system);
+        file.save(path)?;
+        eprintln!("hypermnf: wrote the eigen system to {}", path.display());
     }
     // One line that `bench flightline` reads (the rest of a run's wall time is the process itself).
     eprintln!(

@@ -41,6 +41,8 @@ struct BatchInput {
 
 /// One input, checked and decoded as far as the job needs before it runs.
 struct Prepared {
+    /// The params as bound to this input (`statistics_from` resolved and checked against its bands).
+    params: MnfParams,
     kind: InputKind,
     location: String,
     input: InputSummary,
@@ -83,16 +85,23 @@ pub async fn create_batch(ctx: &ApiContext, caller: &Caller, hrefs: &[String], p
     if hrefs.is_empty() || hrefs.len() > MAX_INPUTS {
         return Err(Error::unprocessable("invalid_params", format!("a batch holds 1 to {MAX_INPUTS} inputs, not {}", hrefs.len())));
     }
+    if pooled && params.statistics_from.is_some() {
+        return Err(Error::unprocessable(
+            "invalid_params",
+            "a pooled batch computes its own system: statistics_from applies to a batch of \"each\" (or to single jobs)",
+        ));
+    }
     let mut prepared = Vec::with_capacity(hrefs.len());
     for (i, href) in hrefs.iter().enumerate() {
-        let p = prepare(ctx, href, &params).await.map_err(|e| e.prefixed(&format!("input {i}: ")))?;
+        let p = prepare(ctx, caller, href, &params).await.map_err(|e| e.prefixed(&format!("input {i}: ")))?;
         prepared.push(p);
     }
     if pooled {
         check_same_bands(&prepared)?;
     }
     let id = uuid::Uuid::now_v7().to_string();
-    let canonical = params::canonical(&params);
+    // Every input binds the same system (its identity is in the params), or none.
+    let canonical = params::canonical(&prepared[0].params);
     let members: Vec<NewJob> = prepared
         .iter()
         .enumerate()
@@ -121,12 +130,12 @@ pub async fn create_batch(ctx: &ApiContext, caller: &Caller, hrefs: &[String], p
 
 /// Checks one input as `POST /v1/jobs` checks an href, without digesting its samples (a member's
 /// digest is taken from what its run reads).
-async fn prepare(ctx: &ApiContext, href: &str, params: &MnfParams) -> ApiResult<Prepared> {
+async fn prepare(ctx: &ApiContext, caller: &Caller, href: &str, params: &MnfParams) -> ApiResult<Prepared> {
     let path = job_api::resolve_href(href, &ctx.input_roots)?;
     job_api::precheck_file(&path, ctx.config.max_upload_bytes)?;
     let location = path.to_str().ok_or_else(|| Error::bad_request("invalid_href", "the path is not UTF-8"))?.to_string();
-    let (cube, _) = job_api::decode_and_validate(ctx, InputKind::Href, location.clone(), params.clone()).await?;
-    Ok(Prepared { kind: InputKind::Href, location, input: job_api::input_summary(&cube), wavelength: cube.meta.wavelength.clone() })
+    let (cube, params) = job_api::decode_and_validate(ctx, &caller.owner, InputKind::Href, location.clone(), params.clone()).await?;
+    Ok(Prepared { params, kind: InputKind::Href, location, input: job_api::input_summary(&cube), wavelength: cube.meta.wavelength.clone() })
 }
 
 /// A pooled batch needs cubes of the same bands: the same count, and the same wavelengths where the

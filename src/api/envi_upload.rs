@@ -57,7 +57,7 @@ pub(super) async fn create(ctx: &ApiContext, caller: &Caller, query: Option<&str
             (Some(p), None) | (None, Some(p)) => p,
             (None, None) => params::from_query(None)?,
         };
-        let (cube, params) = decode_and_validate(ctx, InputKind::Envi, format!("scratch/{token}"), params).await?;
+        let (cube, params) = decode_and_validate(ctx, &caller.owner, InputKind::Envi, format!("scratch/{token}"), params).await?;
         let t = std::time::Instant::now();
         let content = match following.as_mut().and_then(|f| f.digest.take()) {
             Some(task) => task.await.map_err(Error::internal)?,

@@ -216,7 +216,7 @@ async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req:
             Some(job_response(StatusCode::OK, &job, true))
         }
         // A new job of a cube this owner sent before, perhaps still on a device here.
-        (None, Some(cube)) => run_on_resident(ctx, caller, cube, &params, &canonical).await?.map(Created::response),
+        (None, Some(cube)) => run_on_resident(ctx, caller, cube, &params).await?.map(Created::response),
         (None, None) => None,
     };
     if let Some(mut r) = without_body {
@@ -245,7 +245,7 @@ async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req:
 /// made from it), run at once on that cube if this instance still holds it on a device
 /// (`jobs::resident`): the job, already succeeded; None when the body is needed. Parameters that do
 /// not suit the cube are refused here, before the body is sent.
-async fn run_on_resident(ctx: &ApiContext, caller: &Caller, cube: [u8; 32], params: &MnfParams, canonical: &str) -> ApiResult<Option<Created>> {
+async fn run_on_resident(ctx: &ApiContext, caller: &Caller, cube: [u8; 32], params: &MnfParams) -> ApiResult<Option<Created>> {
     if !resident::possible(&ctx.runner, params.backend) {
         return Ok(None);
     }
@@ -254,6 +254,8 @@ async fn run_on_resident(ctx: &ApiContext, caller: &Caller, cube: [u8; 32], para
     tracing::debug!(target: "hypermnf::timing", lookup_ms = began.elapsed().as_secs_f64() * 1e3, "the owner's earlier job of the cube found");
     let i = &earlier.input;
     admit(ctx, params, i.lines, i.samples, i.bands, None)?;
+    let params = &super::systems::bind(ctx, &caller.owner, params.clone(), i.bands, None).await?;
+    let canonical = &params::canonical(params);
     let id = uuid::Uuid::now_v7().to_string();
     let location = format!("uploads/{id}"); // never written: the job needs no input once it succeeded
     let digest = CubeKey::of_npy(cube).job_digest(canonical);
@@ -382,6 +384,14 @@ where
     let sha = claimed.sha256.clone();
     match (checked, digested) {
         (Ok(Some(input)), Some((content, _))) => {
+            // A .npy has no wavelengths: its band count is what a given system is checked against.
+            let params = match super::systems::bind(ctx, &caller.owner, params, input.bands, None).await {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = sync.wait().await; // the scratch file is not removed under its sync
+                    return Err(e);
+                }
+            };
             let fed = match feed.take() {
                 Some(f) => f.finish().await,
                 None => None,
@@ -392,7 +402,7 @@ where
         (Ok(_), _) => {
             sync.wait().await?;
             let location = format!("scratch/{token}");
-            let (cube, params) = decode_and_validate(ctx, InputKind::Npy, location, params).await?;
+            let (cube, params) = decode_and_validate(ctx, &caller.owner, InputKind::Npy, location, params).await?;
             let (digest, input) = digest_and_summary(&cube).await?;
             claimed.check_cube(&digest.content)?;
             enqueue(ctx, caller, digest, input, params, InputKind::Npy, sha, token).await
@@ -462,7 +472,7 @@ pub(crate) async fn create_from_files(ctx: &ApiContext, caller: &Caller, kind: I
             std::fs::copy(file, &to).and_then(|_| std::fs::File::open(&to)?.sync_all()).map_err(Error::disk)?;
         }
     }
-    let (cube, params) = decode_and_validate(ctx, kind, format!("scratch/{token}"), params).await?;
+    let (cube, params) = decode_and_validate(ctx, &caller.owner, kind, format!("scratch/{token}"), params).await?;
     let (digest, input) = digest_and_summary(&cube).await?;
     enqueue(ctx, caller, digest, input, params, kind, None, &token).await
 }
@@ -473,7 +483,7 @@ pub async fn create_from_href(ctx: &ApiContext, caller: &Caller, href: &str, par
     let limit = ctx.config.max_upload_bytes;
     precheck_file(&path, limit)?;
     let location = path.to_str().ok_or_else(|| Error::bad_request("invalid_href", "the path is not UTF-8"))?.to_string();
-    let (cube, params) = decode_and_validate(ctx, InputKind::Href, location.clone(), params).await?;
+    let (cube, params) = decode_and_validate(ctx, &caller.owner, InputKind::Href, location.clone(), params).await?;
     let (digest, input) = digest_and_summary(&cube).await?;
     enqueue_at(ctx, caller, digest, input, params, InputKind::Href, None, location, None).await
 }
@@ -563,7 +573,7 @@ pub(super) fn precheck_file(path: &Path, limit: u64) -> ApiResult<()> {
 }
 
 /// Decodes the cube (off the async threads) and checks the parameters against its shape.
-pub(super) async fn decode_and_validate(ctx: &ApiContext, kind: InputKind, location: String, params: MnfParams) -> ApiResult<(Arc<Cube>, MnfParams)> {
+pub(super) async fn decode_and_validate(ctx: &ApiContext, owner: &str, kind: InputKind, location: String, params: MnfParams) -> ApiResult<(Arc<Cube>, MnfParams)> {
     let storage = ctx.runner.storage.clone();
     let t = std::time::Instant::now();
     let rt = tokio::runtime::Handle::current();
@@ -578,6 +588,7 @@ pub(super) async fn decode_and_validate(ctx: &ApiContext, kind: InputKind, locat
         })?;
     tracing::debug!(secs = t.elapsed().as_secs_f64(), "input decoded");
     admit(ctx, &params, cube.lines(), cube.samples(), cube.bands(), cube.meta.bbl.as_deref())?;
+    let params = super::systems::bind(ctx, owner, params, cube.bands(), cube.meta.wavelength.as_deref()).await?;
     Ok((Arc::new(cube), params))
 }
 
@@ -689,6 +700,8 @@ async fn enqueue_at(
     location: String,
     scratch: Option<(&str, String)>,
 ) -> ApiResult<Created> {
+    // Bound already where the cube was decoded; a path that did not is bound here on the band count.
+    let params = super::systems::bind(ctx, &caller.owner, params, input.bands, None).await?;
     let canonical = params::canonical(&params);
     let digest = cube.job_digest(&canonical);
     if let Some(job) = existing_job(ctx, &caller.owner, &digest).await? {

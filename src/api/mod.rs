@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod ogc;
 pub mod params;
 pub mod preview;
+pub mod systems;
 pub mod tus;
 pub mod upload;
 pub mod web;
@@ -62,7 +63,8 @@ pub fn app(ctx: ApiContext) -> Router {
         .route("/batches", get(batches::list).post(batches::create))
         .route("/batches/{id}", get(batches::get).delete(batches::delete))
         .route("/info", get(health::info))
-        .merge(tus::routes());
+        .merge(tus::routes())
+        .merge(systems::routes());
     // Results are float samples that hardly compress; JSON does.
     let compress = DefaultPredicate::new()
         .and(NotForContentType::const_new("application/x-npy"))

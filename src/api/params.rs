@@ -41,6 +41,9 @@ pub fn from_json(v: Value) -> Result<MnfParams, Error> {
         return Err(invalid("params must be a JSON object".into()));
     }
     let v = if v.is_null() { Value::Object(Map::new()) } else { v };
+    if v.get("statistics_sha256").is_some() {
+        return Err(invalid("statistics_sha256 is set by the server from statistics_from; leave it out".into()));
+    }
     serde_json::from_value(v).map_err(|e| invalid(e.to_string()))
 }
 

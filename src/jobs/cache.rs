@@ -42,7 +42,7 @@ pub async fn open(args: &crate::config::ServeArgs, default_backend: &dyn Backend
 }
 
 /// Name of the stored eigen system beside a job's results.
-const EIGEN_OBJECT: &str = "eigen-system.bin";
+pub(crate) const EIGEN_OBJECT: &str = "eigen-system.bin";
 
 /// How the cache is set up (from `hypermnf serve`'s options).
 #[derive(Debug, Clone)]
@@ -252,11 +252,11 @@ impl ServiceCache {
             }
         };
         let system = match self.storage.get_bytes(&row.storage_key).await {
-            Ok(bytes) => eigen_file::decode(&bytes).map_err(|e| e.to_string()),
+            Ok(bytes) => eigen_file::decode(&bytes).map(|s| (s, bytes)).map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         match system {
-            Ok(system) => Some(Arc::new(SystemRecord { system, job_id: row.job_id, owner: row.owner })),
+            Ok((system, bytes)) => Some(Arc::new(SystemRecord::with_encoded(system, row.job_id, row.owner, bytes))),
             Err(why) => {
                 // Unusable for good (missing, damaged, another format): recompute from now on.
                 tracing::warn!(job = %row.job_id, key = %row.storage_key, "stored eigen system unusable ({why}); forgetting it");
@@ -270,10 +270,10 @@ impl ServiceCache {
 
     /// Writes the eigen system job `job_id` computed next to its results; recorded by `register_before_success`.
     pub async fn write_system(&self, job_id: &str, key: Digest, record: &SystemRecord, backend: &str) -> Option<StoredSystem> {
-        let bytes = eigen_file::encode(&record.system);
+        let bytes = record.encoded();
         let storage_key = format!("results/{job_id}/{EIGEN_OBJECT}");
         let n = bytes.len() as i64;
-        match self.storage.put_bytes(&storage_key, bytes.into()).await {
+        match self.storage.put_bytes(&storage_key, bytes).await {
             Ok(()) => Some(StoredSystem { key, storage_key, bytes: n, backend: backend.to_string() }),
             Err(e) => {
                 tracing::warn!(job = %job_id, "cannot store the eigen system: {e}");

@@ -101,9 +101,10 @@ pub struct Plan {
     fed: Option<Arc<ResidentCube>>,
     statistics_key: Digest,
     known: Option<(Arc<SystemRecord>, ReuseSource)>,
-    /// The known system was given (a pooled batch's): not the cube's own, so never kept with the
-    /// cube at the device level, where a later job on the same cube would take it for its own.
-    given: bool,
+    /// The system was given (id, system identity): the request's `statistics_from`, or the pooled
+    /// system of the job's batch. Not the cube's own, so never kept with the cube at the device level,
+    /// where a later job on the same cube would take it for its own.
+    given: Option<(String, String)>,
 }
 
 /// A finished computation.
@@ -112,6 +113,9 @@ pub struct Computed {
     pub output: MnfOutput,
     /// The eigen system this job computed and its statistics key: stored when the job succeeds.
     pub fresh: Option<(Digest, Arc<SystemRecord>)>,
+    /// The eigen system the job projected with (computed, found in the cache, or given): kept with
+    /// its results (`GET /v1/jobs/{id}/system`).
+    pub used: Arc<SystemRecord>,
 }
 
 impl Plan {
@@ -141,15 +145,32 @@ impl Plan {
             Some(s) => Some((s, ReuseSource::Device)),
             None => rt.block_on(cache.find_system(&statistics_key)).map(|s| (s, ReuseSource::Storage)),
         };
-        Plan { cube, device_key, resident, fed, statistics_key, known, given: false }
+        Plan { cube, device_key, resident, fed, statistics_key, known, given: None }
     }
 
-    /// The plan to project with `system`, given instead of computed or looked up (a member of a
-    /// pooled batch, `jobs::batch`); the cube is still found on the device or read as for `new`.
-    pub fn with_system(found: DeviceLookup, cube: Arc<Cube>, system: Arc<SystemRecord>, source: ReuseSource) -> Plan {
-        let DeviceLookup { device_key, resident, fed, .. } = found;
-        // No statistics key: the system is not the cube's own, and is never registered under one.
-        Plan { cube, device_key, resident, fed, statistics_key: [0; 32], known: Some((system, source)), given: true }
+    /// The plan for a job whose eigen system is given: its request named it (`statistics_from`,
+    /// resolved by `jobs::systems`), or it is a member of a pooled batch (`jobs::batch`; `source`
+    /// says which). Only the projection runs, with `system`. The statistics level is neither asked nor
+    /// told: the system is not this cube's, and must never be found under its key.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_system(
+        params: &MnfParams,
+        backend: &Arc<dyn Backend>,
+        found: DeviceLookup,
+        cube: Arc<Cube>,
+        system: Arc<SystemRecord>,
+        from: String,
+        identity: String,
+        source: ReuseSource,
+    ) -> Plan {
+        let DeviceLookup { stored, device_key, resident, fed } = found;
+        let content = match stored {
+            Some(c) => c,
+            None => cube.content_digest(),
+        };
+        let statistics_key = keys::statistics_key(&content, params, backend.name());
+        let known = Some((system, source));
+        Plan { cube, device_key, resident, fed, statistics_key, known, given: Some((from, identity)) }
     }
 
     /// Whether the statistics passes will be skipped.
@@ -187,12 +208,18 @@ impl Plan {
         if let Some((record, source)) = &self.known {
             output.metadata.statistics = Some(StatisticsReuse {
                 reused: true,
-                from_job: (record.owner == job.owner && !self.given).then(|| record.job_id.clone()),
+                from_job: (record.owner == job.owner && self.given.is_none()).then(|| record.job_id.clone()),
                 source: *source,
-                batch: job.batch.as_ref().filter(|_| self.given).map(|b| b.batch_id.clone()),
+                from: self.given.as_ref().map(|(id, _)| id.clone()),
+                system_sha256: self.given.as_ref().map(|(_, identity)| identity.clone()),
+                batch: job.batch.as_ref().filter(|_| *source == ReuseSource::Pooled).map(|b| b.batch_id.clone()),
             });
         }
-        Ok(Computed { cube: self.cube, output, fresh: fresh.map(|r| (self.statistics_key, r)) })
+        let used = match (&fresh, &self.known) {
+            (Some(r), _) | (None, Some((r, _))) => r.clone(),
+            (None, None) => unreachable!("a run without a known system computes one"),
+        };
+        Ok(Computed { cube: self.cube, output, fresh: fresh.map(|r| (self.statistics_key, r)), used })
     }
 
     /// One try: on the resident cube, on a cube prepared for the device level, or on a plain one
@@ -207,7 +234,7 @@ impl Plan {
         mut sink: Option<&mut dyn ComponentSink>,
     ) -> Result<(MnfOutput, Option<Arc<SystemRecord>>), MnfError> {
         let known = self.known.as_ref().map(|(r, _)| &r.system);
-        let record = |system: EigenSystem| Arc::new(SystemRecord { system, job_id: job.id.clone(), owner: job.owner.clone() });
+        let record = |system: EigenSystem| Arc::new(SystemRecord::new(system, job.id.clone(), job.owner.clone()));
         let plain = |sink: Option<&mut dyn ComponentSink>| -> Result<(MnfOutput, Option<Arc<SystemRecord>>), MnfError> {
             let mut prepared = backend.prepare(&self.cube, monitor)?;
             let (out, fresh) = run_passes(&self.cube, params, known, backend.as_ref(), prepared.as_mut(), monitor, sink)?;
@@ -242,8 +269,10 @@ impl Plan {
         if let Ok((_, fresh)) = &result {
             match (fresh, &self.known) {
                 (Some(r), _) => item.keep_system(self.statistics_key, r.clone()),
-                (None, Some((r, _))) if !self.given => item.keep_system(self.statistics_key, r.clone()),
-                _ => {}
+                // A given system is not this cube's: never kept under its statistics key.
+                (None, Some((r, _))) if self.given.is_none() => item.keep_system(self.statistics_key, r.clone()),
+                (None, Some(_)) => {}
+                (None, None) => {}
             }
             if new && !device.keep(key, item.clone()) {
                 tracing::debug!(job = %job.id, "cube not kept on the device (streamed, or larger than --gpu-cache-bytes)");

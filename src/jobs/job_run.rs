@@ -291,6 +291,27 @@ impl JobRun {
         let (s, job) = (&self.services, &self.job);
         let params: MnfParams = serde_json::from_str(&job.params)
             .map_err(|e| JobFailure { code: "invalid_params".into(), message: e.to_string() })?;
+        // A system named by the request (`statistics_from`): found again, and still the one the job
+        // was created with (its identity is in the job's digest).
+        let given = match &params.statistics_from {
+            Some(id) => {
+                let found = rt
+                    .block_on(super::systems::resolve(&s.store, &s.storage, &job.owner, id))
+                    .map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?;
+                if params.statistics_sha256.as_deref() != Some(found.identity.as_str()) {
+                    return Err(JobFailure {
+                        code: "system_mismatch".into(),
+                        message: format!("statistics_from {id}: the system is not the one the job was created with"),
+                    });
+                }
+                Some(found)
+            }
+            None => None,
+        };
+        let params = match &given {
+            Some(g) => g.file.apply_params(&params),
+            None => params,
+        };
         // A cube fed to a device, or found resident on one, is on one of the backends of its choice:
         // that one.
         let mut fed = self.fed.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -346,9 +367,17 @@ impl JobRun {
             None => Arc::new(input::load_cube(job.input_kind, &job.input_location, &s.storage, rt).map_err(JobFailure::cube)?),
         };
         let loaded = Instant::now();
-        let plan = match &pooled {
-            Some(system) => Plan::with_system(found, cube, system.clone(), ReuseSource::Pooled),
-            None => Plan::new(&s.cache, &params, &backend, found, cube, rt),
+        let plan = match (given, pooled) {
+            (Some(g), _) => {
+                if let Some(why) = g.file.mismatch(cube.bands(), cube.meta.wavelength.as_deref(), params.components) {
+                    return Err(JobFailure { code: "system_mismatch".into(), message: format!("statistics_from {}: {why}", g.id) });
+                }
+                let job_id = if g.kind == super::systems::SystemKind::Job { g.id.clone() } else { String::new() };
+                let record = Arc::new(SystemRecord::new(g.file.system, job_id, job.owner.clone()));
+                Plan::with_system(&params, &backend, found, cube, record, g.id, g.identity, ReuseSource::StatisticsFrom)
+            }
+            (None, Some(p)) => Plan::with_system(&params, &backend, found, cube, p.record, p.batch, p.identity, ReuseSource::Pooled),
+            (None, None) => Plan::new(&s.cache, &params, &backend, found, cube, rt),
         };
         tracing::debug!(
             target: "hypermnf::timing",
@@ -388,7 +417,7 @@ impl JobRun {
         let mut components = ComponentsFile::new(scratch.join(RESULT_NPY));
         let statistics_key = plan.statistics_key();
         let register_fresh = |system: &EigenSystem| {
-            let record = Arc::new(SystemRecord { system: system.clone(), job_id: job.id.clone(), owner: job.owner.clone() });
+            let record = Arc::new(SystemRecord::new(system.clone(), job.id.clone(), job.owner.clone()));
             let (me, name) = (self.clone(), backend.name());
             rt.spawn(async move { me.register(Some((statistics_key, record)), name).await })
         };
@@ -409,7 +438,7 @@ impl JobRun {
                 unregister(registered);
             }
         };
-        let Computed { cube, output, fresh } = match executed {
+        let Computed { cube, output, fresh, used } = match executed {
             Ok(c) => c,
             Err(e) => {
                 withdraw_early(early);
@@ -446,7 +475,7 @@ impl JobRun {
             components_write_ms = components.writing.as_secs_f64() * 1e3,
             "components written during the projection"
         );
-        let written = write_results(&scratch, &cube, &output, components.complete());
+        let written = write_results(&scratch, &cube, &output, components.complete(), &used.encoded());
         let write_ms = write_started.elapsed().as_secs_f64() * 1e3;
         s.metrics.record_stage(Stage::Write, write_started.elapsed());
         // Freed on the blocking pool, after the job: unmapping the output's pages (37 MB for 14
@@ -663,7 +692,7 @@ const RESULT_NPY: &str = "result.npy";
 /// there already when `components_written` (written during the projection). The ENVI data
 /// (band-sequential: a transposition that took as long as the rest of the write) is made from the
 /// .npy when it is first asked for.
-fn write_results(dir: &Path, cube: &Cube, output: &MnfOutput, components_written: bool) -> Result<Vec<(String, PathBuf)>, JobFailure> {
+fn write_results(dir: &Path, cube: &Cube, output: &MnfOutput, components_written: bool, system: &[u8]) -> Result<Vec<(String, PathBuf)>, JobFailure> {
     let npy = crate::output::write_result_with(&dir.join(RESULT_NPY), output, &cube.meta, components_written).map_err(JobFailure::cube)?;
     // Only the ENVI headers: the data files are made from the .npy on the first request for them
     // (api::jobs::result), instead of a second copy of the result written by every job.
@@ -681,6 +710,13 @@ fn write_results(dir: &Path, cube: &Cube, output: &MnfOutput, components_written
     if let Some(d) = denoised_hdr {
         files.push((product::DENOISED_HDR.to_string(), d));
     }
+    // The eigen system (`system`, its stored form), whether this job computed it, found it in the job
+    // cache or was given it: `GET /v1/jobs/{id}/system` and `statistics_from` need every succeeded
+    // job's, and the cache's copy is neither made for every job nor kept as long as the job (about
+    // 2.9 MB at 425 bands).
+    let system_path = dir.join(product::SYSTEM);
+    std::fs::write(&system_path, system).map_err(|e| JobFailure::storage(&e))?;
+    files.push((product::SYSTEM.to_string(), system_path));
     Ok(files)
 }
 

@@ -32,6 +32,7 @@ pub mod resident;
 pub mod result_sync;
 pub mod store;
 pub mod sweep;
+pub mod systems;
 pub mod worker;
 
 pub use model::{InputKind, InputSummary, Job, JobStatus};

@@ -154,6 +154,9 @@ pub mod product {
     pub const DENOISED_NPY: &str = "denoised.npy";
     pub const DENOISED_HDR: &str = "denoised.hdr";
     pub const DENOISED_IMG: &str = "denoised.img";
+    /// The eigen system the job projected with (`cache::eigen_file`'s bit-exact form), served as a
+    /// system file by `GET /v1/jobs/{id}/system` (`jobs::systems`). Jobs of before 2026-11-26 lack it.
+    pub const SYSTEM: &str = "system.bin";
 }
 
 /// Milliseconds since the Unix epoch.

@@ -11,6 +11,7 @@
 
 mod batches;
 mod cache_rows;
+mod system_rows;
 pub mod notify;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -19,6 +20,7 @@ mod tests;
 
 pub use batches::{BatchRow, NewBatch};
 pub use cache_rows::{EigenRow, NewEigenRow};
+pub use system_rows::SystemRow;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -10,6 +10,8 @@ use super::Error;
 use crate::backend::Backend as ComputeBackend;
 use crate::mnf::bands::DroppedBand;
 use crate::mnf::result::EigenSystem;
+use crate::mnf::result::{InputInfo, NoiseInfo, PixelInfo, SourceInfo};
+use crate::mnf::system_file::SystemFile;
 use crate::mnf::{pipeline, Metadata, MnfOutput, MnfParams, Monitor};
 
 /// The result of [`Mnf::fit`](super::Mnf::fit). Eigenvalues, SNR, the transform and the means are
@@ -95,6 +97,86 @@ impl MnfFit {
             backend,
             bands,
         }
+    }
+
+    /// A fit from a system file (`GET /v1/jobs/{id}/system`, `hypermnf run --export-system`; see
+    /// [`SystemFile`]), to apply that system with [`transform`](Self::transform) and
+    /// [`denoise`](Self::denoise), bit for bit as `hypermnf run --system` and a service job with
+    /// `statistics_from` apply it on the same backend.
+    ///
+    /// `options` says what acts per pixel, as for a fit: the components kept (`components`, `snr`, or
+    /// the default 10, at most the system's bands used), `bad_bands`, `ignore_value`, and the
+    /// backend. The statistics options (`noise`, `noise_window`) are the system's, whatever
+    /// `options` says.
+    ///
+    /// Such a fit has no fitted cube: [`components`](Self::components) is an empty
+    /// `(0, 0, k)` array, [`inverse`](Self::inverse) is [`Error::InverseNotRequested`], and the
+    /// [`metadata`](Self::metadata) has 0 lines and 0 samples. Everything about the system
+    /// (eigenvalues, transform, means, bands used and dropped) is the file's.
+    ///
+    /// ```
+    /// use hypermnf::cube::synthetic::{generate, SyntheticSpec};
+    /// use hypermnf::library::cube_to_array;
+    /// use hypermnf::mnf::system_file::{Source, SystemFile};
+    /// use hypermnf::{Backend, Mnf, MnfFit};
+    ///
+    /// let cube = cube_to_array::<i16>(&generate(&SyntheticSpec::small(24, 24, 12))).unwrap();
+    /// let mnf = Mnf::new().components(3).backend(Backend::Cpu);
+    /// let fit = mnf.fit(cube.view()).unwrap();
+    /// let file = SystemFile::of_run(Source::Run("cube.npy".into()), fit.metadata(), fit.eigen_system());
+    /// let json = file.to_json(); // what `--export-system` writes
+    /// let again = MnfFit::from_system(&SystemFile::from_json(&json).unwrap(), &mnf).unwrap();
+    /// assert_eq!(again.transform(cube.view()).unwrap(), fit.components());
+    /// ```
+    pub fn from_system(file: &SystemFile, options: &super::Mnf) -> Result<MnfFit, Error> {
+        let params = file.apply_params(options.params());
+        if params.components.is_some() && params.snr.is_some() {
+            return Err(Error::InvalidOptions("give either components or snr, not both".into()));
+        }
+        let system = file.system.clone();
+        if params.components == Some(0) {
+            return Err(Error::InvalidOptions("components must be at least 1".into()));
+        }
+        if let Some(requested) = params.components {
+            if requested > system.used() {
+                return Err(Error::TooManyComponents { requested, available: system.used() });
+            }
+        }
+        let k = pipeline::choose_k(&params, &system.eigenvalues)?;
+        let backend = crate::backend::select(params.backend)?;
+        let u = system.used();
+        let metadata = Metadata {
+            hypermnf_version: env!("CARGO_PKG_VERSION").to_string(),
+            input: InputInfo { lines: 0, samples: 0, bands: file.input.bands, data_type: String::new(), byte_order: String::new(), interleave: None },
+            params: params.clone(),
+            backend: backend.name().to_string(),
+            device: backend.device(),
+            components: k,
+            eigenvalues: system.eigenvalues.clone(),
+            snr: system.eigenvalues.iter().map(|l| l - 1.0).collect(),
+            bands_used: system.bands_used.clone(),
+            dropped_bands: system.dropped_bands.clone(),
+            noise: NoiseInfo { estimator: file.noise.estimator.name().to_string(), scale: file.noise.scale, samples: system.noise_samples, window: file.noise.window },
+            pixels: PixelInfo {
+                total: system.pixels_used + system.pixels_masked,
+                used: system.pixels_used,
+                masked: system.pixels_masked,
+                ignore_value: file.ignore_value,
+            },
+            means: system.means.clone(),
+            transform: (0..u).map(|r| system.transform[r * u..r * u + k].to_vec()).collect(),
+            inverse: false,
+            timings_ms: Default::default(),
+            statistics: None,
+            source: SourceInfo {
+                wavelength: file.input.wavelengths.clone(),
+                wavelength_units: file.input.wavelength_units.clone(),
+                fwhm: file.input.fwhm.clone(),
+                ..SourceInfo::default()
+            },
+        };
+        let out = MnfOutput { components: Vec::new(), k, denoised: None, metadata };
+        Ok(MnfFit::new(out, system, &params, backend, (0, 0, file.input.bands)))
     }
 
     /// The components kept, `(lines, samples, k)`: Z = Tᵀ(x − μ) per pixel, NaN at no-data pixels.

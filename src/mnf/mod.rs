@@ -12,6 +12,7 @@ pub mod pipeline;
 pub mod pooled;
 pub mod result;
 pub mod stats;
+pub mod system_file;
 
 pub use params::{BackendChoice, MnfParams, NoiseEstimator, Window};
 pub use pipeline::{run, MnfOutput};

@@ -157,6 +157,17 @@ pub struct MnfParams {
     /// Compute the noise statistics inside this rectangle only.
     pub noise_window: Option<Window>,
     pub backend: BackendChoice,
+    /// The service only: project with the eigen system of this job, or of this imported system (an
+    /// id of the caller's), instead of computing one (`jobs::systems`). The command line and the
+    /// library take a system file instead (`--system`, `MnfFit::from_system`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub statistics_from: Option<String>,
+    /// The identity (`SystemFile::identity`) of the system `statistics_from` named when the job was
+    /// created: set by the service (a request that gives it is refused), and so part of the job's
+    /// cache digest: a job with a system never shares a cache entry with one without, or with
+    /// another system.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub statistics_sha256: Option<String>,
 }
 
 /// A no-data value in JSON: a number, or the string `"nan"` (any case) for NaN, which JSON numbers
@@ -257,6 +268,11 @@ impl MnfParams {
     ///   the pipeline checks the real counts again.
     pub fn admit(&self, lines: usize, samples: usize, bands: usize, bbl: Option<&[bool]>) -> Result<(), MnfError> {
         self.validate(lines, samples, bands)?;
+        if self.statistics_from.is_some() {
+            // Only the projection runs: no statistics, so no count of pixels or residuals to reach
+            // (the system's bands are checked against the cube by `jobs::systems`).
+            return Ok(());
+        }
         let used = super::bands::preselect(bands, bbl, &self.bad_bands).used.len();
         if used == 0 {
             return Err(MnfError::InvalidParams("every band is excluded (bbl and bad bands)".into()));

@@ -44,8 +44,10 @@ pub fn analyse(cube: &Cube, params: &MnfParams, backend: &dyn Backend, monitor: 
     analyse_on(cube, params, prepared.as_mut(), monitor, &mut BTreeMap::new())
 }
 
-/// Projects (and inverts, if asked) with an eigen system computed earlier for the same cube and noise
-/// model: only `components`, `snr` and `inverse` of `params` matter here.
+/// Projects (and inverts, if asked) with an eigen system computed earlier: for the same cube and noise
+/// model, or for another cube of the same bands (a system file, `mnf::system_file`). Only
+/// `components`, `snr` and `inverse` of `params` matter here, and the per-pixel no-data checks
+/// (`bad_bands`, `ignore_value`).
 pub fn apply(
     cube: &Cube,
     params: &MnfParams,
@@ -249,7 +251,7 @@ pub(super) fn check_finite(data: &Moments, noise: &Moments, used: &[usize]) -> R
 }
 
 /// How many components to keep.
-fn choose_k(params: &MnfParams, eigenvalues: &[f64]) -> Result<usize, MnfError> {
+pub(crate) fn choose_k(params: &MnfParams, eigenvalues: &[f64]) -> Result<usize, MnfError> {
     let u = eigenvalues.len();
     if let Some(k) = params.components {
         if k > u {

@@ -119,12 +119,19 @@ pub struct StatisticsReuse {
     /// Always true: the statistics passes and the eigen decomposition were skipped.
     pub reused: bool,
     /// The job that computed them, when it belongs to the same owner (null otherwise: another
-    /// owner's job id is not disclosed).
+    /// owner's job id is not disclosed). Null with `statistics_from` (see `from`).
     pub from_job: Option<String>,
     /// `device`: the cube and its eigen system were still in GPU memory (nothing was read or
-    /// uploaded); `storage`: the eigen system was read from the data dir; `pooled`: the pooled system
-    /// of the job's batch (the statistics of all its cubes).
+    /// uploaded); `storage`: the eigen system was read from the data dir; `statistics_from`: the
+    /// request named the system (`from`); `pooled`: the pooled system of the job's batch (the
+    /// statistics of all its cubes).
     pub source: ReuseSource,
+    /// With `statistics_from`: the job, imported system or batch id the request named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// With `statistics_from`: the system's identity (`SystemFile::identity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_sha256: Option<String>,
     /// The batch whose pooled system this job was projected with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<String>,
@@ -135,6 +142,10 @@ pub struct StatisticsReuse {
 pub enum ReuseSource {
     Device,
     Storage,
+    /// The job's `statistics_from` named the system.
+    #[serde(rename = "statistics_from")]
+    StatisticsFrom,
+    /// The job is a member of a pooled batch.
     Pooled,
 }
 

@@ -4,7 +4,8 @@
 //! `cached_run::Plan`).
 //!
 //! Storage layout: `batches/<id>/moments/<position>` (one [`moments_file`] per member) and
-//! `batches/<id>/system` (the pooled system, in the statistics level's `eigen_file` format).
+//! `batches/<id>/system.json` (the pooled system as a system file, `mnf::system_file`, with the
+//! pooled statistics as extra arrays: what `GET /v1/batches/{id}/system` serves).
 
 pub mod moments_file;
 
@@ -16,7 +17,12 @@ use super::input;
 use super::job_run::{keep_lease, JobFailure, JobRun, JobServices};
 use super::model::{BatchMember, Job};
 use super::store::{BatchRow, JobStore};
-use crate::cache::{eigen_file, SystemRecord};
+use base64::Engine as _;
+
+use crate::cache::SystemRecord;
+use crate::mnf::result::EigenSystem;
+use crate::mnf::stats::Statistics;
+use crate::mnf::system_file::{self, InputBands, NoiseModel, Source, SystemFile};
 use crate::storage::Storage;
 use crate::mnf::{pooled, MnfParams, Monitor, Stage};
 use moments_file::MemberStatistics;
@@ -28,7 +34,7 @@ pub fn moments_key(batch: &str, position: i64) -> String {
 
 /// Where a batch's pooled system is stored.
 pub fn system_key(batch: &str) -> String {
-    format!("batches/{batch}/system")
+    format!("batches/{batch}/system.json")
 }
 
 /// Everything a batch stored (its members' results are under their own `results/<job>/`).
@@ -101,7 +107,12 @@ fn member_statistics(
     if cancel.load(Ordering::Relaxed) {
         return Err(JobFailure { code: "canceled".into(), message: "canceled".into() });
     }
-    Ok(moments_file::encode(&MemberStatistics { statistics, bbl: cube.meta.bbl.clone() }))
+    Ok(moments_file::encode(&MemberStatistics {
+        statistics,
+        bbl: cube.meta.bbl.clone(),
+        wavelength: cube.meta.wavelength.clone(),
+        wavelength_units: cube.meta.wavelength_units.clone(),
+    }))
 }
 
 /// Computes and stores the pooled system of every batch whose members all have their statistics
@@ -195,28 +206,75 @@ async fn pooled_system(s: &JobServices, b: &BatchRow) -> Result<Vec<u8>, PooledF
         parts.push(part);
     }
     let params: MnfParams = serde_json::from_str(&b.params).map_err(|e| PooledFailure::Batch { code: "invalid_params", message: e.to_string() })?;
+    let batch = b.id.clone();
     tokio::task::spawn_blocking(move || {
-        let bands = parts.first().map(|p| p.statistics.data.bands).unwrap_or(0);
+        let first = parts.first().ok_or_else(|| PooledFailure::Batch { code: "statistics_lost", message: "the batch has no member".into() })?;
+        let bands = first.statistics.data.bands;
         let bbl = pooled::union_bbl(bands, parts.iter().map(|p| p.bbl.as_deref()));
         let fail = |e: crate::mnf::MnfError| PooledFailure::Batch { code: e.code(), message: e.to_string() };
         let stats = pooled::pool(parts.iter().map(|p| &p.statistics)).map_err(fail)?;
         let system = pooled::system_of(bands, bbl.as_deref(), &stats, &params).map_err(fail)?;
-        Ok(eigen_file::encode(&system))
+        Ok(pooled_file(batch, first, &stats, parts.len(), system, params).to_json())
     })
     .await
     .map_err(|e| PooledFailure::Retry(e.to_string()))?
 }
 
-/// The pooled system of batch `batch` for its member `job`'s projection run.
-pub async fn load_system(store: &JobStore, storage: &Storage, batch: &str, job: &Job) -> Result<Arc<SystemRecord>, JobFailure> {
-    let lost = |m: String| JobFailure { code: "statistics_lost".into(), message: m };
+/// The system file of a pooled system, with the pooled statistics as extra arrays (float64):
+/// `pooled_data_mean` (B), `pooled_data_covariance` and `pooled_noise_covariance` (B × B, unbiased;
+/// the noise one before the estimator's scale), and `pooled_counts` (data pixels, noise residuals,
+/// no-data pixels, cubes).
+fn pooled_file(batch: String, first: &MemberStatistics, stats: &Statistics, cubes: usize, system: EigenSystem, params: MnfParams) -> SystemFile {
+    let b = stats.data.bands;
+    let member = |shape: &[usize], values: &[f64]| {
+        serde_json::json!({"npy": base64::engine::general_purpose::STANDARD.encode(system_file::npy_f64(shape, values))})
+    };
+    let mut extra = std::collections::BTreeMap::new();
+    extra.insert("pooled_data_mean".to_string(), member(&[b], &stats.data.mean));
+    extra.insert("pooled_data_covariance".to_string(), member(&[b, b], &stats.data.covariance().unwrap_or_default()));
+    extra.insert("pooled_noise_covariance".to_string(), member(&[b, b], &stats.noise.covariance().unwrap_or_default()));
+    let counts = [stats.data.n as f64, stats.noise.n as f64, stats.masked_pixels as f64, cubes as f64];
+    extra.insert("pooled_counts".to_string(), member(&[4], &counts));
+    let params = MnfParams { statistics_from: None, statistics_sha256: None, ..params };
+    SystemFile {
+        hypermnf_version: env!("CARGO_PKG_VERSION").to_string(),
+        source: Source::Batch(batch),
+        input: InputBands { bands: b, wavelengths: first.wavelength.clone(), wavelength_units: first.wavelength_units.clone(), fwhm: None },
+        noise: NoiseModel { estimator: params.noise, scale: params.noise.scale(), window: params.noise_window },
+        ignore_value: params.ignore_value,
+        params,
+        system,
+        extra_arrays: extra,
+    }
+}
+
+/// A batch's pooled system, read for a member's projection run.
+pub struct PooledSystem {
+    pub record: Arc<SystemRecord>,
+    pub batch: String,
+    /// `SystemFile::identity` of the stored file.
+    pub identity: String,
+}
+
+/// The pooled system of batch `batch`, as stored, checked; None while it is not computed yet.
+pub async fn stored_system(store: &JobStore, storage: &Storage, batch: &str) -> Result<Option<SystemFile>, JobFailure> {
     let row = store
         .get_batch(batch)
         .await
         .map_err(|e| JobFailure { code: "database_unavailable".into(), message: e.to_string() })?
         .ok_or_else(|| JobFailure { code: "canceled".into(), message: "the job's batch was deleted".into() })?;
-    let key = row.system_key.ok_or_else(|| lost(format!("batch {batch} has no pooled system")))?;
+    let Some(key) = row.system_key else { return Ok(None) };
     let bytes = storage.get_bytes(&key).await.map_err(|e| JobFailure::storage(&e))?;
-    let system = eigen_file::decode(&bytes).map_err(|e| lost(format!("the pooled system of batch {batch}: {e}")))?;
-    Ok(Arc::new(SystemRecord { system, job_id: job.id.clone(), owner: job.owner.clone() }))
+    let file = SystemFile::from_json(&bytes)
+        .map_err(|e| JobFailure { code: "statistics_lost".into(), message: format!("the pooled system of batch {batch}: {e}") })?;
+    Ok(Some(file))
+}
+
+/// The pooled system of batch `batch` for its member `job`'s projection run.
+pub async fn load_system(store: &JobStore, storage: &Storage, batch: &str, job: &Job) -> Result<PooledSystem, JobFailure> {
+    let file = stored_system(store, storage, batch)
+        .await?
+        .ok_or_else(|| JobFailure { code: "statistics_lost".into(), message: format!("batch {batch} has no pooled system") })?;
+    let identity = file.identity();
+    Ok(PooledSystem { record: Arc::new(SystemRecord::new(file.system, String::new(), job.owner.clone())), batch: batch.to_string(), identity })
 }

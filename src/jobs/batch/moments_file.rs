@@ -6,7 +6,8 @@
 //! "HMNFMOMS"                      8 bytes, magic
 //! format version                  u32 LE (FORMAT_VERSION)
 //! header length                   u32 LE
-//! header                          JSON: bands, data_n, noise_n, masked_pixels, bbl
+//! header                          JSON: bands, data_n, noise_n, masked_pixels, bbl, wavelength,
+//!                                 wavelength_units
 //! data mean, data M2              B and B × B f64 LE
 //! noise mean, noise M2            B and B × B f64 LE
 //! SHA-256 of all the above        32 bytes
@@ -40,6 +41,10 @@ struct Header {
     noise_n: u64,
     masked_pixels: u64,
     bbl: Option<Vec<bool>>,
+    #[serde(default)]
+    wavelength: Option<Vec<f64>>,
+    #[serde(default)]
+    wavelength_units: Option<String>,
 }
 
 /// One member's statistics as stored.
@@ -47,6 +52,9 @@ struct Header {
 pub struct MemberStatistics {
     pub statistics: Statistics,
     pub bbl: Option<Vec<bool>>,
+    /// The cube's header's wavelengths (the pooled system file names them).
+    pub wavelength: Option<Vec<f64>>,
+    pub wavelength_units: Option<String>,
 }
 
 pub fn encode(m: &MemberStatistics) -> Vec<u8> {
@@ -57,6 +65,8 @@ pub fn encode(m: &MemberStatistics) -> Vec<u8> {
         noise_n: s.noise.n,
         masked_pixels: s.masked_pixels,
         bbl: m.bbl.clone(),
+        wavelength: m.wavelength.clone(),
+        wavelength_units: m.wavelength_units.clone(),
     })
     .expect("the header serialises");
     let mut out = Vec::with_capacity(16 + header.len() + 16 * (s.data.bands + s.data.bands * s.data.bands) + 32);
@@ -89,7 +99,7 @@ pub fn decode(bytes: &[u8]) -> Result<MemberStatistics, MomentsFileError> {
     let header_bytes = body.get(16..16 + header_len).ok_or_else(|| damaged("header runs past the end"))?;
     let h: Header = serde_json::from_slice(header_bytes).map_err(|e| MomentsFileError::Damaged(format!("header: {e}")))?;
     let b = h.bands;
-    if b == 0 || b > MAX_BANDS || h.bbl.as_ref().is_some_and(|f| f.len() != b) {
+    if b == 0 || b > MAX_BANDS || h.bbl.as_ref().is_some_and(|f| f.len() != b) || h.wavelength.as_ref().is_some_and(|w| w.len() != b) {
         return Err(damaged("implausible number of bands"));
     }
     let floats = &body[16 + header_len..];
@@ -100,7 +110,12 @@ pub fn decode(bytes: &[u8]) -> Result<MemberStatistics, MomentsFileError> {
     let mut take = |n: usize| -> Vec<f64> { values.by_ref().take(n).collect() };
     let data = Moments { bands: b, n: h.data_n, mean: take(b), m2: take(b * b) };
     let noise = Moments { bands: b, n: h.noise_n, mean: take(b), m2: take(b * b) };
-    Ok(MemberStatistics { statistics: Statistics { data, noise, masked_pixels: h.masked_pixels }, bbl: h.bbl })
+    Ok(MemberStatistics {
+        statistics: Statistics { data, noise, masked_pixels: h.masked_pixels },
+        bbl: h.bbl,
+        wavelength: h.wavelength,
+        wavelength_units: h.wavelength_units,
+    })
 }
 
 #[cfg(test)]
@@ -118,6 +133,8 @@ mod tests {
                 masked_pixels: 7,
             },
             bbl: Some(vec![true, false, true]),
+            wavelength: Some(vec![400.0, 410.5, 421.25]),
+            wavelength_units: Some("Nanometers".into()),
         };
         let bytes = encode(&m);
         let back = decode(&bytes).unwrap();

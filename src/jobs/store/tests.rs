@@ -277,3 +277,35 @@ async fn pooled_members_wait_for_their_batch_system() {
     })
     .await;
 }
+
+/// Imported systems' rows (`POST /v1/systems`): stored, found by id, listed per owner newest first,
+/// deleted once.
+#[tokio::test]
+async fn imported_systems_are_stored_listed_per_owner_and_deleted() {
+    each_store(|s| async move {
+        let row = |id: &str, owner: &str, at: i64| super::SystemRow {
+            id: id.into(),
+            owner: owner.into(),
+            identity: format!("identity-{id}"),
+            bands: 425,
+            bands_used: 400,
+            storage_key: format!("systems/{id}/system.json"),
+            bytes: 3_900_000,
+            created_at: at,
+        };
+        for r in [row("s1", "alice", 1), row("s2", "alice", 2), row("s3", "bob", 3)] {
+            s.insert_system(&r).await.unwrap();
+        }
+        assert!(s.insert_system(&row("s1", "alice", 4)).await.is_err(), "an id names one system");
+        assert_eq!(s.get_system("s2").await.unwrap(), Some(row("s2", "alice", 2)));
+        assert_eq!(s.get_system("none").await.unwrap(), None);
+        let ids = |rows: Vec<super::SystemRow>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
+        assert_eq!(ids(s.list_systems("alice", 10).await.unwrap()), ["s2", "s1"]);
+        assert_eq!(ids(s.list_systems("alice", 1).await.unwrap()), ["s2"]);
+        assert_eq!(ids(s.list_systems("bob", 10).await.unwrap()), ["s3"]);
+        assert!(s.delete_system("s2").await.unwrap());
+        assert!(!s.delete_system("s2").await.unwrap(), "once");
+        assert_eq!(ids(s.list_systems("alice", 10).await.unwrap()), ["s1"]);
+    })
+    .await;
+}

@@ -9,6 +9,7 @@
     >>> r = client.reduce(cube, components=10, full=True)   # a Reduction: components, eigenvalues, wavelengths, metadata
     >>> hypermnf.to_xarray(r)                          # line/sample (and x/y, CRS) coordinates
     >>> hypermnf.plot_eigenvalues(job)                 # matplotlib Axes
+    >>> system = client.system(job.id)                 # its eigen system (hypermnf.System); client.apply(system, cubes)
 
 ``hypermnf.AsyncClient`` offers the same methods as coroutines.
 """
@@ -19,6 +20,7 @@ from .errors import APIError, ConnectionError, HyperMNFError, JobCanceled, JobFa
 from .interop import cog_to_xarray, to_xarray
 from .job import Job
 from .results import Reduction, plot_eigenvalues
+from .systems import System
 
 from ._version import __version__
 
@@ -28,6 +30,7 @@ __all__ = [
     "Job",
     "AsyncJob",
     "Reduction",
+    "System",
     "to_xarray",
     "cog_to_xarray",
     "plot_eigenvalues",

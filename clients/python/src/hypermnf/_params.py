@@ -39,6 +39,8 @@ class Params:
     ignore_value: Optional[float] = None
     noise_window: Optional[List[int]] = None
     backend: Optional[str] = None
+    # A job or system id whose eigen system the job projects with (``hypermnf.systems``).
+    statistics_from: Optional[str] = None
 
     @classmethod
     def build(
@@ -51,6 +53,7 @@ class Params:
         ignore_value: Optional[float],
         noise_window: Optional[Sequence[int]],
         backend: Optional[str],
+        statistics_from: Optional[str] = None,
     ) -> "Params":
         """Normalises the caller's arguments; checks only their Python types (the server checks the values
         against the cube and answers with an :class:`~hypermnf.APIError` when they are wrong)."""
@@ -68,7 +71,7 @@ class Params:
             window = [_as_int("noise_window[]", v) for v in noise_window]
             if len(window) != 4:
                 raise ValueError(f"noise_window must be (x0, y0, x1, y1), got {list(noise_window)!r}")
-        return cls(components, snr, noise, bool(inverse), bands, ignore_value, window, backend)
+        return cls(components, snr, noise, bool(inverse), bands, ignore_value, window, backend, statistics_from)
 
     def to_json(self) -> Dict[str, Any]:
         """The JSON ``params`` object (only the fields that differ from the server's defaults)."""
@@ -90,6 +93,8 @@ class Params:
             out["noise_window"] = list(self.noise_window)
         if self.backend is not None:
             out["backend"] = self.backend
+        if self.statistics_from is not None:
+            out["statistics_from"] = self.statistics_from
         return out
 
     def to_query(self) -> Dict[str, str]:

@@ -14,6 +14,7 @@ is closed with ``await client.aclose()`` or ``async with``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any, AsyncIterator, Dict, Iterable, List, Optional, Sequence, Union
@@ -71,11 +72,14 @@ class AsyncClient:
         ignore_value: Optional[float] = None,
         noise_window: Optional[Sequence[int]] = None,
         backend: Optional[str] = None,
+        statistics_from: Optional[str] = None,
     ) -> "AsyncJob":
         """Creates a job that reduces ``cube`` (see :meth:`hypermnf.Client.submit`) and returns it."""
         prepared, params = await asyncio.to_thread(
             prepare_submission, cube, components, snr, noise, inverse, bad_bands, ignore_value, noise_window, backend
         )
+        if statistics_from is not None:
+            params = dataclasses.replace(params, statistics_from=str(statistics_from))
         for attempt in range(_ATTEMPTS):
             upload = await asyncio.to_thread(build_upload, prepared, params)  # hashes the digest off the loop
             with upload.files:

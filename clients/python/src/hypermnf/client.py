@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from contextlib import ExitStack, closing
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 import httpx
 import numpy as np
 
-from . import _tus
+from . import _tus, systems
 from ._http import DEFAULT_URL  # noqa: F401  (hypermnf.client.DEFAULT_URL, as before)
 from ._http import (
     _ATTEMPTS,
@@ -100,6 +101,7 @@ class Client:
         noise_window: Optional[Sequence[int]] = None,
         backend: Optional[str] = None,
         progress: bool = True,
+        statistics_from: Optional[str] = None,
     ) -> Job:
         """Creates a job that reduces ``cube``, and returns it without waiting.
 
@@ -125,6 +127,8 @@ class Client:
             backend: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda-cublas"`` (default: the server's choice).
             progress: show a progress bar while a resumable upload (a cube of at least ``tus_threshold``
                 bytes) is sent.
+            statistics_from: project with the eigen system of this job or imported system (an id) instead of
+                computing one (see :meth:`apply`).
 
         Returns:
             The :class:`Job`. An identical earlier request (same cube and parameters) returns that job,
@@ -135,6 +139,8 @@ class Client:
             ConnectionError: the server could not be reached.
         """
         prepared, params = prepare_submission(cube, components, snr, noise, inverse, bad_bands, ignore_value, noise_window, backend)
+        if statistics_from is not None:
+            params = dataclasses.replace(params, statistics_from=str(statistics_from))
         with ExitStack() as stack:
             resumable = self._resumable(prepared, stack)
             if resumable is not None:
@@ -274,6 +280,33 @@ class Client:
         if not full:
             return array
         return Reduction.from_metadata(job.metadata, array, product, job.id)
+
+    # -- eigen systems (hypermnf.systems) --------------------------------------------------------------
+
+    def system(self, job_id: str) -> "systems.System":
+        """The eigen system job ``job_id`` projected with (``GET /v1/jobs/{id}/system``)."""
+        return systems.job_system(self, job_id)
+
+    def get_system(self, system_id: str) -> "systems.System":
+        """An imported system (``GET /v1/systems/{id}``)."""
+        return systems.get_system(self, system_id)
+
+    def import_system(self, system: Any) -> "systems.System":
+        """Imports a :class:`~hypermnf.System` (or a system file's path): the system as stored, with its id."""
+        return systems.import_system(self, system)
+
+    def delete_system(self, system_id: str) -> None:
+        systems.delete_system(self, system_id)
+
+    def systems(self) -> List[Dict[str, Any]]:
+        """Summaries of the imported systems this client can see, newest first."""
+        return systems.list_systems(self)
+
+    def apply(self, system: Any, cubes: Iterable[CubeLike], **params: Any) -> List[Job]:
+        """One job per cube, each projected with ``system`` (a :class:`~hypermnf.System`, or a job or
+        system id) through ``statistics_from``; ``params`` are those of :meth:`submit`. Returns the jobs
+        without waiting."""
+        return systems.apply(self, system, cubes, **params)
 
     # -- service ---------------------------------------------------------------------------------------
 
