@@ -101,6 +101,8 @@ pub struct Plan {
     fed: Option<Arc<ResidentCube>>,
     statistics_key: Digest,
     known: Option<(Arc<SystemRecord>, ReuseSource)>,
+    /// The cube's content digest (recorded with the job, or computed from the cube here).
+    content: Digest,
 }
 
 /// A finished computation.
@@ -112,6 +114,11 @@ pub struct Computed {
 }
 
 impl Plan {
+    /// The cube's content digest.
+    pub fn content_digest(&self) -> Digest {
+        self.content
+    }
+
     /// The key of the job's eigen system at the statistics level.
     pub fn statistics_key(&self) -> Digest {
         self.statistics_key
@@ -138,7 +145,7 @@ impl Plan {
             Some(s) => Some((s, ReuseSource::Device)),
             None => rt.block_on(cache.find_system(&statistics_key)).map(|s| (s, ReuseSource::Storage)),
         };
-        Plan { cube, device_key, resident, fed, statistics_key, known }
+        Plan { cube, device_key, resident, fed, statistics_key, known, content }
     }
 
     /// Whether the statistics passes will be skipped.

@@ -58,6 +58,8 @@ pub struct JobServices {
     pub storage: Storage,
     pub backends: Arc<Backends>,
     pub cache: Arc<ServiceCache>,
+    /// The clients of `s3://` and `https://` inputs.
+    pub references: Arc<crate::reference::References>,
     pub metrics: Arc<JobMetrics>,
     /// This instance's claims.
     pub lease: Lease,
@@ -325,10 +327,14 @@ impl JobRun {
         // Step 3: if not, it is read; then an eigen system may be known for it.
         let cube = match found.cube() {
             Some(cube) => cube,
-            None => Arc::new(input::load_cube(job.input_kind, &job.input_location, &s.storage, rt).map_err(JobFailure::cube)?),
+            None => Arc::new(match crate::reference::Stored::of_location(&job.input_location) {
+                Some(stored) => super::remote_input::load(s, job, &stored, rt)?,
+                None => input::load_cube(job.input_kind, &job.input_location, &s.storage, rt).map_err(JobFailure::cube)?,
+            }),
         };
         let loaded = Instant::now();
         let plan = Plan::new(&s.cache, &params, &backend, found, cube, rt);
+        super::remote_input::remember(s, job, &plan, rt);
         tracing::debug!(
             target: "hypermnf::timing",
             job = %job.id,
@@ -690,13 +696,13 @@ impl JobFailure {
     /// accepted job is not lost to a disk that was full or read-only for a while.
     pub const DISK_UNAVAILABLE: &'static str = "disk_unavailable";
 
-    fn cube(e: CubeError) -> JobFailure {
+    pub(super) fn cube(e: CubeError) -> JobFailure {
         let code = if is_disk_condition(&e) { Self::DISK_UNAVAILABLE } else { e.code() };
         JobFailure { code: code.into(), message: e.to_string() }
     }
 
     /// A storage or local file error: `DISK_UNAVAILABLE` for a disk condition, else `storage_error`.
-    fn storage(e: &(dyn std::error::Error + 'static)) -> JobFailure {
+    pub(super) fn storage(e: &(dyn std::error::Error + 'static)) -> JobFailure {
         let code = if is_disk_condition(e) { Self::DISK_UNAVAILABLE } else { "storage_error" };
         JobFailure { code: code.into(), message: e.to_string() }
     }

@@ -10,6 +10,8 @@
 //! written only by the holder of its lease, so a job succeeds once however often it was claimed.
 
 mod cache_rows;
+mod reference_rows;
+pub use reference_rows::ReferenceDigest;
 pub mod notify;
 #[cfg(test)]
 pub(crate) mod testing;
