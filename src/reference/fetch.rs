@@ -54,6 +54,7 @@ impl Format {
 /// cube is returned). Runs on a blocking thread; `rt` runs the reads.
 pub fn load(refs: &References, stored: &Stored, dir: &Path, rt: &tokio::runtime::Handle) -> Result<Cube, LoadError> {
     let result = (|| {
+        std::fs::create_dir_all(dir).map_err(|e| CubeError::io(dir, e))?;
         let main = parse(&stored.object.href)?;
         let format =
             Format::of_name(&main.file_name()).ok_or_else(|| RefError::Unsupported(format!("{} is not a cube this server reads", stored.object.href)))?;
