@@ -421,7 +421,7 @@ async fn references_outside_the_policy_are_refused_and_leave_nothing() {
         ("https://169.254.169.254/latest/meta-data/x.npy".into(), StatusCode::FORBIDDEN, "forbidden_reference"),
         // Allowed by name, but the name resolves to loopback, which only an IP literal allows.
         (format!("https://localhost:{}/cubes/line.npy", named.addr.port()), StatusCode::FORBIDDEN, "forbidden_reference"),
-        (format!("http://127.0.0.1:{port}/cubes/line.npy"), StatusCode::FORBIDDEN, "forbidden_reference"),
+        (format!("http://127.0.0.1:{port}/cubes/line.npy"), StatusCode::BAD_REQUEST, "invalid_href"),
         (site.url("/to-allowed.npy"), StatusCode::UNPROCESSABLE_ENTITY, "redirect_refused"),
         (site.url("/to-elsewhere.npy"), StatusCode::UNPROCESSABLE_ENTITY, "redirect_refused"),
         (site.url("/cubes/missing.npy"), StatusCode::NOT_FOUND, "input_not_found"),

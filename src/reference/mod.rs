@@ -87,11 +87,12 @@ pub enum Reference {
 
 impl Reference {
     /// The reference an href names; None for any other scheme (`file://` is `api::href`'s). `http://`
-    /// is refused: a plain connection can be altered on the way.
+    /// is invalid here, as any scheme the server does not read: a plain connection can be altered on
+    /// the way, and the reader would trust what it got.
     pub fn parse(href: &str) -> Result<Option<Reference>, RefError> {
         let lower = href.get(..8).unwrap_or(href).to_ascii_lowercase();
         if lower.starts_with("http://") {
-            return Err(RefError::Forbidden("plain http:// references are refused: use https://".into()));
+            return Err(RefError::Invalid("plain http:// is not read: use https:// (on a host allowed by --input-host)".into()));
         }
         if lower.starts_with("s3://") {
             let rest = &href[5..];
@@ -344,8 +345,8 @@ mod tests {
         assert_eq!(h.file_name(), "y.hdr");
         assert_eq!(h.sibling("y.img").href(), "https://data.example.org/x/y.img");
         assert_eq!(Reference::parse("file:///a.npy").unwrap(), None);
-        assert!(matches!(Reference::parse("http://a/b.npy"), Err(RefError::Forbidden(_))));
-        assert!(matches!(Reference::parse("HTTP://a/b.npy"), Err(RefError::Forbidden(_))));
+        assert!(matches!(Reference::parse("http://a/b.npy"), Err(RefError::Invalid(_))));
+        assert!(matches!(Reference::parse("HTTP://a/b.npy"), Err(RefError::Invalid(_))));
         for bad in ["s3://cubes", "s3://Cu_bes/a.npy", "s3://cubes/", "s3://cubes/a/../b.npy", "s3://cubes//a.npy", "https://u:p@h/a.npy", "https://h/"] {
             assert!(matches!(Reference::parse(bad), Err(RefError::Invalid(_))), "{bad}");
         }
