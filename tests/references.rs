@@ -341,7 +341,7 @@ async fn s3_references_give_the_uploads_components_and_find_their_jobs_again() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_references_give_the_uploads_components() {
     let site = Https::start().await;
     let cube = synthetic_cube(20, 18, 10, 3);
@@ -363,6 +363,37 @@ async fn https_references_give_the_uploads_components() {
     let (s, j) = post_href(&srv, &site.url("/cubes/line.hdr"), json!({"components": 3})).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{j}");
     assert!(components(&srv, j["id"].as_str().unwrap()).await == want, "https ENVI: components differ from the upload's");
+
+    // Read as the worker reads them: the content digest computed while the bytes arrived is the
+    // cube's (a .npy and a BIL data object followed part by part, a BSQ data object once it is whole),
+    // also for a cube of several parts, which arrive out of order.
+    let big = synthetic_cube(330, 200, 80, 5);
+    assert!(npy_bytes(&big).len() as u64 > hypermnf::reference::fetch::PART);
+    site.put("/cubes/big.npy", npy_bytes(&big));
+    let (hdr, img) = envi_pair(&big, hypermnf::cube::Interleave::Bil);
+    site.put("/cubes/big.hdr", hdr);
+    site.put("/cubes/big.img", img);
+    let refs = hypermnf::reference::References::new(&[], &[site.addr.to_string()], std::slice::from_ref(&site.ca)).unwrap();
+    for (name, data, cube) in [("line.npy", None, &cube), ("line.hdr", Some("line.img"), &cube), ("big.npy", None, &big), ("big.hdr", Some("big.img"), &big)] {
+        let open = |n: &str| {
+            let r = hypermnf::reference::Reference::parse(&site.url(&format!("/cubes/{n}"))).unwrap().unwrap();
+            let refs = &refs;
+            async move { refs.open(&r).await.unwrap().head().await.unwrap() }
+        };
+        let object = open(name).await;
+        let data = match data {
+            Some(d) => Some(open(d).await),
+            None => None,
+        };
+        let stored = hypermnf::reference::Stored { object, data };
+        let scratch = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Handle::current();
+        let refs = &refs;
+        let loaded = tokio::task::block_in_place(|| hypermnf::reference::fetch::load(refs, &stored, &scratch.path().join("ref"), &rt)).unwrap();
+        assert_eq!(loaded.content, Some(cube.content_digest()), "{name}");
+        assert_eq!(loaded.cube.content_digest(), cube.content_digest(), "{name}");
+        assert!(!scratch.path().join("ref").exists(), "{name}: the scratch directory is left");
+    }
 
     // The OGC API takes the same references.
     let exec = json!({"inputs": {"cube": {"href": site.url("/cubes/line.npy")}, "components": 2}});

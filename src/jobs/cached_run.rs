@@ -79,6 +79,13 @@ impl DeviceLookup {
         take
     }
 
+    /// The content digest of a cube this job read, computed while it was read (a referenced cube,
+    /// `jobs::remote_input`): `Plan::new` then does not compute it again. A digest recorded with the
+    /// job is kept.
+    pub fn set_content(&mut self, content: Digest) {
+        self.stored.get_or_insert(content);
+    }
+
     /// Whether the level holds the job's cube already.
     pub fn is_resident(&self) -> bool {
         self.resident.is_some()

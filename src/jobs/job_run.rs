@@ -328,7 +328,14 @@ impl JobRun {
         let cube = match found.cube() {
             Some(cube) => cube,
             None => Arc::new(match crate::reference::Stored::of_location(&job.input_location) {
-                Some(stored) => super::remote_input::load(s, job, &stored, rt)?,
+                Some(stored) => {
+                    // A referenced cube: its digest was computed while it was read, when it could be.
+                    let loaded = super::remote_input::load(s, job, &stored, rt)?;
+                    if let Some(content) = loaded.content {
+                        found.set_content(content);
+                    }
+                    loaded.cube
+                }
                 None => input::load_cube(job.input_kind, &job.input_location, &s.storage, rt).map_err(JobFailure::cube)?,
             }),
         };

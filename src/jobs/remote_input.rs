@@ -6,24 +6,24 @@
 use super::cached_run::Plan;
 use super::job_run::{JobFailure, JobServices};
 use super::model::Job;
-use crate::cube::Cube;
-use crate::reference::fetch::{self, LoadError};
+use crate::reference::fetch::{self, LoadError, Loaded};
 use crate::reference::Stored;
 
 /// Reads the referenced cube into the scratch directory `ref-<job id>` (removed again before this
-/// returns: the cube maps the unlinked files). Runs on a blocking thread.
-pub fn load(s: &JobServices, job: &Job, stored: &Stored, rt: &tokio::runtime::Handle) -> Result<Cube, JobFailure> {
+/// returns: the cube maps the unlinked files), with its content digest when it was computed on the
+/// way. Runs on a blocking thread.
+pub fn load(s: &JobServices, job: &Job, stored: &Stored, rt: &tokio::runtime::Handle) -> Result<Loaded, JobFailure> {
     let token = format!("ref-{}", job.id);
     let dir = s.storage.scratch_dir(&token).map_err(|e| JobFailure::storage(&e))?;
     let t = std::time::Instant::now();
     let loaded = fetch::load(&s.references, stored, &dir, rt);
     s.storage.remove_scratch(&token);
-    let cube = loaded.map_err(|e| match e {
+    let loaded = loaded.map_err(|e| match e {
         LoadError::Reference(r) => JobFailure { code: r.code().into(), message: r.to_string() },
         LoadError::Cube(c) => JobFailure::cube(c),
     })?;
     tracing::debug!(job = %job.id, secs = t.elapsed().as_secs_f64(), bytes = stored.object.size + stored.data.as_ref().map_or(0, |d| d.size), "referenced cube read");
-    Ok(cube)
+    Ok(loaded)
 }
 
 /// Records the content digest of a referenced job's objects (best effort: a failure only costs a
