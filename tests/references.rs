@@ -154,7 +154,11 @@ fn answer(site: &Mutex<Site>, method: &str, path: &str, headers: &HashMap<String
     }
     let Some(f) = site.files.get_mut(path) else { return ("404 Not Found", vec![], b"no such file".to_vec()) };
     if method == "HEAD" {
-        return ("200 OK", vec![("ETag".into(), f.etag.clone()), ("Accept-Ranges".into(), "bytes".into()), ("x-length".into(), f.bytes.len().to_string())], vec![]);
+        return (
+            "200 OK",
+            vec![("ETag".into(), f.etag.clone()), ("Accept-Ranges".into(), "bytes".into()), ("x-length".into(), f.bytes.len().to_string())],
+            vec![],
+        );
     }
     f.gets += 1;
     if let Some((after, _)) = &f.change_after_gets {
@@ -488,10 +492,7 @@ async fn references_outside_the_policy_are_refused_and_leave_nothing() {
 #[tokio::test]
 async fn bad_reference_options_stop_the_start() {
     let dir = tempfile::tempdir().unwrap();
-    for (hosts, certs, want) in [
-        (vec!["http://x".to_string()], vec![], "--input-host"),
-        (vec![], vec![dir.path().join("missing.pem")], "--input-ca-cert"),
-    ] {
+    for (hosts, certs, want) in [(vec!["http://x".to_string()], vec![], "--input-host"), (vec![], vec![dir.path().join("missing.pem")], "--input-ca-cert")] {
         let mut args = hypermnf::config::ServeArgs::with_data_dir(dir.path());
         args.input_hosts = hosts;
         args.input_ca_certs = certs;

@@ -146,9 +146,10 @@ struct WrittenState {
 
 impl Written {
     fn add(&self, part: &Range<u64>) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let s = &mut *guard;
         s.ahead.insert(part.start, part.end);
-        while let Some(end) = { let front = s.front; s.ahead.remove(&front) } {
+        while let Some(end) = s.ahead.remove(&s.front) {
             s.front = end;
         }
         self.changed.notify_all();
