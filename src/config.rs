@@ -65,6 +65,24 @@ pub struct ServeArgs {
     /// variable). Without one, href inputs are refused.
     #[arg(long = "input-root", env = "HYPERMNF_INPUT_ROOT", value_delimiter = ',')]
     pub input_roots: Vec<PathBuf>,
+    /// S3 bucket whose objects may be named by `s3://bucket/key` hrefs (repeatable; comma-separated
+    /// in the variable). They are read with ranged GETs through the same S3 settings as `--store
+    /// s3://` (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...), which
+    /// configure this input client even where the server stores its own files locally. Without one,
+    /// s3:// hrefs are refused (403 forbidden_reference).
+    #[arg(long = "input-bucket", env = "HYPERMNF_INPUT_BUCKETS", value_name = "NAME", value_delimiter = ',')]
+    pub input_buckets: Vec<String>,
+    /// Host whose files may be named by `https://` hrefs: HOST, HOST:PORT, IP, IP:PORT or [IPv6]:PORT
+    /// (repeatable; comma-separated in the variable). A name must resolve only to public addresses:
+    /// loopback, private, link-local (metadata services), unique-local, multicast and unspecified
+    /// addresses are refused unless that IP is listed here literally. Redirects are never followed
+    /// and plain http:// is refused. Without one, https:// hrefs are refused.
+    #[arg(long = "input-host", env = "HYPERMNF_INPUT_HOSTS", value_name = "HOST[:PORT]", value_delimiter = ',')]
+    pub input_hosts: Vec<String>,
+    /// PEM file of extra CA certificates trusted for https:// hrefs, beside the system's (an internal
+    /// CA, or a test server's self-signed certificate). Repeatable.
+    #[arg(long = "input-ca-cert", env = "HYPERMNF_INPUT_CA_CERT", value_name = "FILE")]
+    pub input_ca_certs: Vec<PathBuf>,
     /// Allow listening on a non-loopback address without API keys.
     #[arg(long, env = "HYPERMNF_INSECURE")]
     pub insecure: bool,
@@ -181,6 +199,9 @@ impl ServeArgs {
             upload_expiry_secs: DEFAULT_UPLOAD_EXPIRY_SECS,
             api_keys_file: None,
             input_roots: Vec::new(),
+            input_buckets: Vec::new(),
+            input_hosts: Vec::new(),
+            input_ca_certs: Vec::new(),
             insecure: false,
             retention: Duration::from_secs(7 * 86400),
             request_timeout: Duration::from_secs(1800),

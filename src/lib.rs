@@ -35,6 +35,7 @@ pub mod jobs;
 pub mod library;
 pub mod mnf;
 pub mod output;
+pub mod reference;
 pub mod storage;
 
 pub use library::{Backend, Error, Mnf, MnfFit, NoiseEstimator, Sample, Window};

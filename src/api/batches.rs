@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 
 use super::auth::Caller;
 use super::error::{ApiResult, Error};
+use super::href;
 use super::jobs as job_api;
 use super::{params, ApiContext};
 use crate::jobs::batch;
@@ -19,6 +20,7 @@ use crate::jobs::model::{rfc3339, BatchPhase};
 use crate::jobs::store::{BatchRow, NewBatch};
 use crate::jobs::{InputKind, InputSummary, Job, JobStatus, NewJob};
 use crate::mnf::MnfParams;
+use crate::reference::Reference;
 
 /// The most cubes one batch may hold: a campaign of a few hundred flight lines, with room.
 pub const MAX_INPUTS: usize = 1000;
@@ -129,10 +131,23 @@ pub async fn create_batch(ctx: &ApiContext, caller: &Caller, hrefs: &[String], p
 }
 
 /// Checks one input as `POST /v1/jobs` checks an href, without digesting its samples (a member's
-/// digest is taken from what its run reads).
+/// digest is taken from what its run reads): a `file://` cube is decoded (mapped), an `s3://` or
+/// `https://` one has its header read.
 async fn prepare(ctx: &ApiContext, caller: &Caller, href: &str, params: &MnfParams) -> ApiResult<Prepared> {
-    let path = job_api::resolve_href(href, &ctx.input_roots)?;
-    job_api::precheck_file(&path, ctx.config.max_upload_bytes)?;
+    if let Some(r) = Reference::parse(href).map_err(href::refused)? {
+        return match href::check_reference(ctx, &caller.owner, &r, params.clone()).await? {
+            href::Checking::Done(c) => {
+                Ok(Prepared { params: c.params, kind: InputKind::Href, location: c.stored.to_location(), input: c.input, wavelength: c.wavelength })
+            }
+            // GDAL needs the whole file to say what it holds; a single job reads it at submit.
+            href::Checking::Gdal(..) => Err(Error::unprocessable(
+                "unsupported",
+                "a NetCDF, HDF5 or GeoTIFF reference cannot be part of a batch yet: submit it as a job of its own, or convert it to ENVI",
+            )),
+        };
+    }
+    let path = href::resolve_href(href, &ctx.input_roots)?;
+    href::precheck_file(&path, ctx.config.max_upload_bytes)?;
     let location = path.to_str().ok_or_else(|| Error::bad_request("invalid_href", "the path is not UTF-8"))?.to_string();
     let (cube, params) = job_api::decode_and_validate(ctx, &caller.owner, InputKind::Href, location.clone(), params.clone()).await?;
     Ok(Prepared { params, kind: InputKind::Href, location, input: job_api::input_summary(&cube), wavelength: cube.meta.wavelength.clone() })

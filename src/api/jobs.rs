@@ -1,6 +1,6 @@
 //! `/v1/jobs`: create (three input forms), get, list, cancel/delete, result and metadata downloads.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -15,6 +15,7 @@ use super::error::{ApiResult, Error};
 use super::metrics::ApiMetrics;
 use super::upload::{self, Budget, Claim};
 use super::{params, ApiContext};
+pub use super::href::{create_from_href, resolve_href};
 use crate::cube::Cube;
 use crate::jobs::model::{product, rfc3339};
 use crate::jobs::early::EarlyRun;
@@ -80,10 +81,10 @@ pub struct Created {
 }
 
 impl Created {
-    fn new(job: Job) -> ApiResult<Created> {
+    pub(super) fn new(job: Job) -> ApiResult<Created> {
         Ok(Created { job, cached: false })
     }
-    fn existing(job: Job) -> ApiResult<Created> {
+    pub(super) fn existing(job: Job) -> ApiResult<Created> {
         Ok(Created { job, cached: true })
     }
     /// The `/v1` answer: 202 for a new job, 201 for a new job that already succeeded (run on a cube
@@ -477,101 +478,6 @@ pub(crate) async fn create_from_files(ctx: &ApiContext, caller: &Caller, kind: I
     enqueue(ctx, caller, digest, input, params, kind, None, &token).await
 }
 
-/// A job from a `file://` href under an input root (also the OGC API's href inputs).
-pub async fn create_from_href(ctx: &ApiContext, caller: &Caller, href: &str, params: MnfParams) -> ApiResult<Created> {
-    let path = resolve_href(href, &ctx.input_roots)?;
-    let limit = ctx.config.max_upload_bytes;
-    precheck_file(&path, limit)?;
-    let location = path.to_str().ok_or_else(|| Error::bad_request("invalid_href", "the path is not UTF-8"))?.to_string();
-    let (cube, params) = decode_and_validate(ctx, &caller.owner, InputKind::Href, location.clone(), params).await?;
-    let (digest, input) = digest_and_summary(&cube).await?;
-    enqueue_at(ctx, caller, digest, input, params, InputKind::Href, None, location, None).await
-}
-
-/// Checks a `file://` href: an absolute path without `..`, existing, and (after resolving symlinks)
-/// inside one of the input roots, and so is every other file reading it opens (an ENVI header's data
-/// file). Outside every root (or with no root configured) it is 403.
-pub fn resolve_href(href: &str, roots: &[PathBuf]) -> ApiResult<PathBuf> {
-    let bad = |m: &str| Error::bad_request("invalid_href", m.to_string());
-    let rest = href
-        .strip_prefix("file://")
-        .ok_or_else(|| bad("href must be a file:// URL naming a file under an input root"))?;
-    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
-    if !rest.starts_with('/') {
-        return Err(bad("href must be file:///absolute/path"));
-    }
-    let decoded = percent_encoding::percent_decode_str(rest)
-        .decode_utf8()
-        .map_err(|_| bad("href is not valid UTF-8 once decoded"))?;
-    let path = PathBuf::from(decoded.as_ref());
-    if path.components().any(|c| matches!(c, Component::ParentDir)) {
-        return Err(bad("href must not contain `..`"));
-    }
-    if roots.is_empty() {
-        return Err(Error::new(StatusCode::FORBIDDEN, "forbidden_path", "this server reads no files: it was started without --input-root"));
-    }
-    let canonical = path
-        .canonicalize()
-        .map_err(|_| Error::bad_request("input_not_found", format!("{} does not exist or cannot be read", path.display())))?;
-    if !roots.iter().any(|r| canonical.starts_with(r)) {
-        return Err(Error::new(StatusCode::FORBIDDEN, "forbidden_path", "the file is outside every input root"));
-    }
-    if !canonical.is_file() {
-        return Err(Error::bad_request("input_not_found", format!("{} is not a file", path.display())));
-    }
-    // Every other file reading the cube opens must be inside a root too, once its symlinks are
-    // resolved: an ENVI header's data file is found beside the (resolved) header, under any of the
-    // names the reader tries, and may be a symlink of its own. The reader itself says which file.
-    let files = crate::cube::input_files(&canonical).map_err(|e| match e {
-        crate::cube::CubeError::Io { .. } => Error::bad_request("input_not_found", e.to_string()),
-        other => Error::from(other),
-    })?;
-    for file in files.iter().filter(|f| **f != canonical) {
-        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let resolved = file
-            .canonicalize()
-            .map_err(|_| Error::bad_request("input_not_found", format!("{name} (beside the header) cannot be read")))?;
-        if !roots.iter().any(|r| resolved.starts_with(r)) {
-            return Err(Error::new(
-                StatusCode::FORBIDDEN,
-                "forbidden_path",
-                format!("the data file {name} beside the header leads outside every input root"),
-            ));
-        }
-    }
-    Ok(canonical)
-}
-
-/// For a file on disk: the size its header claims must fit the limit before it is read.
-pub(super) fn precheck_file(path: &Path, limit: u64) -> ApiResult<()> {
-    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
-    match ext.as_deref() {
-        Some("npy") => {
-            use std::io::Read;
-            let mut f = std::fs::File::open(path).map_err(Error::internal)?;
-            let mut head = Vec::new();
-            f.by_ref().take(1 << 20).read_to_end(&mut head).map_err(Error::internal)?;
-            upload::npy_claim(&head, limit)?;
-        }
-        Some("hdr") => {
-            let meta = std::fs::metadata(path).map_err(Error::internal)?;
-            if meta.len() > SMALL_BODY_MAX as u64 {
-                return Err(Error::bad_request("invalid_header", "the ENVI header is larger than 1 MiB"));
-            }
-            // Lossily, as the ENVI reader itself reads it (a description in Latin-1 is no reason to refuse).
-            let text = String::from_utf8_lossy(&std::fs::read(path).map_err(Error::internal)?).into_owned();
-            upload::envi_claim(&text, limit)?;
-        }
-        _ => {
-            if let Some(checked) = super::formats::precheck_href(path, limit) {
-                return checked;
-            }
-            return Err(Error::unprocessable("unsupported", "the href must name an ENVI header (.hdr), a NumPy array (.npy), or NetCDF, HDF5 or GeoTIFF"));
-        }
-    }
-    Ok(())
-}
-
 /// Decodes the cube (off the async threads) and checks the parameters against its shape.
 pub(super) async fn decode_and_validate(ctx: &ApiContext, owner: &str, kind: InputKind, location: String, params: MnfParams) -> ApiResult<(Arc<Cube>, MnfParams)> {
     let storage = ctx.runner.storage.clone();
@@ -595,7 +501,7 @@ pub(super) async fn decode_and_validate(ctx: &ApiContext, owner: &str, kind: Inp
 /// Refuses at submit what a job could only fail with: a backend this server does not have (as
 /// `/v1/info` lists them), and what the cube's shape and `bbl` already doom (`MnfParams::admit`). The
 /// codes are those the job would have failed with.
-fn admit(ctx: &ApiContext, params: &MnfParams, lines: usize, samples: usize, bands: usize, bbl: Option<&[bool]>) -> ApiResult<()> {
+pub(super) fn admit(ctx: &ApiContext, params: &MnfParams, lines: usize, samples: usize, bands: usize, bbl: Option<&[bool]>) -> ApiResult<()> {
     check_backend(ctx, params)?;
     Ok(params.admit(lines, samples, bands, bbl)?)
 }
@@ -625,7 +531,7 @@ impl CubeKey {
     /// The result level's key: the cube's digests and the canonical parameters. A cube that carries no
     /// metadata has the digest jobs had before the carried metadata was keyed on, so their rows are
     /// still found; one that carries some is a different job from the same pixels under another header.
-    fn job_digest(&self, canonical_params: &str) -> String {
+    pub(super) fn job_digest(&self, canonical_params: &str) -> String {
         let mut h = Sha256::new();
         h.update(b"hypermnf-job-v1");
         h.update(self.content);
@@ -639,7 +545,7 @@ impl CubeKey {
 }
 
 /// The cube's digests (off the async threads) and what the API shows about it.
-async fn digest_and_summary(cube: &Arc<Cube>) -> ApiResult<(CubeKey, InputSummary)> {
+pub(super) async fn digest_and_summary(cube: &Arc<Cube>) -> ApiResult<(CubeKey, InputSummary)> {
     let t = std::time::Instant::now();
     let digest = {
         let cube = cube.clone();
@@ -663,7 +569,7 @@ pub(super) fn input_summary(cube: &Cube) -> InputSummary {
 
 /// The owner's job of this job digest, if any: the result level first (a succeeded job, checked against
 /// its row), then the job store, which also knows the queued and running jobs the cache does not hold.
-async fn existing_job(ctx: &ApiContext, owner: &str, digest: &str) -> ApiResult<Option<Job>> {
+pub(super) async fn existing_job(ctx: &ApiContext, owner: &str, digest: &str) -> ApiResult<Option<Job>> {
     if let Some(job) = ctx.runner.cache.find_result(owner, digest).await? {
         return Ok(Some(job));
     }
@@ -689,7 +595,7 @@ async fn enqueue(
 /// Answers with the caller's live job of the same digest, or stores the input at `location` (from
 /// scratch, for uploads) and inserts a queued job.
 #[allow(clippy::too_many_arguments)]
-async fn enqueue_at(
+pub(super) async fn enqueue_at(
     ctx: &ApiContext,
     caller: &Caller,
     cube: CubeKey,
@@ -786,7 +692,7 @@ fn new_job(
 /// Stores the input from scratch under `token` (if any) at `new.input_location`, then inserts the
 /// job: queued, or claimed by this instance when `early` already computes it. A live job of the same
 /// owner and digest that was inserted meanwhile is answered instead (and `early` dropped).
-async fn insert_stored(ctx: &ApiContext, new: NewJob, token: Option<&str>, early: Option<EarlyRun>) -> ApiResult<Created> {
+pub(super) async fn insert_stored(ctx: &ApiContext, new: NewJob, token: Option<&str>, early: Option<EarlyRun>) -> ApiResult<Created> {
     let location = new.input_location.clone();
     // The input is in its final place before the row exists: a queued job always has its input.
     if let Some(token) = token {

@@ -7,6 +7,7 @@ mod envi_upload;
 pub mod error;
 pub mod formats;
 pub mod health;
+pub mod href;
 pub mod jobs;
 pub mod linger;
 pub mod metrics;
@@ -135,6 +136,7 @@ pub async fn context(args: ServeArgs) -> anyhow::Result<ApiContext> {
     for r in &args.input_roots {
         roots.push(r.canonicalize().with_context(|| format!("input root {} does not exist", r.display()))?);
     }
+    let references = crate::reference::References::new(&args.input_buckets, &args.input_hosts, &args.input_ca_certs)?;
     let store = JobStore::open(&args.database_url()).await.context("cannot open the job database")?;
     let storage = Storage::open(args.store.as_ref(), &args.data_dir).context("cannot open the storage")?;
     storage.clear_scratch();
@@ -151,7 +153,7 @@ pub async fn context(args: ServeArgs) -> anyhow::Result<ApiContext> {
     // leaves the result level.
     crate::jobs::result_sync::check_at_start(&store, &storage, &lease.owner).await.context("cannot check the results that had not reached the disk")?;
     let cache = crate::jobs::cache::open(&args, backends.default_backend().as_ref(), &store, &storage).await?;
-    let runner = Runner::new(store, storage, backends, cache, lease).with_early_start(args.early_start);
+    let runner = Runner::new(store, storage, backends, cache, lease).with_early_start(args.early_start).with_references(references);
     Ok(ApiContext {
         config: Arc::new(args),
         runner: Arc::new(runner),

@@ -79,6 +79,13 @@ impl DeviceLookup {
         take
     }
 
+    /// The content digest of a cube this job read, computed while it was read (a referenced cube,
+    /// `jobs::remote_input`): `Plan::new` then does not compute it again. A digest recorded with the
+    /// job is kept.
+    pub fn set_content(&mut self, content: Digest) {
+        self.stored.get_or_insert(content);
+    }
+
     /// Whether the level holds the job's cube already.
     pub fn is_resident(&self) -> bool {
         self.resident.is_some()
@@ -105,6 +112,8 @@ pub struct Plan {
     /// system of the job's batch. Not the cube's own, so never kept with the cube at the device level,
     /// where a later job on the same cube would take it for its own.
     given: Option<(String, String)>,
+    /// The cube's content digest (recorded with the job, or computed from the cube here).
+    content: Digest,
 }
 
 /// A finished computation.
@@ -119,6 +128,11 @@ pub struct Computed {
 }
 
 impl Plan {
+    /// The cube's content digest.
+    pub fn content_digest(&self) -> Digest {
+        self.content
+    }
+
     /// The key of the job's eigen system at the statistics level.
     pub fn statistics_key(&self) -> Digest {
         self.statistics_key
@@ -145,7 +159,7 @@ impl Plan {
             Some(s) => Some((s, ReuseSource::Device)),
             None => rt.block_on(cache.find_system(&statistics_key)).map(|s| (s, ReuseSource::Storage)),
         };
-        Plan { cube, device_key, resident, fed, statistics_key, known, given: None }
+        Plan { cube, device_key, resident, fed, statistics_key, known, given: None, content }
     }
 
     /// The plan for a job whose eigen system is given: its request named it (`statistics_from`,
@@ -170,7 +184,7 @@ impl Plan {
         };
         let statistics_key = keys::statistics_key(&content, params, backend.name());
         let known = Some((system, source));
-        Plan { cube, device_key, resident, fed, statistics_key, known, given: Some((from, identity)) }
+        Plan { cube, device_key, resident, fed, statistics_key, known, given: Some((from, identity)), content }
     }
 
     /// Whether the statistics passes will be skipped.

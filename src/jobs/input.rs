@@ -27,6 +27,8 @@ pub fn load_cube(kind: InputKind, location: &str, storage: &Storage, rt: &tokio:
             let text = std::fs::read_to_string(hdr.path()).map_err(|e| CubeError::io(hdr.path(), e))?;
             crate::cube::envi::map_parts(&text, local("cube.img")?.path())
         }
+        // An s3:// or https:// reference (JSON) is read by `jobs::remote_input`, with its clients.
+        InputKind::Href if location.starts_with('{') => Err(CubeError::Unsupported("a referenced cube is read by the worker's reference clients".into())),
         InputKind::Href => crate::cube::map(Path::new(location)),
     }
 }

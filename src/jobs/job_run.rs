@@ -58,6 +58,8 @@ pub struct JobServices {
     pub storage: Storage,
     pub backends: Arc<Backends>,
     pub cache: Arc<ServiceCache>,
+    /// The clients of `s3://` and `https://` inputs.
+    pub references: Arc<crate::reference::References>,
     pub metrics: Arc<JobMetrics>,
     /// This instance's claims.
     pub lease: Lease,
@@ -364,7 +366,17 @@ impl JobRun {
         // Step 3: if not, it is read; then an eigen system may be known for it.
         let cube = match found.cube() {
             Some(cube) => cube,
-            None => Arc::new(input::load_cube(job.input_kind, &job.input_location, &s.storage, rt).map_err(JobFailure::cube)?),
+            None => Arc::new(match crate::reference::Stored::of_location(&job.input_location) {
+                Some(stored) => {
+                    // A referenced cube: its digest was computed while it was read, when it could be.
+                    let loaded = super::remote_input::load(s, job, &stored, rt)?;
+                    if let Some(content) = loaded.content {
+                        found.set_content(content);
+                    }
+                    loaded.cube
+                }
+                None => input::load_cube(job.input_kind, &job.input_location, &s.storage, rt).map_err(JobFailure::cube)?,
+            }),
         };
         let loaded = Instant::now();
         let plan = match (given, pooled) {
@@ -379,6 +391,7 @@ impl JobRun {
             (None, Some(p)) => Plan::with_system(&params, &backend, found, cube, p.record, p.batch, p.identity, ReuseSource::Pooled),
             (None, None) => Plan::new(&s.cache, &params, &backend, found, cube, rt),
         };
+        super::remote_input::remember(s, job, &plan, rt);
         tracing::debug!(
             target: "hypermnf::timing",
             job = %job.id,

@@ -28,6 +28,7 @@ pub mod input;
 pub mod job_run;
 pub mod metrics;
 pub mod model;
+pub mod remote_input;
 pub mod resident;
 pub mod result_sync;
 pub mod store;

@@ -140,6 +140,9 @@ async fn npy_whole(storage: &Storage, key: &str) -> Result<(), String> {
 /// href named.
 async fn input_present(storage: &Storage, job: &Job) -> bool {
     match job.input_kind {
+        // An s3:// or https:// reference is taken to be there: a run that finds it gone or changed
+        // fails with input_not_found or input_changed.
+        InputKind::Href if crate::reference::Stored::of_location(&job.input_location).is_some() => true,
         InputKind::Href => tokio::fs::metadata(&job.input_location).await.is_ok_and(|m| m.is_file()),
         InputKind::Npy | InputKind::Envi => storage.list(&job.input_location).await.is_ok_and(|keys| !keys.is_empty()),
     }

@@ -12,6 +12,8 @@
 mod batches;
 mod cache_rows;
 mod system_rows;
+mod reference_rows;
+pub use reference_rows::ReferenceDigest;
 pub mod notify;
 #[cfg(test)]
 pub(crate) mod testing;

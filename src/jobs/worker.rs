@@ -37,6 +37,8 @@ pub struct Runner {
     pub backends: Arc<Backends>,
     pub metrics: Arc<JobMetrics>,
     pub cache: Arc<ServiceCache>,
+    /// What `s3://` and `https://` inputs may name, and their clients (`--input-bucket`, `--input-host`).
+    pub references: Arc<crate::reference::References>,
     /// This instance's claims.
     pub lease: Lease,
     wake: Notify,
@@ -74,6 +76,7 @@ impl Runner {
             backends: Arc::new(backends),
             metrics: Arc::default(),
             cache: Arc::new(cache),
+            references: Arc::new(crate::reference::References::none()),
             lease,
             wake: Notify::new(),
             ended: Arc::default(),
@@ -92,6 +95,12 @@ impl Runner {
         let settings = super::cache::CacheSettings { gpu_cache_bytes, index_cells: 1 << 10, index_on_gpu: false };
         let cache = ServiceCache::new(&settings, store.clone(), storage.clone()).unwrap();
         Runner::new(store, storage, backends, cache, Lease { owner: "test".into(), duration: Duration::from_secs(30) })
+    }
+
+    /// What `s3://` and `https://` inputs may name (none by default).
+    pub fn with_references(mut self, references: crate::reference::References) -> Runner {
+        self.references = Arc::new(references);
+        self
     }
 
     /// Which uploads' jobs start before the upload is synced (`--early-start`).
@@ -254,6 +263,7 @@ impl Runner {
             storage: self.storage.clone(),
             backends: self.backends.clone(),
             cache: self.cache.clone(),
+            references: self.references.clone(),
             metrics: self.metrics.clone(),
             lease: self.lease.clone(),
             ended: self.ended.clone(),

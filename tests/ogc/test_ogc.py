@@ -277,7 +277,9 @@ def test_exceptions(server):
     execute = lambda inputs, **kw: server.post("/processes/mnf/execution", json={"inputs": inputs, **kw})
     assert_problem(execute({}), 400, code="invalid_input")
     assert_problem(execute({"cube": {"href": SALINAS_HREF}, "colour": "red"}), 400, code="invalid_input")
-    assert_problem(execute({"cube": {"href": "https://example.org/cube.npy"}}), 400, code="invalid_input")
+    # References: a host the server was not started with (--input-host) is refused; plain http never read.
+    assert_problem(execute({"cube": {"href": "https://example.org/cube.npy"}}), 403, code="forbidden_reference")
+    assert_problem(execute({"cube": {"href": "http://example.org/cube.npy"}}), 400, code="invalid_href")
     assert_problem(execute({"cube": {"value": "not base64!"}}), 400, code="invalid_input")
     assert_problem(execute({"cube": {"value": base64.b64encode(b"not an npy file").decode()}}), 400, code="invalid_npy")
     assert_problem(execute({"cube": {"href": "file:///etc/passwd"}}), 403, code="forbidden_path")

@@ -43,7 +43,8 @@ pub fn description(base: &BaseUrl) -> Value {
             "description": "The hyperspectral cube, (lines, samples, bands). By reference: {\"href\": \"file:///...\"} naming \
                 an ENVI header (.hdr, its data file beside it), a .npy file, or (servers built with GDAL) an EMIT NetCDF, \
                 NEON / PRISMA HDF5 or multi-band GeoTIFF under one of the server's --input-root \
-                directories (an absolute path is read as file://). Inline: {\"value\": \"<base64 of a .npy file>\", \
+                directories (an absolute path is read as file://), or as {\"href\": \"s3://bucket/key\"} or \
+                {\"href\": \"https://host/path\"} in a bucket or on a host the server allows. Inline: {\"value\": \"<base64 of a .npy file>\", \
                 \"mediaType\": \"application/x-npy\", \"encoding\": \"base64\"}, for cubes of up to 192 MiB (or --max-upload-bytes) \
                 (larger ones by reference, or uploaded to POST /v1/jobs).",
             "schema": {"oneOf": [

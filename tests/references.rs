@@ -1,0 +1,502 @@
+//! Cubes by reference (`s3://` and `https://` hrefs): the components equal those of the same cube
+//! uploaded, a repeated request finds its job, an object changed after the submit fails the job with
+//! `input_changed`, and every reference outside what the operator allows is refused with a 4xx and
+//! its code, leaving no job and no scratch file behind.
+//!
+//! The https server is this file's own (tokio-rustls, a CA and certificate made by rcgen for the
+//! run), on 127.0.0.1, allowed by IP literal (`--input-host 127.0.0.1:PORT`) with the CA trusted
+//! (`--input-ca-cert`). The S3 tests run against the real S3 server of `scripts/lib/garage.sh`
+//! (`HYPERMNF_TEST_S3_URL`, AWS_* variables; skipped without it unless `HYPERMNF_REQUIRE_S3=1`), the
+//! objects put there by the test with object_store, never through the service.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use common::{npy_bytes, synthetic_cube, TestServer};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+// ---------------------------------------------------------------------------------------------------
+// A small https server: HEAD and ranged GETs with ETags and If-Match, redirects, and objects that
+// change after a given number of GETs.
+
+#[derive(Clone)]
+struct Served {
+    bytes: Vec<u8>,
+    etag: String,
+    /// After this many GETs of the object, it becomes `then` (a new ETag).
+    change_after_gets: Option<(usize, Vec<u8>)>,
+    gets: usize,
+}
+
+#[derive(Default)]
+struct Site {
+    files: HashMap<String, Served>,
+    redirects: HashMap<String, String>,
+}
+
+struct Https {
+    addr: SocketAddr,
+    ca: PathBuf,
+    site: Arc<Mutex<Site>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Https {
+    async fn start() -> Https {
+        use tokio_rustls::rustls;
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "hypermnf test CA");
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()])
+            .unwrap()
+            .signed_by(&key, &ca, &ca_key)
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ca_path = dir.path().join("ca.pem");
+        std::fs::write(&ca_path, ca.pem()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der())),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let site: Arc<Mutex<Site>> = Arc::default();
+        let s = site.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else { return };
+                let (acceptor, site) = (acceptor.clone(), s.clone());
+                tokio::spawn(async move {
+                    if let Ok(tls) = acceptor.accept(tcp).await {
+                        let _ = serve_one(tls, &site).await;
+                    }
+                });
+            }
+        });
+        Https { addr, ca: ca_path, site, _dir: dir }
+    }
+
+    fn put(&self, path: &str, bytes: Vec<u8>) {
+        let etag = format!("\"{}\"", hex_of(&bytes));
+        self.site.lock().unwrap().files.insert(path.to_string(), Served { bytes, etag, change_after_gets: None, gets: 0 });
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("https://{}{path}", self.addr)
+    }
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+/// One request per connection (`Connection: close`).
+async fn serve_one<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S, site: &Mutex<Site>) -> std::io::Result<()> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut buf).await?;
+        if n == 0 || head.len() > 64 << 10 {
+            return Ok(());
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let mut lines = text.split("\r\n");
+    let mut first = lines.next().unwrap_or("").split(' ');
+    let (method, path) = (first.next().unwrap_or("").to_string(), first.next().unwrap_or("").to_string());
+    let headers: HashMap<String, String> =
+        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string())).collect();
+    let (status, extra, body) = answer(site, &method, &path, &headers);
+    let mut out = format!("HTTP/1.1 {status}\r\nConnection: close\r\nContent-Length: {}\r\n", if method == "HEAD" { extra_len(&extra) } else { body.len() });
+    for (k, v) in &extra {
+        if k != "x-length" {
+            out.push_str(&format!("{k}: {v}\r\n"));
+        }
+    }
+    out.push_str("\r\n");
+    s.write_all(out.as_bytes()).await?;
+    if method != "HEAD" {
+        s.write_all(&body).await?;
+    }
+    s.shutdown().await
+}
+
+fn extra_len(extra: &[(String, String)]) -> usize {
+    extra.iter().find(|(k, _)| k == "x-length").and_then(|(_, v)| v.parse().ok()).unwrap_or(0)
+}
+
+type Answer = (&'static str, Vec<(String, String)>, Vec<u8>);
+
+fn answer(site: &Mutex<Site>, method: &str, path: &str, headers: &HashMap<String, String>) -> Answer {
+    let mut site = site.lock().unwrap();
+    if let Some(to) = site.redirects.get(path) {
+        return ("302 Found", vec![("Location".into(), to.clone())], Vec::new());
+    }
+    let Some(f) = site.files.get_mut(path) else { return ("404 Not Found", vec![], b"no such file".to_vec()) };
+    if method == "HEAD" {
+        return (
+            "200 OK",
+            vec![("ETag".into(), f.etag.clone()), ("Accept-Ranges".into(), "bytes".into()), ("x-length".into(), f.bytes.len().to_string())],
+            vec![],
+        );
+    }
+    f.gets += 1;
+    if let Some((after, _)) = &f.change_after_gets {
+        if f.gets > *after {
+            let (_, then) = f.change_after_gets.take().unwrap();
+            f.etag = format!("\"{}\"", hex_of(&then));
+            f.bytes = then;
+        }
+    }
+    if headers.get("if-match").is_some_and(|m| *m != f.etag) {
+        return ("412 Precondition Failed", vec![], vec![]);
+    }
+    let len = f.bytes.len();
+    let tags = vec![("ETag".to_string(), f.etag.clone())];
+    match headers.get("range").and_then(|r| r.strip_prefix("bytes=")).and_then(|r| r.split_once('-')) {
+        Some((a, b)) => {
+            let a: usize = a.parse().unwrap();
+            let b: usize = b.parse::<usize>().unwrap().min(len - 1);
+            let mut tags = tags;
+            tags.push(("Content-Range".into(), format!("bytes {a}-{b}/{len}")));
+            ("206 Partial Content", tags, f.bytes[a..=b].to_vec())
+        }
+        None => ("200 OK", tags, f.bytes.clone()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// S3 (Garage) and the service
+
+/// The test bucket, or None (skipped) without an S3 server.
+fn s3_bucket(test: &str) -> Option<String> {
+    let url = std::env::var("HYPERMNF_TEST_S3_URL").unwrap_or_default();
+    if url.is_empty() {
+        if std::env::var("HYPERMNF_REQUIRE_S3").as_deref() == Ok("1") {
+            panic!("HYPERMNF_REQUIRE_S3=1 but HYPERMNF_TEST_S3_URL is not set: no S3 server to test against");
+        }
+        eprintln!("{test}: skipped, HYPERMNF_TEST_S3_URL is not set (source scripts/lib/garage.sh to test against S3)");
+        return None;
+    }
+    let rest = url.strip_prefix("s3://").expect("HYPERMNF_TEST_S3_URL is an s3:// URL");
+    Some(rest.split('/').next().unwrap().to_string())
+}
+
+fn s3_client(bucket: &str) -> Arc<dyn object_store::ObjectStore> {
+    Arc::new(object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket).build().unwrap())
+}
+
+async fn s3_put(store: &dyn object_store::ObjectStore, key: &str, bytes: Vec<u8>) {
+    store.put(&object_store::path::Path::from(key), bytes.into()).await.unwrap();
+}
+
+fn envi_pair(cube: &hypermnf::cube::Cube, interleave: hypermnf::cube::Interleave) -> (Vec<u8>, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let hdr = dir.path().join("c.hdr");
+    hypermnf::cube::envi::write_cube(&hdr, cube, interleave, hypermnf::cube::ByteOrder::Little).unwrap();
+    (std::fs::read(&hdr).unwrap(), std::fs::read(hdr.with_extension("img")).unwrap())
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4())
+}
+
+async fn post_href(srv: &TestServer, href: &str, params: Value) -> (StatusCode, Value) {
+    let r = srv.client.post(srv.url("/v1/jobs")).json(&json!({"input": {"href": href}, "params": params})).send().await.unwrap();
+    (r.status(), r.json().await.unwrap())
+}
+
+/// The components of a succeeded job.
+async fn components(srv: &TestServer, id: &str) -> Vec<u8> {
+    let j = srv.wait(id).await;
+    assert_eq!(j["status"], "succeeded", "{j}");
+    let (s, bytes) = srv.get_bytes(&format!("/v1/jobs/{id}/result")).await;
+    assert_eq!(s, StatusCode::OK);
+    bytes
+}
+
+/// The components of `cube` uploaded as a `.npy` body to a server of its own.
+async fn uploaded_components(cube: &hypermnf::cube::Cube, query: &str) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = TestServer::start(hypermnf::config::ServeArgs::with_data_dir(dir.path())).await;
+    let (s, j) = srv.post_npy(&npy_bytes(cube), query).await;
+    assert!(s.is_success(), "{s} {j}");
+    let out = components(&srv, j["id"].as_str().unwrap()).await;
+    srv.stop().await;
+    out
+}
+
+fn scratch_entries(data_dir: &Path) -> Vec<PathBuf> {
+    let mut left = Vec::new();
+    for d in [data_dir.join("objects/scratch"), data_dir.join("scratch")] {
+        if let Ok(entries) = std::fs::read_dir(&d) {
+            left.extend(entries.filter_map(|e| e.ok()).map(|e| e.path()));
+        }
+    }
+    left
+}
+
+async fn job_count(srv: &TestServer) -> usize {
+    let (s, j) = srv.get_json("/v1/jobs").await;
+    assert_eq!(s, StatusCode::OK);
+    j["jobs"].as_array().unwrap().len()
+}
+
+#[tokio::test]
+async fn s3_references_give_the_uploads_components_and_find_their_jobs_again() {
+    let Some(bucket) = s3_bucket("s3_references") else { return };
+    let store = s3_client(&bucket);
+    let prefix = unique("references");
+    let cube = synthetic_cube(24, 20, 12, 7);
+    s3_put(store.as_ref(), &format!("{prefix}/line.npy"), npy_bytes(&cube)).await;
+    let (hdr, img) = envi_pair(&cube, hypermnf::cube::Interleave::Bil);
+    s3_put(store.as_ref(), &format!("{prefix}/envi/line.hdr"), hdr).await;
+    s3_put(store.as_ref(), &format!("{prefix}/envi/line.bil"), img).await;
+    s3_put(store.as_ref(), &format!("{prefix}/lonely.hdr"), envi_pair(&cube, hypermnf::cube::Interleave::Bil).0).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(dir.path());
+    args.input_buckets = vec![bucket.clone()];
+    let srv = TestServer::start(args).await;
+    let want = uploaded_components(&cube, "components=4").await;
+
+    let npy_href = format!("s3://{bucket}/{prefix}/line.npy");
+    let (s, j) = post_href(&srv, &npy_href, json!({"components": 4})).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{j}");
+    assert_eq!(j["input"]["bands"], 12, "the header was read at submit: {j}");
+    let id = j["id"].as_str().unwrap().to_string();
+    // Asked again (before or after it ran): the same job.
+    let (s, again) = post_href(&srv, &npy_href, json!({"components": 4})).await;
+    assert_eq!((s, again["id"].as_str()), (StatusCode::OK, Some(id.as_str())), "{again}");
+    assert!(components(&srv, &id).await == want, "s3 .npy: components differ from the upload's");
+    let (s, again) = post_href(&srv, &npy_href, json!({"components": 4})).await;
+    assert_eq!((s, again["id"].as_str(), again["cached"].as_bool()), (StatusCode::OK, Some(id.as_str()), Some(true)), "{again}");
+    // The worker remembered the cube's digest: a job of other parameters from the same reference now
+    // has the digest an upload of the cube has, and the upload finds it.
+    let (s, other) = post_href(&srv, &npy_href, json!({"components": 5})).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{other}");
+    let (s, up) = srv.post_npy(&npy_bytes(&cube), "components=5").await;
+    assert_eq!((s, up["id"].as_str()), (StatusCode::OK, other["id"].as_str()), "{up}");
+    assert_eq!(srv.wait(other["id"].as_str().unwrap()).await["status"], "succeeded");
+
+    // The ENVI pair (BIL), named by its header; its data object found beside it as `line.bil`.
+    let (s, j) = post_href(&srv, &format!("s3://{bucket}/{prefix}/envi/line.hdr"), json!({"components": 4})).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{j}");
+    assert_eq!(j["input"]["interleave"], "bil", "{j}");
+    let envi_id = j["id"].as_str().unwrap().to_string();
+    assert_ne!(envi_id, id);
+    assert!(components(&srv, &envi_id).await == want, "s3 ENVI: components differ from the upload's");
+
+    // A missing object, and a bucket not allowed: refused, nothing left.
+    let jobs = job_count(&srv).await;
+    let (s, e) = post_href(&srv, &format!("s3://{bucket}/{prefix}/missing.npy"), json!({})).await;
+    assert_eq!((s, e["code"].as_str()), (StatusCode::NOT_FOUND, Some("input_not_found")), "{e}");
+    let (s, e) = post_href(&srv, &format!("s3://{bucket}/{prefix}/lonely.hdr"), json!({})).await;
+    assert_eq!((s, e["code"].as_str()), (StatusCode::NOT_FOUND, Some("input_not_found")), "{e}");
+    let (s, e) = post_href(&srv, "s3://another-bucket/line.npy", json!({})).await;
+    assert_eq!((s, e["code"].as_str()), (StatusCode::FORBIDDEN, Some("forbidden_reference")), "{e}");
+    assert!(e["message"].as_str().unwrap().contains("--input-bucket another-bucket"), "{e}");
+    assert_eq!(job_count(&srv).await, jobs);
+    assert_eq!(scratch_entries(dir.path()), Vec::<PathBuf>::new());
+    srv.stop().await;
+
+    // An object changed after its job was submitted: the worker's conditional reads refuse the new
+    // version (here read directly, as the worker reads it, between the submit's HEAD and the read).
+    let refs = hypermnf::reference::References::new(std::slice::from_ref(&bucket), &[], &[]).unwrap();
+    let r = hypermnf::reference::Reference::parse(&npy_href).unwrap().unwrap();
+    let v = refs.open(&r).await.unwrap().head().await.unwrap();
+    let mut changed = npy_bytes(&cube);
+    let n = changed.len();
+    changed[n - 1] ^= 0xff; // same size, other bytes
+    s3_put(store.as_ref(), &format!("{prefix}/line.npy"), changed).await;
+    let stored = hypermnf::reference::Stored { object: v, data: None };
+    let scratch = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Handle::current();
+    let got = tokio::task::spawn_blocking(move || {
+        hypermnf::reference::fetch::load(&refs, &stored, &scratch.path().join("ref"), &rt).map(|_| ()).map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap();
+    let e = got.unwrap_err();
+    assert!(e.contains("changed since the job was submitted"), "{e}");
+
+    for key in ["line.npy", "envi/line.hdr", "envi/line.bil", "lonely.hdr"] {
+        store.delete(&object_store::path::Path::from(format!("{prefix}/{key}"))).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_references_give_the_uploads_components() {
+    let site = Https::start().await;
+    let cube = synthetic_cube(20, 18, 10, 3);
+    site.put("/cubes/line.npy", npy_bytes(&cube));
+    let (hdr, img) = envi_pair(&cube, hypermnf::cube::Interleave::Bsq);
+    site.put("/cubes/line.hdr", hdr);
+    site.put("/cubes/line.img", img);
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(dir.path());
+    args.input_hosts = vec![site.addr.to_string()];
+    args.input_ca_certs = vec![site.ca.clone()];
+    let srv = TestServer::start(args).await;
+    let want = uploaded_components(&cube, "components=3").await;
+
+    let (s, j) = post_href(&srv, &site.url("/cubes/line.npy"), json!({"components": 3})).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{j}");
+    let id = j["id"].as_str().unwrap().to_string();
+    assert!(components(&srv, &id).await == want, "https .npy: components differ from the upload's");
+    let (s, j) = post_href(&srv, &site.url("/cubes/line.hdr"), json!({"components": 3})).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{j}");
+    assert!(components(&srv, j["id"].as_str().unwrap()).await == want, "https ENVI: components differ from the upload's");
+
+    // Read as the worker reads them: the content digest computed while the bytes arrived is the
+    // cube's (a .npy and a BIL data object followed part by part, a BSQ data object once it is whole),
+    // also for a cube of several parts, which arrive out of order.
+    let big = synthetic_cube(330, 200, 80, 5);
+    assert!(npy_bytes(&big).len() as u64 > hypermnf::reference::fetch::PART);
+    site.put("/cubes/big.npy", npy_bytes(&big));
+    let (hdr, img) = envi_pair(&big, hypermnf::cube::Interleave::Bil);
+    site.put("/cubes/big.hdr", hdr);
+    site.put("/cubes/big.img", img);
+    let refs = hypermnf::reference::References::new(&[], &[site.addr.to_string()], std::slice::from_ref(&site.ca)).unwrap();
+    for (name, data, cube) in [("line.npy", None, &cube), ("line.hdr", Some("line.img"), &cube), ("big.npy", None, &big), ("big.hdr", Some("big.img"), &big)] {
+        let open = |n: &str| {
+            let r = hypermnf::reference::Reference::parse(&site.url(&format!("/cubes/{n}"))).unwrap().unwrap();
+            let refs = &refs;
+            async move { refs.open(&r).await.unwrap().head().await.unwrap() }
+        };
+        let object = open(name).await;
+        let data = match data {
+            Some(d) => Some(open(d).await),
+            None => None,
+        };
+        let stored = hypermnf::reference::Stored { object, data };
+        let scratch = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Handle::current();
+        let refs = &refs;
+        let loaded = tokio::task::block_in_place(|| hypermnf::reference::fetch::load(refs, &stored, &scratch.path().join("ref"), &rt)).unwrap();
+        assert_eq!(loaded.content, Some(cube.content_digest()), "{name}");
+        assert_eq!(loaded.cube.content_digest(), cube.content_digest(), "{name}");
+        assert!(!scratch.path().join("ref").exists(), "{name}: the scratch directory is left");
+    }
+
+    // The OGC API takes the same references.
+    let exec = json!({"inputs": {"cube": {"href": site.url("/cubes/line.npy")}, "components": 2}});
+    let r = srv.client.post(srv.url("/processes/mnf/execution")).json(&exec).send().await.unwrap();
+    let s = r.status();
+    assert!(s.is_success(), "{s} {}", r.text().await.unwrap());
+
+    // An object that changes after the submit's reads: the job fails with input_changed.
+    site.put("/cubes/moving.npy", npy_bytes(&cube));
+    let mut other = npy_bytes(&synthetic_cube(20, 18, 10, 4));
+    other.truncate(npy_bytes(&cube).len());
+    site.site.lock().unwrap().files.get_mut("/cubes/moving.npy").unwrap().change_after_gets = Some((1, other));
+    let (s, j) = post_href(&srv, &site.url("/cubes/moving.npy"), json!({"components": 3})).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{j}");
+    let done = srv.wait(j["id"].as_str().unwrap()).await;
+    assert_eq!((done["status"].as_str(), done["error"]["code"].as_str()), (Some("failed"), Some("input_changed")), "{done}");
+    assert_eq!(scratch_entries(dir.path()), Vec::<PathBuf>::new(), "the failed read left scratch files");
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn references_outside_the_policy_are_refused_and_leave_nothing() {
+    let site = Https::start().await;
+    let cube = synthetic_cube(8, 8, 6, 1);
+    site.put("/cubes/line.npy", npy_bytes(&cube));
+    let port = site.addr.port();
+    // A second server, allowed only by the name `localhost`, whose addresses are loopback.
+    let named = Https::start().await;
+    named.put("/cubes/line.npy", npy_bytes(&cube));
+    {
+        let mut s = site.site.lock().unwrap();
+        s.redirects.insert("/to-allowed.npy".into(), site.url("/cubes/line.npy"));
+        s.redirects.insert("/to-elsewhere.npy".into(), "https://169.254.169.254/latest/meta-data/x.npy".into());
+    }
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("inside.npy"), npy_bytes(&cube)).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("outside.npy"), npy_bytes(&cube)).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(dir.path());
+    // The first test server by IP literal; the second by the name `localhost` only.
+    args.input_hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{}", named.addr.port())];
+    args.input_ca_certs = vec![site.ca.clone()];
+    args.input_buckets = vec!["cubes".into()];
+    args.input_roots = vec![root.path().to_path_buf()];
+    let srv = TestServer::start(args).await;
+
+    let cases: Vec<(String, StatusCode, &str)> = vec![
+        ("s3://not-allowed/line.npy".into(), StatusCode::FORBIDDEN, "forbidden_reference"),
+        ("https://data.example.org/line.npy".into(), StatusCode::FORBIDDEN, "forbidden_reference"),
+        (format!("https://127.0.0.1:{}/cubes/line.npy", port + 1), StatusCode::FORBIDDEN, "forbidden_reference"),
+        (format!("https://127.0.0.2:{port}/cubes/line.npy"), StatusCode::FORBIDDEN, "forbidden_reference"),
+        (format!("https://[::1]:{port}/cubes/line.npy"), StatusCode::FORBIDDEN, "forbidden_reference"),
+        (format!("https://[::ffff:127.0.0.1]:{port}/cubes/line.npy"), StatusCode::FORBIDDEN, "forbidden_reference"),
+        ("https://169.254.169.254/latest/meta-data/x.npy".into(), StatusCode::FORBIDDEN, "forbidden_reference"),
+        // Allowed by name, but the name resolves to loopback, which only an IP literal allows.
+        (format!("https://localhost:{}/cubes/line.npy", named.addr.port()), StatusCode::FORBIDDEN, "forbidden_reference"),
+        (format!("http://127.0.0.1:{port}/cubes/line.npy"), StatusCode::BAD_REQUEST, "invalid_href"),
+        (site.url("/to-allowed.npy"), StatusCode::UNPROCESSABLE_ENTITY, "redirect_refused"),
+        (site.url("/to-elsewhere.npy"), StatusCode::UNPROCESSABLE_ENTITY, "redirect_refused"),
+        (site.url("/cubes/missing.npy"), StatusCode::NOT_FOUND, "input_not_found"),
+        (site.url("/cubes/line.txt"), StatusCode::UNPROCESSABLE_ENTITY, "unsupported"),
+        (format!("file://{}", outside.path().join("outside.npy").display()), StatusCode::FORBIDDEN, "forbidden_path"),
+        ("ftp://example.org/line.npy".into(), StatusCode::BAD_REQUEST, "invalid_href"),
+        ("s3://cubes/../line.npy".into(), StatusCode::BAD_REQUEST, "invalid_href"),
+        (format!("https://user:pw@127.0.0.1:{port}/cubes/line.npy"), StatusCode::BAD_REQUEST, "invalid_href"),
+    ];
+    for (href, status, code) in &cases {
+        let (s, e) = post_href(&srv, href, json!({})).await;
+        assert_eq!((s, e["code"].as_str()), (*status, Some(*code)), "{href}: {e}");
+        assert!(!e["message"].as_str().unwrap_or("").is_empty(), "{href}: {e}");
+    }
+    // A GDAL format on a build without GDAL names the feature.
+    if !cfg!(feature = "gdal") {
+        site.put("/cubes/line.nc", b"CDF\x01".to_vec());
+        let (s, e) = post_href(&srv, &site.url("/cubes/line.nc"), json!({})).await;
+        assert_eq!((s, e["code"].as_str()), (StatusCode::UNSUPPORTED_MEDIA_TYPE, Some("needs_gdal_feature")), "{e}");
+    }
+    assert_eq!(job_count(&srv).await, 0, "a refused reference left a job");
+    assert_eq!(scratch_entries(dir.path()), Vec::<PathBuf>::new(), "a refused reference left scratch files");
+
+    // What is allowed works on the same server: the loopback IP literal, and a file under the root.
+    let (s, j) = post_href(&srv, &site.url("/cubes/line.npy"), json!({"components": 2})).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{j}");
+    let (s, j) = post_href(&srv, &format!("file://{}", root.path().join("inside.npy").display()), json!({"components": 2})).await;
+    assert!(s.is_success(), "{s} {j}");
+    srv.stop().await;
+}
+
+/// Options that cannot work stop the start, naming the option.
+#[tokio::test]
+async fn bad_reference_options_stop_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    for (hosts, certs, want) in [(vec!["http://x".to_string()], vec![], "--input-host"), (vec![], vec![dir.path().join("missing.pem")], "--input-ca-cert")] {
+        let mut args = hypermnf::config::ServeArgs::with_data_dir(dir.path());
+        args.input_hosts = hosts;
+        args.input_ca_certs = certs;
+        let e = hypermnf::api::start(args).await.err().expect("refused");
+        assert!(format!("{e:#}").contains(want), "{e:#}");
+    }
+}
