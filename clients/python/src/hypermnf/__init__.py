@@ -9,11 +9,14 @@
     >>> r = client.reduce(cube, components=10, full=True)   # a Reduction: components, eigenvalues, wavelengths, metadata
     >>> hypermnf.to_xarray(r)                          # line/sample (and x/y, CRS) coordinates
     >>> hypermnf.plot_eigenvalues(job)                 # matplotlib Axes
+    >>> batch = client.batch([Path("/data/a.hdr"), "s3://bucket/b.hdr"], statistics="pooled")   # several cubes, one system
+    >>> batch.wait(); batch.components()               # one progress bar; one array per cube
 
 ``hypermnf.AsyncClient`` offers the same methods as coroutines.
 """
 
-from .aio import AsyncClient, AsyncJob
+from .aio import AsyncBatch, AsyncClient, AsyncJob
+from .batches import Batch
 from .client import Client
 from .errors import APIError, ConnectionError, HyperMNFError, JobCanceled, JobFailed, TimeoutError
 from .interop import cog_to_xarray, to_xarray
@@ -27,6 +30,8 @@ __all__ = [
     "AsyncClient",
     "Job",
     "AsyncJob",
+    "Batch",
+    "AsyncBatch",
     "Reduction",
     "to_xarray",
     "cog_to_xarray",
