@@ -531,7 +531,10 @@ mod tests {
         assert!(matches!(e.cube, CubeSource::Href(_)));
         for (body, says) in [
             (serde_json::json!({"inputs": {"cube": []}}), "1 to"),
-            (serde_json::json!({"inputs": {"cube": [{"href": "file:///a.npy"}, {"value": "k05VTVBZ"}]}}), "input cube 1: the cubes of an array are given by reference"),
+            (
+                serde_json::json!({"inputs": {"cube": [{"href": "file:///a.npy"}, {"value": "k05VTVBZ"}]}}),
+                "input cube 1: the cubes of an array are given by reference",
+            ),
             (serde_json::json!({"inputs": {"cube": ["file:///a.npy"]}}), "input cube 0: give the cube as"),
             (serde_json::json!({"inputs": {"cube": [{"href": "file:///a.npy"}], "statistics": "mean"}}), "statistics must be"),
             (serde_json::json!({"inputs": {"cube": [{"href": "file:///a.npy"}], "statistics": 1}}), "statistics must be"),

@@ -85,13 +85,13 @@ async fn caller_job(ctx: &ApiContext, caller: &Caller, id: &str) -> OgcResult<Jo
 
 /// What an OGC job id names: a job, or a batch (an execution of several cubes, `batch_jobs`).
 enum OgcJob {
-    Job(Job),
+    Job(Box<Job>),
     Batch(BatchJob),
 }
 
 async fn caller_ogc_job(ctx: &ApiContext, caller: &Caller, id: &str) -> OgcResult<OgcJob> {
     match caller_job(ctx, caller, id).await {
-        Ok(job) => Ok(OgcJob::Job(job)),
+        Ok(job) => Ok(OgcJob::Job(Box::new(job))),
         Err(p) if p.status == StatusCode::NOT_FOUND => match BatchJob::find(ctx, caller, id).await? {
             Some(batch) => Ok(OgcJob::Batch(batch)),
             None => Err(p),
@@ -112,7 +112,7 @@ pub async fn status(State(ctx): State<ApiContext>, base: BaseUrl, caller: Caller
 /// with its files (afterwards its id is 404). A batch is canceled and deleted whole.
 pub async fn dismiss(State(ctx): State<ApiContext>, base: BaseUrl, caller: Caller, Path(id): Path<String>) -> OgcResult<Response> {
     let job = match caller_ogc_job(&ctx, &caller, &id).await? {
-        OgcJob::Job(job) => job,
+        OgcJob::Job(job) => *job,
         OgcJob::Batch(batch) => return Ok(axum::Json(batch_jobs::dismiss(&ctx, &base, &caller, batch).await?).into_response()),
     };
     let doc = match cancel_or_delete(&ctx, job.clone()).await? {
