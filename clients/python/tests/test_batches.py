@@ -130,6 +130,18 @@ def test_batches_lists_them_and_delete_removes_the_batch_and_its_jobs(client: hy
         assert e.value.status == 404
 
 
+def test_wait_raises_the_failed_members_error(client: hypermnf.Client, server: Server) -> None:
+    good = put(server, "fail_good", cube(16, 15, 6, 50))
+    constant = put(server, "fail_constant", np.full((16, 15, 6), 7, dtype=np.int16))  # no band left to use
+    batch = client.batch([good, constant], components=2)
+    with pytest.raises(hypermnf.JobFailed) as e:
+        batch.wait(timeout=120, progress=False)
+    assert batch.status == "failed"
+    failed = batch.jobs[1]
+    assert e.value.job_id == failed.id and e.value.code == failed.document["error"]["code"], e.value
+    batch.delete()
+
+
 @pytest.mark.parametrize(
     "case, status, code",
     [
