@@ -363,3 +363,92 @@ async fn deleting_a_batch_leaves_nothing_behind() {
     }
     srv.stop().await;
 }
+
+fn npy_f64(v: &Value) -> Vec<f64> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(v["npy"].as_str().unwrap()).unwrap();
+    let header = hypermnf::cube::npy::read_header(&mut &bytes[..]).unwrap();
+    bytes[header.data_offset as usize..].chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+/// The pooled batch's system file (`GET /v1/batches/{id}/system`): its pooled statistics equal the
+/// independent float64 ones to 1e-9; every member's components are, byte for byte, what
+/// `hypermnf run --system` writes with that file; and `statistics_from` naming the batch projects
+/// another cube exactly as `hypermnf run --system` and `MnfFit::from_system` do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_batch_exports_its_system_and_lends_it_to_other_cubes() {
+    let (root, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let srv = server(root.path(), data.path()).await;
+    let cubes = vec![synthetic_cube(26, 22, 9, 31), synthetic_cube(19, 22, 9, 32)];
+    let hrefs: Vec<String> = cubes.iter().enumerate().map(|(i, c)| put(root.path(), &format!("s{i}"), c)).collect();
+    let params = json!({"components": 4, "noise": "shift-difference"});
+    let (s, b) = srv.post_batch(&json!({"inputs": hrefs.iter().map(|h| json!({"href": h})).collect::<Vec<_>>(), "statistics": "pooled", "params": params})).await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let id = b["id"].as_str().unwrap().to_string();
+    let b = srv.wait_batch(&id).await;
+    assert_eq!(b["status"], "succeeded", "{b}");
+
+    let (s, bytes) = srv.get_bytes(&format!("/v1/batches/{id}/system")).await;
+    assert_eq!(s, StatusCode::OK, "{}", String::from_utf8_lossy(&bytes));
+    let doc: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(doc["source"]["batch"], id.as_str(), "{}", doc["source"]);
+    // The pooled statistics, against the naive float64 ones.
+    let (want_eig, want_mean) = pooled_reference(&cubes);
+    let mean = npy_f64(&doc["arrays"]["pooled_data_mean"]);
+    for (g, w) in mean.iter().zip(&want_mean) {
+        assert!((g - w).abs() <= 1e-9 * w.abs(), "pooled mean {g} vs {w}");
+    }
+    let counts = npy_f64(&doc["arrays"]["pooled_counts"]);
+    assert_eq!(counts, vec![(26.0 * 22.0) + (19.0 * 22.0), (25.0 * 21.0) + (18.0 * 21.0), 0.0, 2.0]);
+    let file = hypermnf::mnf::system_file::SystemFile::from_json(&bytes).unwrap();
+    for (g, w) in file.system.eigenvalues.iter().zip(&want_eig) {
+        assert!((g - w).abs() <= 1e-9 * w.abs(), "pooled eigenvalue {g} vs {w}");
+    }
+    let system_path = root.path().join("pooled-system.json");
+    std::fs::write(&system_path, &bytes).unwrap();
+    let cli = |cube: &Path, out: &Path| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_hypermnf"))
+            .args(["run", cube.to_str().unwrap(), "--out", out.to_str().unwrap(), "--components", "4", "--backend", "cpu", "--system", system_path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read(out).unwrap()
+    };
+    // Each member is that system applied to its cube.
+    for (i, job) in ids(&b).iter().enumerate() {
+        let want = cli(&root.path().join(format!("s{i}.npy")), &root.path().join(format!("s{i}-cli.npy")));
+        assert!(srv.components(job).await == want, "member {i} differs from hypermnf run --system");
+    }
+    // Another cube of the same bands, projected with the batch's system.
+    let other = synthetic_cube(15, 17, 9, 33);
+    let other_href = put(root.path(), "other", &other);
+    let job = srv.post_href(&other_href, json!({"components": 4, "statistics_from": id})).await;
+    let job = srv.wait(job["id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let got = srv.components(job["id"].as_str().unwrap()).await;
+    assert!(got == cli(&root.path().join("other.npy"), &root.path().join("other-cli.npy")), "statistics_from a batch differs from hypermnf run --system");
+    let mnf = hypermnf::Mnf::new().components(4).backend(hypermnf::Backend::Cpu);
+    let lib = hypermnf::MnfFit::from_system(&file, &mnf).unwrap().transform(hypermnf::library::cube_to_array::<i16>(&other).unwrap().view()).unwrap();
+    let lib_path = root.path().join("other-lib.npy");
+    hypermnf::cube::npy::write_f32(&lib_path, &[15, 17, 4], lib.as_slice().unwrap()).unwrap();
+    assert!(std::fs::read(&lib_path).unwrap() == got, "MnfFit::from_system differs from statistics_from a batch");
+    let m = srv.metadata(job["id"].as_str().unwrap()).await;
+    assert_eq!(m["statistics"]["source"], "statistics_from", "{m}");
+    assert_eq!(m["statistics"]["from"], id.as_str());
+
+    // Other bands are refused; a batch of independent jobs has no system to export or lend.
+    let nine_not = put(root.path(), "ten", &synthetic_cube(15, 17, 10, 34));
+    let r = srv.client.post(srv.url("/v1/jobs")).json(&json!({"input": {"href": nine_not}, "params": {"statistics_from": id}})).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(r.json::<Value>().await.unwrap()["code"], "system_mismatch");
+    let (_, each) = srv.post_batch(&json!({"inputs": [{"href": hrefs[0]}], "statistics": "each"})).await;
+    let each_id = each["id"].as_str().unwrap();
+    let (s, e) = srv.get_json(&format!("/v1/batches/{each_id}/system")).await;
+    assert_eq!((s, e["code"].as_str()), (StatusCode::CONFLICT, Some("no_system")), "{e}");
+    let r = srv.client.post(srv.url("/v1/jobs")).json(&json!({"input": {"href": other_href}, "params": {"statistics_from": each_id}})).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    // A pooled batch refuses statistics_from (it computes its own).
+    let (s, e) = srv.post_batch(&json!({"inputs": [{"href": hrefs[0]}], "statistics": "pooled", "params": {"statistics_from": id}})).await;
+    assert_eq!((s, e["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_params")), "{e}");
+    srv.stop().await;
+}

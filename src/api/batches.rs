@@ -326,6 +326,31 @@ pub async fn delete(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): 
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// `GET /v1/batches/{id}/system`: a pooled batch's system file, with its pooled statistics as
+/// extra arrays (`jobs::batch::pooled_file`); 409 until it is computed, and for a batch of
+/// independent jobs, which has none.
+pub async fn system(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): UrlPath<String>) -> ApiResult<Response> {
+    let row = owned_batch(&ctx, &caller, &id).await?;
+    if !row.pooled {
+        return Err(Error::new(
+            StatusCode::CONFLICT,
+            "no_system",
+            "a batch of independent jobs (\"each\") has no pooled system: each of its jobs has its own (GET /v1/jobs/{id}/system)",
+        ));
+    }
+    let file = batch::stored_system(&ctx.runner.store, &ctx.runner.storage, &row.id)
+        .await
+        .map_err(|f| match f.code.as_str() {
+            "canceled" => Error::not_found(),
+            _ => Error::internal(anyhow::anyhow!("batch {}: {}", row.id, f.message)),
+        })?
+        .ok_or_else(|| match &row.error_code {
+            Some(code) => Error::new(StatusCode::CONFLICT, "no_system", format!("the batch failed ({code}) before its pooled system was computed")),
+            None => Error::new(StatusCode::CONFLICT, "system_not_ready", "the batch's pooled statistics are still being computed"),
+        })?;
+    Ok(super::systems::file_response(&file, &row.id))
+}
+
 /// The job document with its batch, for `/v1/jobs` (see `jobs::job_document`).
 pub fn member_of(job: &Job) -> Value {
     match &job.batch {

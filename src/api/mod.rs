@@ -63,6 +63,7 @@ pub fn app(ctx: ApiContext) -> Router {
         .route("/jobs/{id}/preview", get(preview::preview))
         .route("/batches", get(batches::list).post(batches::create))
         .route("/batches/{id}", get(batches::get).delete(batches::delete))
+        .route("/batches/{id}/system", get(batches::system))
         .route("/info", get(health::info))
         .merge(tus::routes())
         .merge(systems::routes());

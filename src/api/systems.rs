@@ -60,7 +60,7 @@ pub async fn bind(ctx: &ApiContext, owner: &str, mut params: MnfParams, bands: u
 }
 
 /// A system file as a download.
-fn file_response(file: &SystemFile, name: &str) -> Response {
+pub(super) fn file_response(file: &SystemFile, name: &str) -> Response {
     let mut r = (StatusCode::OK, file.to_json()).into_response();
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -36,6 +36,8 @@ def find_binary() -> Path:
 class Server:
     url: str
     log: Path
+    # A second --input-root, empty at start: tests write the cubes they execute by reference here.
+    inputs: Path
 
     def headers(self, who: str = "alice") -> dict:
         return {"Authorization": f"Bearer {KEYS[who]}"}
@@ -62,10 +64,12 @@ def server(tmp_path_factory, binary) -> Iterator[Server]:
     keys.write_text("".join(f"{name}:{key}\n" for name, key in KEYS.items()))
     log = work / "server.log"
     out = work / "stdout"
+    inputs = (work / "inputs").resolve()
+    inputs.mkdir()
     with open(log, "w") as err, open(out, "w") as stdout:
         proc = subprocess.Popen(
             [str(binary), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(work / "data"),
-             "--input-root", str(DATA), "--backend", "cpu", "--api-keys-file", str(keys), "--workers", "2"],
+             "--input-root", str(DATA), "--input-root", str(inputs), "--backend", "cpu", "--api-keys-file", str(keys), "--workers", "2"],
             stdout=stdout, stderr=err,
         )
     try:
@@ -79,7 +83,7 @@ def server(tmp_path_factory, binary) -> Iterator[Server]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     pytest.fail("the server did not start:\n" + log.read_text(errors="replace"))
                 time.sleep(0.1)
-        yield Server(url=url, log=log)
+        yield Server(url=url, log=log, inputs=inputs)
     finally:
         proc.terminate()
         try:

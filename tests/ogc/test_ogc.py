@@ -87,9 +87,10 @@ def test_processes_and_the_mnf_description(processes):
     assert {"async-execute", "sync-execute", "dismiss"} <= set(listed[0]["jobControlOptions"])
     mnf = processes.process("mnf")
     assert mnf["id"] == "mnf" and mnf["version"]
-    assert set(mnf["inputs"]) == {"cube", "components", "snr", "noise", "inverse", "bad_bands", "ignore_value",
-                                  "noise_window", "backend"}
-    assert mnf["inputs"]["cube"]["minOccurs"] == 1
+    assert set(mnf["inputs"]) == {"cube", "statistics", "components", "snr", "noise", "inverse", "bad_bands",
+                                  "ignore_value", "noise_window", "backend"}
+    assert mnf["inputs"]["cube"]["minOccurs"] == 1 and mnf["inputs"]["cube"]["maxOccurs"] > 1
+    assert mnf["inputs"]["statistics"]["schema"]["enum"] == ["each", "pooled"]
     assert set(mnf["outputs"]) == {"components", "denoised", "metadata"}
     assert mnf["inputs"]["noise"]["schema"]["enum"] == ["mean-filter", "shift-difference"]
 
@@ -243,6 +244,59 @@ def test_dismiss(server, processes):
         # It had finished already: deleted.
         assert status == "dismissed"
         assert_problem(server.get(f"/jobs/{info['jobID']}"), 404, NO_SUCH_JOB)
+
+
+def test_an_array_of_cubes_with_pooled_statistics_is_one_job_of_a_batch(server, processes):
+    # Two halves of the Salinas-A chip, by reference: one eigen system from both.
+    cube = salinas()
+    hrefs = []
+    for i, part in enumerate((cube[:41], cube[41:])):
+        path = server.inputs / f"salinas-half{i}.npy"
+        np.save(path, part)
+        hrefs.append(path.as_uri())
+    info = processes.execute("mnf", inputs={"cube": [{"href": h} for h in hrefs], "statistics": "pooled",
+                                            "components": 3, "noise": "shift-difference"}, async_=True)
+    batch_id = info["jobID"]
+    assert processes.response_headers["Location"] == f"{server.url}/jobs/{batch_id}"
+    native = server.get(f"/v1/batches/{batch_id}").json()
+    assert native["statistics"] == "pooled" and len(native["jobs"]) == 2, native
+    members = [j["id"] for j in native["jobs"]]
+    items = [link["href"] for link in info["links"] if link["rel"] == "item"]
+    assert items == [f"{server.url}/jobs/{m}" for m in members]
+
+    done = wait_job(processes, batch_id)
+    assert done["status"] == "successful" and done["progress"] == 100, done
+    assert any(link["rel"] == RESULTS_REL for link in done["links"])
+    results = processes._request(path=f"jobs/{batch_id}/results")
+    assert set(results) == {"components", "metadata"}
+    shapes = [load_npy(server.get(link["href"].removeprefix(server.url)).content).shape for link in results["components"]]
+    assert shapes == [(41, 86, 3), (42, 86, 3)]
+    metadata = [server.get(link["href"].removeprefix(server.url)).json() for link in results["metadata"]]
+    assert [m["statistics"]["source"] for m in metadata] == ["pooled", "pooled"]
+    assert metadata[0]["eigenvalues"] == metadata[1]["eigenvalues"], "one system for both cubes"
+    # Each member is an OGC job of its own as well.
+    assert wait_job(processes, members[1])["status"] == "successful"
+
+    # Dismissing the batch's job removes the batch and its jobs.
+    r = server.delete(f"/jobs/{batch_id}")
+    assert r.status_code == 200 and r.json()["status"] == "dismissed", r.text
+    assert_problem(server.get(f"/jobs/{batch_id}"), 404, NO_SUCH_JOB)
+    assert server.get(f"/v1/batches/{batch_id}").status_code == 404
+    assert server.get(f"/v1/jobs/{members[0]}").status_code == 404
+
+
+def test_an_array_of_cubes_is_refused_as_a_batch_is(server):
+    a = server.inputs / "refuse-a.npy"
+    b = server.inputs / "refuse-b.npy"
+    np.save(a, salinas()[:30])
+    np.save(b, salinas()[:30, :, :100])
+
+    def execute(inputs):
+        return server.post("/processes/mnf/execution", json={"inputs": inputs})
+
+    assert_problem(execute({"cube": [{"href": a.as_uri()}, {"href": b.as_uri()}], "statistics": "pooled"}), 422, code="batch_mismatch")
+    assert_problem(execute({"cube": [{"href": a.as_uri()}], "statistics": "most"}), 400, code="invalid_input")
+    assert_problem(execute({"cube": [{"href": a.as_uri()}, {"href": "file:///etc/passwd"}]}), 403, code="forbidden_path")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 REPO = Path(__file__).resolve().parents[2]
@@ -277,6 +278,54 @@ def test_large_files_go_up_resumably_with_tus(server, browser):
     job = selected_job(browser)
     meta = check_detail(browser, server, job)
     assert (meta["input"]["lines"], meta["input"]["samples"], meta["components"]) == (60, 60, 6)
+    severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not severe, "\n".join(e["message"] for e in severe)
+    browser.execute_script("localStorage.clear()")
+
+
+def test_batches_are_listed_with_their_jobs_and_deleted_from_the_page(server, browser):
+    """A batch made through the API shows on the page with its progress, counts and member jobs; a
+    member opens the job's view; the Delete button removes the batch and its jobs."""
+    auth = {"Authorization": f"Bearer {KEY}"}
+    hrefs = [f"file://{DATA}/salinasA_224_bip_be.hdr", f"file://{DATA}/jasper_ridge_r198_bil.hdr"]
+    r = requests.post(f"{server}/v1/batches", json={"inputs": [{"href": h} for h in hrefs], "statistics": "each",
+                                                   "params": {"components": 3}}, headers=auth, timeout=30)
+    assert r.status_code == 201, r.text
+    batch = r.json()
+    members = [j["id"] for j in batch["jobs"]]
+    browser.get(server + "/?f=html")
+    browser.execute_script("localStorage.setItem('hypermnf-api-key', arguments[0]);", KEY)
+    browser.refresh()
+    browser.get_log("browser")  # what the page logged before the key was set
+
+    row = f"#batch-table tr.batch[data-id='{batch['id']}']"
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, row + "[data-status='succeeded']"), 120,
+         "the batch did not show as succeeded: " + browser.find_element(By.ID, "batch-table").text)
+    text = wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, row).text, 10)
+    assert "each" in text and "100 %" in text and "2: 2 succeeded" in text, text
+    links = browser.find_elements(By.CSS_SELECTOR, f"#batch-table tr.members[data-batch='{batch['id']}'] a.member")
+    assert [a.get_attribute("data-job") for a in links] == members
+    assert [a.text.split(":")[0] for a in links] == ["cube 0", "cube 1"]
+    browser.find_element(By.ID, "batches").screenshot(str(ARTIFACTS / "web-batches.png"))
+
+    # A member opens the job's view, as a job of the job list does.
+    wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, f"a.member[data-job='{members[1]}']").click() or True, 10)
+    wait(browser, lambda d: d.find_element(By.ID, "detail-id").text == members[1], 20, "the member's job was not shown")
+    wait(browser, lambda d: d.find_element(By.ID, "detail-body").is_displayed(), 30, "the member's results were not drawn")
+    meta = check_detail(browser, server, members[1])
+    assert meta["components"] == 3 and meta["input"]["bands"] == 198
+
+    # Delete, confirmed in the page's dialog.
+    wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, row + " button.delete-batch").click() or True, 10)
+    alert = WebDriverWait(browser, 10).until(expected_conditions.alert_is_present())
+    assert "its 2 jobs" in alert.text
+    alert.accept()
+    wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, row), 20, "the batch stayed on the page")
+    assert "deleted" in browser.find_element(By.ID, "batch-status").text
+    assert requests.get(f"{server}/v1/batches/{batch['id']}", headers=auth, timeout=10).status_code == 404
+    for job in members:
+        assert requests.get(f"{server}/v1/jobs/{job}", headers=auth, timeout=10).status_code == 404
+        assert not browser.find_elements(By.CSS_SELECTOR, f"#job-table tr[data-id='{job}']")
     severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert not severe, "\n".join(e["message"] for e in severe)
     browser.execute_script("localStorage.clear()")

@@ -60,6 +60,8 @@ class Server:
     process: subprocess.Popen
     data_dir: Path
     log: Path
+    # A second --input-root, empty at start: tests write the cubes they send by reference here.
+    inputs: Path
 
     def client(self, api_key: Optional[str] = None, timeout: float = 60.0) -> hypermnf.Client:
         return hypermnf.Client(self.url, api_key=api_key, timeout=timeout)
@@ -71,6 +73,8 @@ class Server:
 def start_server(binary: Path, workdir: Path, extra: List[str]) -> Server:
     data_dir = workdir / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
+    inputs = (workdir / "inputs").resolve()
+    inputs.mkdir(exist_ok=True)
     log = workdir / "server.log"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -81,12 +85,13 @@ def start_server(binary: Path, workdir: Path, extra: List[str]) -> Server:
         "--backend", BACKEND,
         "--workers", "1",  # test_jobs queues a job behind another
         "--input-root", str(DATA),
+        "--input-root", str(inputs),
         *extra,
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("HYPERMNF_")}
     with open(log, "wb") as out:
         process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
-    server = Server(url, process, data_dir, log)
+    server = Server(url, process, data_dir, log, inputs)
     deadline = time.monotonic() + START_TIMEOUT_S
     probe = hypermnf.Client(url, timeout=2.0)
     try:

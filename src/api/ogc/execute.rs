@@ -17,11 +17,13 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
+use super::batch_jobs::BatchJob;
 use super::jobs::{failure, results_document, status_info, Output, OutputChoice, Transmission};
 use super::problem::{OgcResult, Problem};
 use super::process::NPY;
 use super::{BaseUrl, PROCESS_ID};
 use crate::api::auth::Caller;
+use crate::api::batches::create_batch;
 use crate::api::jobs::{create_from_href, create_from_npy_bytes, Created};
 use crate::api::{params, ApiContext};
 use crate::jobs::{Job, JobStatus};
@@ -65,6 +67,9 @@ enum CubeSource {
     Href(String),
     /// The bytes of a `.npy` file, given inline.
     Npy(bytes::Bytes),
+    /// Several cubes, each by reference (`file://` URLs): a batch (`batch_jobs`), its statistics
+    /// pooled or each cube's own.
+    Batch { hrefs: Vec<String>, pooled: bool },
 }
 
 /// An execute request, checked.
@@ -97,6 +102,34 @@ fn literal(name: &str, v: Value) -> OgcResult<Value> {
 /// The media type of a qualified value: `mediaType`, or (as Processes 2.0 writes it) `format.mediaType`.
 fn media_type(o: &Map<String, Value>) -> Option<&str> {
     o.get("mediaType").or_else(|| o.get("format").and_then(|f| f.get("mediaType"))).and_then(Value::as_str)
+}
+
+/// The `statistics` input: `pooled` (one eigen system from every cube's statistics) or `each`.
+fn pooled_statistics(v: Value) -> OgcResult<bool> {
+    match literal("statistics", v)? {
+        Value::String(s) if s == "pooled" => Ok(true),
+        Value::String(s) if s == "each" => Ok(false),
+        other => Err(invalid(format!("input statistics must be \"pooled\" or \"each\", not {other}"))),
+    }
+}
+
+/// The `cube` input: one cube, or an array of cubes by reference (a batch).
+fn cubes_source(v: Value, pooled: Option<bool>) -> OgcResult<CubeSource> {
+    let Value::Array(items) = v else {
+        return cube_source(v);
+    };
+    if items.is_empty() || items.len() > crate::api::batches::MAX_INPUTS {
+        return Err(invalid(format!("input cube: an array holds 1 to {} cubes, not {}", crate::api::batches::MAX_INPUTS, items.len())));
+    }
+    let mut hrefs = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        match cube_source(item) {
+            Ok(CubeSource::Href(h)) => hrefs.push(h),
+            Ok(_) => return Err(invalid(format!("input cube {i}: the cubes of an array are given by reference, each {{\"href\": \"file:///...\"}}"))),
+            Err(e) => return Err(invalid(format!("input cube {i}: {}", e.detail.trim_start_matches("input cube: ")))),
+        }
+    }
+    Ok(CubeSource::Batch { hrefs, pooled: pooled.unwrap_or(false) })
 }
 
 fn cube_source(v: Value) -> OgcResult<CubeSource> {
@@ -173,11 +206,13 @@ fn parse_request(body: &[u8]) -> OgcResult<Execution> {
         return Err(invalid("callbacks (subscriber) are not supported: poll the job's status instead"));
     }
     let mut inputs = request.inputs.unwrap_or_default();
-    let cube = cube_source(inputs.remove("cube").ok_or_else(|| invalid("the input cube is required"))?)?;
+    // `statistics` only matters to an array of cubes: one cube's statistics are its own either way.
+    let pooled = inputs.remove("statistics").map(pooled_statistics).transpose()?;
+    let cube = cubes_source(inputs.remove("cube").ok_or_else(|| invalid("the input cube is required"))?, pooled)?;
     let mut params = Map::new();
     for (name, v) in inputs {
         if !PARAM_INPUTS.contains(&name.as_str()) {
-            return Err(invalid(format!("unknown input {name:?}: the inputs are cube, {}", PARAM_INPUTS.join(", "))));
+            return Err(invalid(format!("unknown input {name:?}: the inputs are cube, statistics, {}", PARAM_INPUTS.join(", "))));
         }
         let v = literal(&name, v)?;
         params.insert(name, v);
@@ -266,6 +301,11 @@ pub async fn execute(
     let created: Created = match execution.cube {
         CubeSource::Href(href) => create_from_href(&ctx, &caller, &href, execution.params).await?,
         CubeSource::Npy(npy) => create_from_npy_bytes(&ctx, &caller, npy, execution.params).await?,
+        CubeSource::Batch { hrefs, pooled } => {
+            // Several cubes are a batch, always run asynchronously: the client polls the batch's job.
+            let (row, jobs) = create_batch(&ctx, &caller, &hrefs, pooled, execution.params).await?;
+            return Ok(accepted_batch(BatchJob { row, jobs }, &base, prefers_async(&headers)));
+        }
     };
     let job = created.job;
     let wants_async = prefers_async(&headers);
@@ -299,6 +339,18 @@ fn input_bytes(job: &Job) -> u64 {
 fn accepted(job: &Job, base: &BaseUrl, preference_applied: bool) -> Response {
     let mut r = (StatusCode::CREATED, axum::Json(status_info(job, base, false))).into_response();
     if let Ok(v) = HeaderValue::from_str(&base.join(&format!("/jobs/{}", job.id))) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    if preference_applied {
+        r.headers_mut().insert("preference-applied", HeaderValue::from_static("respond-async"));
+    }
+    r
+}
+
+/// 201 with `Location` and the statusInfo of a batch's job.
+fn accepted_batch(batch: BatchJob, base: &BaseUrl, preference_applied: bool) -> Response {
+    let mut r = (StatusCode::CREATED, axum::Json(batch.status_info(base))).into_response();
+    if let Ok(v) = HeaderValue::from_str(&base.join(&format!("/jobs/{}", batch.row.id))) {
         r.headers_mut().insert(header::LOCATION, v);
     }
     if preference_applied {
@@ -455,6 +507,43 @@ mod tests {
                 Ok(_) if code == "invalid_params" => {} // exclusive parameters are checked against the cube
                 Ok(e) => panic!("{body} accepted: {e:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn an_array_of_cubes_is_a_batch() {
+        let e = parse(serde_json::json!({"inputs": {
+            "cube": [{"href": "file:///data/a.hdr"}, {"href": "/data/b c.npy"}], "statistics": "pooled", "components": 3}}))
+        .unwrap();
+        match e.cube {
+            CubeSource::Batch { hrefs, pooled } => {
+                assert_eq!(hrefs, ["file:///data/a.hdr", "file:///data/b%20c.npy"]);
+                assert!(pooled);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(e.params.components, Some(3));
+        // Independent jobs unless pooled is asked for, also as a qualified value.
+        let e = parse(serde_json::json!({"inputs": {"cube": [{"href": "file:///a.npy"}]}})).unwrap();
+        assert!(matches!(e.cube, CubeSource::Batch { pooled: false, .. }));
+        let e = parse(serde_json::json!({"inputs": {"cube": [{"href": "file:///a.npy"}], "statistics": {"value": "pooled"}}})).unwrap();
+        assert!(matches!(e.cube, CubeSource::Batch { pooled: true, .. }));
+        // One cube stays one job, whatever the statistics.
+        let e = parse(serde_json::json!({"inputs": {"cube": {"href": "file:///a.npy"}, "statistics": "pooled"}})).unwrap();
+        assert!(matches!(e.cube, CubeSource::Href(_)));
+        for (body, says) in [
+            (serde_json::json!({"inputs": {"cube": []}}), "1 to"),
+            (
+                serde_json::json!({"inputs": {"cube": [{"href": "file:///a.npy"}, {"value": "k05VTVBZ"}]}}),
+                "input cube 1: the cubes of an array are given by reference",
+            ),
+            (serde_json::json!({"inputs": {"cube": ["file:///a.npy"]}}), "input cube 0: give the cube as"),
+            (serde_json::json!({"inputs": {"cube": [{"href": "file:///a.npy"}], "statistics": "mean"}}), "statistics must be"),
+            (serde_json::json!({"inputs": {"cube": [{"href": "file:///a.npy"}], "statistics": 1}}), "statistics must be"),
+        ] {
+            let err = parse(body.clone()).unwrap_err();
+            assert_eq!(err.code, "invalid_input", "{body}");
+            assert!(err.detail.contains(says), "{body}: {}", err.detail);
         }
     }
 

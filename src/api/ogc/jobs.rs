@@ -1,6 +1,7 @@
 //! `/jobs`, `/jobs/{id}` (status; DELETE dismisses) and `/jobs/{id}/results`, over the same job rows
 //! as `/v1/jobs`. The native statuses map to OGC's: queued → accepted, running → running,
-//! succeeded → successful, failed → failed, canceled → dismissed.
+//! succeeded → successful, failed → failed, canceled → dismissed. A batch's id is an OGC job too
+//! (`batch_jobs`): an execution of several cubes.
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
@@ -8,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde_json::{json, Map, Value};
 
+use super::batch_jobs::{self, BatchJob};
 use super::problem::{kind, OgcResult, Problem};
 use super::process::NPY;
 use super::{link, rel, BaseUrl, PROCESS_ID};
@@ -81,15 +83,38 @@ async fn caller_job(ctx: &ApiContext, caller: &Caller, id: &str) -> OgcResult<Jo
     })
 }
 
+/// What an OGC job id names: a job, or a batch (an execution of several cubes, `batch_jobs`).
+enum OgcJob {
+    Job(Box<Job>),
+    Batch(BatchJob),
+}
+
+async fn caller_ogc_job(ctx: &ApiContext, caller: &Caller, id: &str) -> OgcResult<OgcJob> {
+    match caller_job(ctx, caller, id).await {
+        Ok(job) => Ok(OgcJob::Job(Box::new(job))),
+        Err(p) if p.status == StatusCode::NOT_FOUND => match BatchJob::find(ctx, caller, id).await? {
+            Some(batch) => Ok(OgcJob::Batch(batch)),
+            None => Err(p),
+        },
+        Err(p) => Err(p),
+    }
+}
+
 pub async fn status(State(ctx): State<ApiContext>, base: BaseUrl, caller: Caller, Path(id): Path<String>) -> OgcResult<Response> {
-    let job = caller_job(&ctx, &caller, &id).await?;
-    Ok(axum::Json(status_info(&job, &base, false)).into_response())
+    let doc = match caller_ogc_job(&ctx, &caller, &id).await? {
+        OgcJob::Job(job) => status_info(&job, &base, false),
+        OgcJob::Batch(batch) => batch.status_info(&base),
+    };
+    Ok(axum::Json(doc).into_response())
 }
 
 /// Dismiss: a queued or running job is canceled (and shows as dismissed); a finished one is deleted
-/// with its files (afterwards its id is 404).
+/// with its files (afterwards its id is 404). A batch is canceled and deleted whole.
 pub async fn dismiss(State(ctx): State<ApiContext>, base: BaseUrl, caller: Caller, Path(id): Path<String>) -> OgcResult<Response> {
-    let job = caller_job(&ctx, &caller, &id).await?;
+    let job = match caller_ogc_job(&ctx, &caller, &id).await? {
+        OgcJob::Job(job) => *job,
+        OgcJob::Batch(batch) => return Ok(axum::Json(batch_jobs::dismiss(&ctx, &base, &caller, batch).await?).into_response()),
+    };
     let doc = match cancel_or_delete(&ctx, job.clone()).await? {
         Removal::Canceled => {
             let now = ctx.runner.store.get(&id).await.map_err(crate::api::error::Error::from)?;
@@ -267,6 +292,9 @@ pub async fn results_document(ctx: &ApiContext, base: &BaseUrl, job: &Job, outpu
 }
 
 pub async fn results(State(ctx): State<ApiContext>, base: BaseUrl, caller: Caller, Path(id): Path<String>) -> OgcResult<Response> {
+    if let OgcJob::Batch(batch) = caller_ogc_job(&ctx, &caller, &id).await? {
+        return Ok(axum::Json(batch_jobs::results(&base, &batch)?).into_response());
+    }
     let job = finished_job(&ctx, &caller, &id).await?;
     let doc = results_document(&ctx, &base, &job, &OutputChoice::defaults(&job)).await?;
     Ok(axum::Json(doc).into_response())

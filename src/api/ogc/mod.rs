@@ -7,6 +7,7 @@
 //! DELETE: dismiss), `/jobs/{id}/results`. The landing page, conformance, API definition and process
 //! descriptions are public; jobs and execution need the API key as `/v1` does.
 
+pub mod batch_jobs;
 pub mod execute;
 pub mod jobs;
 pub mod landing;

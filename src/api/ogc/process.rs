@@ -46,7 +46,9 @@ pub fn description(base: &BaseUrl) -> Value {
                 directories (an absolute path is read as file://), or as {\"href\": \"s3://bucket/key\"} or \
                 {\"href\": \"https://host/path\"} in a bucket or on a host the server allows. Inline: {\"value\": \"<base64 of a .npy file>\", \
                 \"mediaType\": \"application/x-npy\", \"encoding\": \"base64\"}, for cubes of up to 192 MiB (or --max-upload-bytes) \
-                (larger ones by reference, or uploaded to POST /v1/jobs).",
+                (larger ones by reference, or uploaded to POST /v1/jobs). Several cubes: an array of references \
+                [{\"href\": ...}, ...], which makes one job of the batch (see the input statistics; always run \
+                asynchronously; /jobs/{id}/results links each cube's outputs in the order given).",
             "schema": {"oneOf": [
                 {"type": "string", "contentMediaType": NPY, "contentEncoding": "base64"},
                 {"type": "string", "format": "uri", "contentMediaType": "application/x-envi-header"},
@@ -56,8 +58,12 @@ pub fn description(base: &BaseUrl) -> Value {
                 {"type": "string", "format": "uri", "contentMediaType": "image/tiff"},
             ]},
             "minOccurs": 1,
-            "maxOccurs": 1,
+            "maxOccurs": crate::api::batches::MAX_INPUTS,
         },
+        "statistics": literal("Statistics of several cubes", "With an array of cubes: \"pooled\" computes one eigen system from \
+            all the cubes' statistics (they must have the same bands) and projects every cube with it; \"each\" (default) \
+            runs every cube as an independent job. Ignored for one cube.",
+            json!({"type": "string", "enum": ["each", "pooled"], "default": "each"})),
         "components": literal("Components", "Number of components to keep (default 10, capped at the bands used). Exclusive with snr.",
             json!({"type": "integer", "minimum": 1})),
         "snr": literal("SNR threshold", "Keep the components whose eigenvalue is at least 1 + snr. Exclusive with components.",

@@ -1,5 +1,6 @@
-// The hypermnf page: the job list (polled from /v1/jobs), one job's eigenvalue plot, component
-// quicklooks, dropped bands, timings and downloads, and uploads with a progress bar. No framework and
+// The hypermnf page: the job list (polled from /v1/jobs), the batches with their jobs (/v1/batches),
+// one job's eigenvalue plot, component quicklooks, dropped bands, timings and downloads, and uploads
+// with a progress bar. No framework and
 // nothing fetched from elsewhere: it works offline. Data from the server goes into the page as text
 // (textContent, SVG attributes), never as markup.
 "use strict";
@@ -8,7 +9,7 @@ const $ = (id) => document.getElementById(id);
 const SVG = "http://www.w3.org/2000/svg";
 // cached: jobs an upload was answered with (same cube and parameters as before); reused: jobs whose
 // metadata says the eigen system came from the job cache.
-const state = { jobs: [], selected: null, shown: null, cached: new Set(), reused: new Set(), timer: null, info: "" };
+const state = { jobs: [], batches: [], selected: null, shown: null, cached: new Set(), reused: new Set(), timer: null, info: "" };
 
 // ---- the API key (kept in this browser only) and requests ------------------------------------------
 
@@ -24,8 +25,8 @@ function authHeaders() {
   return key ? { Authorization: "Bearer " + key } : {};
 }
 
-async function api(path) {
-  const r = await fetch(path, { headers: authHeaders() });
+async function api(path, method) {
+  const r = await fetch(path, { method: method || "GET", headers: authHeaders() });
   if (!r.ok) {
     let detail = r.status + " " + r.statusText;
     try { const e = await r.json(); detail = (e.code || "") + ": " + (e.message || e.detail || ""); } catch (_) { /* not JSON */ }
@@ -67,8 +68,12 @@ async function refresh() {
     const body = await (await api("/v1/jobs?limit=100")).json();
     state.jobs = body.jobs;
     renderJobs();
-    live = state.jobs.some((j) => j.status === "queued" || j.status === "running");
-    if (state.selected) await renderDetail(state.jobs.find((j) => j.id === state.selected));
+    // After the jobs: a refused key is reported once, by the job list.
+    state.batches = (await (await api("/v1/batches?limit=50")).json()).batches;
+    renderBatches();
+    const busy = (s) => s === "queued" || s === "running";
+    live = state.jobs.some((j) => busy(j.status)) || state.batches.some((b) => busy(b.status));
+    if (state.selected) await renderDetail(await selectedJob());
     $("server-info").textContent = state.info;
     $("server-info").classList.remove("error");
   } catch (e) {
@@ -109,11 +114,85 @@ function renderJobs() {
   }
 }
 
-function select(id) {
+async function select(id) {
   state.selected = id;
   state.shown = null;
   renderJobs();
-  renderDetail(state.jobs.find((j) => j.id === id));
+  renderDetail(await selectedJob());
+}
+
+// The selected job's document: from the list, or (a batch's job beyond the list's first page) fetched.
+async function selectedJob() {
+  const listed = state.jobs.find((j) => j.id === state.selected);
+  if (listed || !state.selected) return listed;
+  try {
+    return await (await api("/v1/jobs/" + encodeURIComponent(state.selected))).json();
+  } catch (_) {
+    return undefined; // deleted meanwhile
+  }
+}
+
+// ---- batches -----------------------------------------------------------------------------------------
+
+function countsText(counts) {
+  return ["succeeded", "running", "queued", "failed", "canceled"].filter((s) => counts[s]).map((s) => counts[s] + " " + s).join(", ");
+}
+
+function renderBatches() {
+  const tbody = $("batch-table").querySelector("tbody");
+  tbody.replaceChildren();
+  $("no-batches").hidden = state.batches.length > 0;
+  for (const batch of state.batches) {
+    const tr = el("tr", null, "batch");
+    tr.dataset.id = batch.id;
+    tr.dataset.status = batch.status;
+    const short = el("td", "…" + batch.id.slice(-8));
+    short.title = batch.id;
+    tr.append(short, el("td", batch.statistics), el("td", batch.status, "status " + batch.status));
+    const bar = el("progress");
+    bar.max = 1;
+    bar.value = batch.progress;
+    const td = el("td");
+    td.append(bar, " " + Math.round(batch.progress * 100) + " %");
+    tr.append(td, el("td", batch.jobs.length + ": " + countsText(batch.counts)), el("td", new Date(batch.created_at).toLocaleString()));
+    const del = el("button", "Delete", "delete-batch");
+    del.type = "button";
+    del.title = "cancel what still runs, and delete the batch, its jobs and their files";
+    del.addEventListener("click", () => deleteBatch(batch));
+    const last = el("td");
+    last.append(del);
+    tr.append(last);
+    tbody.append(tr);
+    // The member jobs, in the order of the cubes: each opens the job's view.
+    const members = el("tr", null, "members");
+    members.dataset.batch = batch.id;
+    const cell = el("td");
+    cell.colSpan = 7;
+    batch.jobs.forEach((job, i) => {
+      const a = el("a", `cube ${i}: …${job.id.slice(-8)} ${job.status}`, "member status " + job.status);
+      a.href = "#job-" + job.id;
+      a.dataset.job = job.id;
+      a.title = job.id;
+      a.addEventListener("click", (ev) => { ev.preventDefault(); select(job.id); });
+      cell.append(a);
+    });
+    members.append(cell);
+    tbody.append(members);
+  }
+}
+
+async function deleteBatch(batch) {
+  if (!confirm(`Delete batch …${batch.id.slice(-8)}, its ${batch.jobs.length} jobs and their results?`)) return;
+  try {
+    await api("/v1/batches/" + encodeURIComponent(batch.id), "DELETE");
+    $("batch-status").textContent = `batch …${batch.id.slice(-8)} deleted`;
+    $("batch-status").classList.remove("error");
+    if (batch.jobs.some((j) => j.id === state.selected)) state.selected = null;
+  } catch (e) {
+    $("batch-status").textContent = "cannot delete the batch: " + e.message;
+    $("batch-status").classList.add("error");
+  }
+  refresh();
 }
 
 // ---- one job -----------------------------------------------------------------------------------------

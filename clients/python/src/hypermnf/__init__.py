@@ -10,11 +10,14 @@
     >>> hypermnf.to_xarray(r)                          # line/sample (and x/y, CRS) coordinates
     >>> hypermnf.plot_eigenvalues(job)                 # matplotlib Axes
     >>> system = client.system(job.id)                 # its eigen system (hypermnf.System); client.apply(system, cubes)
+    >>> batch = client.batch([Path("/data/a.hdr"), "s3://bucket/b.hdr"], statistics="pooled")   # several cubes, one system
+    >>> batch.wait(); batch.components()               # one progress bar; one array per cube
 
 ``hypermnf.AsyncClient`` offers the same methods as coroutines.
 """
 
-from .aio import AsyncClient, AsyncJob
+from .aio import AsyncBatch, AsyncClient, AsyncJob
+from .batches import Batch
 from .client import Client
 from .errors import APIError, ConnectionError, HyperMNFError, JobCanceled, JobFailed, TimeoutError
 from .interop import cog_to_xarray, to_xarray
@@ -29,6 +32,8 @@ __all__ = [
     "AsyncClient",
     "Job",
     "AsyncJob",
+    "Batch",
+    "AsyncBatch",
     "Reduction",
     "System",
     "to_xarray",

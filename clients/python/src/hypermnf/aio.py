@@ -27,6 +27,7 @@ from ._http import _raise_unless_body_needed, _reason, _segment, _settings
 from ._inputs import CubeLike, Upload, build_upload
 from ._npy import NpyReader, ShortBody
 from ._params import DEFAULT_COMPONENTS
+from .batches import CubeRef, _BatchState, _BatchWaiter, _system, batch_list, batch_request, list_query
 from .client import _check_product, prepare_submission
 from .errors import ConnectionError, TimeoutError
 from .job import MAX_WAIT_S, _content_length, _JobState, _result_query, _Waiter, preview_query
@@ -142,6 +143,30 @@ class AsyncClient:
         return Reduction.from_metadata(await job.metadata(), array, product, job.id)
 
     # -- service ---------------------------------------------------------------------------------------
+
+    # -- batches (see hypermnf.Client.batch) -----------------------------------------------------------
+
+    async def batch(self, cubes: Sequence[CubeRef], statistics: str = "each", **params: Any) -> "AsyncBatch":
+        """Submits several cubes as one batch (see :meth:`hypermnf.Client.batch`) and returns it."""
+        body = batch_request(cubes, statistics, params)
+        return AsyncBatch(self, (await self._request("POST", "/v1/batches", expect=(201,), json=body)).json())
+
+    async def batches(self, limit: Optional[int] = None) -> List["AsyncBatch"]:
+        """The batches this client can see, newest first."""
+        out: List[AsyncBatch] = []
+        after: Optional[str] = None
+        while limit is None or len(out) < limit:
+            documents, after = batch_list(await self._get_json("/v1/batches", params=list_query(limit, len(out), after)))
+            out.extend(AsyncBatch(self, d) for d in documents)
+            if after is None:
+                break
+        return out[:limit] if limit is not None else out
+
+    async def fit(self, cubes: Sequence[CubeRef], *, timeout: Optional[float] = None, progress: bool = False, **params: Any) -> Any:
+        """A pooled batch, waited for, and its eigen system (see :meth:`hypermnf.Client.fit`)."""
+        batch = await self.batch(cubes, statistics="pooled", **params)
+        await batch.wait(timeout=timeout, progress=progress)
+        return await batch.system()
 
     async def info(self) -> Dict[str, Any]:
         """The server's version, backends and devices (``GET /v1/info``)."""
@@ -306,3 +331,45 @@ async def _async_chunks(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
     for chunk in chunks:
         yield chunk
         await asyncio.sleep(0)  # let other tasks run between chunks
+
+
+class AsyncBatch(_BatchState):
+    """One batch on the service, for asyncio code (see :class:`hypermnf.Batch`)."""
+
+    _client: AsyncClient
+
+    @property
+    def jobs(self) -> List[AsyncJob]:
+        """The member jobs, in the order the cubes were given."""
+        return [AsyncJob(self._client, dict(d)) for d in self._member_documents()]
+
+    async def refresh(self) -> Dict[str, Any]:
+        self.document = await self._client._get_json(self._path())
+        return self.document
+
+    async def wait(self, timeout: Optional[float] = None, progress: bool = True) -> "AsyncBatch":
+        """Waits until every member has finished (see :meth:`hypermnf.Batch.wait`)."""
+        waiter = _BatchWaiter(self, timeout, progress)
+        try:
+            while True:
+                pause = waiter.seen(await self.refresh())
+                if pause is None:
+                    return self
+                await asyncio.sleep(pause)
+        finally:
+            waiter.close()
+
+    async def delete(self) -> None:
+        """Cancels what still runs and deletes the batch, its jobs and their files."""
+        await self._client._request("DELETE", self._path(), expect=(204,))
+
+    async def results(self, product: str = "components") -> List[np.ndarray]:
+        """Each member's result, in the order the cubes were given."""
+        return list(await asyncio.gather(*(job.result(product=product) for job in self.jobs)))
+
+    async def components(self) -> List[np.ndarray]:
+        return await self.results("components")
+
+    async def system(self) -> Any:
+        """A pooled batch's eigen system (see :meth:`hypermnf.Batch.system`)."""
+        return _system(await self._client._get_json(self._path("/system")))

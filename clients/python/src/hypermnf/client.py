@@ -29,6 +29,7 @@ from ._http import (
 from ._inputs import CubeLike, Prepared, Upload, _EnviPair, build_upload, envi_data_file, merged_params, prepare
 from ._npy import as_cube, canonical_header, cube_digest, npy_header
 from ._params import DEFAULT_COMPONENTS, Params
+from .batches import Batch, CubeRef, batch_list, batch_request, list_query
 from .errors import ConnectionError, TimeoutError
 from .job import PRODUCTS, Job
 from .results import Reduction
@@ -307,6 +308,44 @@ class Client:
         system id) through ``statistics_from``; ``params`` are those of :meth:`submit`. Returns the jobs
         without waiting."""
         return systems.apply(self, system, cubes, **params)
+    # -- batches ---------------------------------------------------------------------------------------
+
+    def batch(self, cubes: Sequence[CubeRef], statistics: str = "each", **params: Any) -> Batch:
+        """Submits several cubes together as one batch (``POST /v1/batches``) and returns it without waiting.
+
+        Args:
+            cubes: hrefs the server reads (``"file://..."`` under one of its ``--input-root`` directories,
+                ``"s3://..."``, ``"https://..."``), or paths (``pathlib.Path``), sent as ``file://`` URLs.
+            statistics: ``"each"`` (default): independent jobs; ``"pooled"``: one eigen system from all the
+                cubes' statistics, every cube projected with it (the cubes must have the same bands).
+            params: those of :meth:`submit` (``components``, ``noise``, ``snr``, ``inverse``, ...), for every cube.
+
+        Raises:
+            APIError: the server refused the batch (``batch_mismatch``, ``invalid_params``, ``forbidden_path``,
+                ``input_not_found``, ...; the message names the input); nothing was created.
+        """
+        body = batch_request(cubes, statistics, params)
+        return Batch(self, self._request("POST", "/v1/batches", expect=(201,), json=body).json())
+
+    def batches(self, limit: Optional[int] = None) -> List[Batch]:
+        """The batches this client can see, newest first, following the server's pages."""
+        out: List[Batch] = []
+        after: Optional[str] = None
+        while limit is None or len(out) < limit:
+            documents, after = batch_list(self._get_json("/v1/batches", params=list_query(limit, len(out), after)))
+            out.extend(Batch(self, d) for d in documents)
+            if after is None:
+                break
+        return out[:limit] if limit is not None else out
+
+    def fit(self, cubes: Sequence[CubeRef], *, timeout: Optional[float] = None, progress: bool = True, **params: Any) -> Any:
+        """One eigen system from several cubes: a pooled :meth:`batch`, waited for, and its system
+        (a :class:`hypermnf.System`; :meth:`hypermnf.System.save` writes it for ``hypermnf run --system``).
+
+        Raises:
+            JobFailed, JobCanceled, TimeoutError, APIError, ConnectionError.
+        """
+        return self.batch(cubes, statistics="pooled", **params).wait(timeout=timeout, progress=progress).system()
 
     # -- service ---------------------------------------------------------------------------------------
 
