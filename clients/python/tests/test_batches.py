@@ -209,8 +209,12 @@ def test_the_async_client(server: Server, pooled_cubes) -> None:
 
 def test_fit_returns_the_pooled_system(client: hypermnf.Client, pooled_cubes) -> None:
     cubes, paths = pooled_cubes
-    system = client.fit(paths, noise="shift-difference", progress=False, timeout=120)
+    system = client.fit(paths, components=4, noise="shift-difference", progress=False, timeout=120)
     want_eigenvalues, want_means = pooled_reference(cubes)
     np.testing.assert_allclose(system.eigenvalues, want_eigenvalues[: system.eigenvalues.size], rtol=1e-9, atol=0)
     np.testing.assert_allclose(system.arrays["pooled_data_mean"], want_means, rtol=1e-9, atol=0)
     assert system.source.get("batch")
+    # The batch's system lent to a batch of independent jobs (statistics_from names the pooled batch).
+    lent = client.batch(paths[:1], statistics_from=system.source["batch"], components=4).wait(timeout=120, progress=False)
+    assert lent.status == "succeeded"
+    np.testing.assert_array_equal(lent.jobs[0].metadata["eigenvalues"], system.eigenvalues)

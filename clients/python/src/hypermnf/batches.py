@@ -54,10 +54,10 @@ def batch_request(cubes: Iterable[CubeRef], statistics: str, params: Dict[str, A
 
 
 # Params.build's arguments, in its order, with submit()'s defaults.
-_PARAM_NAMES = ("components", "snr", "noise", "inverse", "bad_bands", "ignore_value", "noise_window", "backend")
+_PARAM_NAMES = ("components", "snr", "noise", "inverse", "bad_bands", "ignore_value", "noise_window", "backend", "statistics_from")
 _PARAM_DEFAULTS: Dict[str, Any] = {
     "components": DEFAULT_COMPONENTS, "snr": None, "noise": "mean-filter", "inverse": False, "bad_bands": None,
-    "ignore_value": None, "noise_window": None, "backend": None,
+    "ignore_value": None, "noise_window": None, "backend": None, "statistics_from": None,
 }
 
 
