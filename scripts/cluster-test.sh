@@ -5,6 +5,8 @@
 # jobs across the instances, kill -9s the instance running one of them, and checks that every job ends
 # exactly once with the bytes of `hypermnf run`, that any instance sees, cancels and serves any job,
 # that identical requests are answered from the shared store and that DELETE empties the bucket.
+# Then three fresh instances (allowed to read the bucket's objects by reference, `--input-bucket`) run
+# tests/cluster/batch: a pooled batch of cubes put in the bucket, one instance kill -9ed mid-batch.
 #
 # Environment: HYPERMNF_BIN (default target/debug/hypermnf, built with `cargo build` if absent),
 # CI_VENV (default .venv), HYPERMNF_CLUSTER_TIMEOUT (seconds for the Python part, default 420),
@@ -101,7 +103,7 @@ export HYPERMNF_CLUSTER_FILE=$WORK/instances.json HYPERMNF_CLUSTER_WORK=$WORK HY
 set +e
 # The whole Python part is bounded too (each of its waits has its own, shorter timeout).
 (cd "$ROOT" && timeout -k 10 "${HYPERMNF_CLUSTER_TIMEOUT:-420}" \
-    "$VENV/bin/python" -m pytest -x -q -s -p no:cacheprovider ${PYTEST_ARGS:-} tests/cluster)
+    "$VENV/bin/python" -m pytest -x -q -s -p no:cacheprovider --ignore=tests/cluster/batch ${PYTEST_ARGS:-} tests/cluster)
 rc=$?
 set -e
 case $rc in
@@ -109,5 +111,33 @@ case $rc in
     5) fail "pytest collected no tests" ;;
     124|137) fail "tests/cluster ran past ${HYPERMNF_CLUSTER_TIMEOUT:-420} s" ;;
     *) fail "tests/cluster failed (pytest exit $rc)" ;;
+esac
+
+# The batch test kills an instance of its own: fresh ones, on the same store and bucket, allowed to
+# read the bucket's objects by reference. Logs of the first set are kept apart.
+step "$INSTANCES fresh instances for tests/cluster/batch (--input-bucket $HYPERMNF_TEST_S3_BUCKET)"
+hypermnf_instances_stop
+mkdir -p "$WORK/first" && mv "$WORK"/node* "$WORK/first/" 2>/dev/null || true
+hypermnf_instances_start "$INSTANCES" "$WORK" --workers "$WORKERS" --lease "$LEASE" --backend cpu \
+    --input-bucket "$HYPERMNF_TEST_S3_BUCKET" || fail "the instances for the batch test did not start"
+"$VENV/bin/python" - "$WORK/instances.json" "$WORK" "${HYPERMNF_INSTANCE_PIDS[@]}" -- "${HYPERMNF_INSTANCE_URLS[@]}" <<'PY'
+import json, sys
+out, work, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+sep = rest.index("--")
+pids, urls = rest[:sep], rest[sep + 1:]
+json.dump([{"name": "ABC"[i], "url": u, "pid": int(p), "log": f"{work}/node{i}.log"}
+           for i, (p, u) in enumerate(zip(pids, urls))], open(out, "w"), indent=1)
+PY
+step "tests/cluster/batch"
+set +e
+(cd "$ROOT" && timeout -k 10 "${HYPERMNF_CLUSTER_TIMEOUT:-420}" \
+    "$VENV/bin/python" -m pytest -x -q -s -p no:cacheprovider ${PYTEST_ARGS:-} tests/cluster/batch)
+rc=$?
+set -e
+case $rc in
+    0) ;;
+    5) fail "pytest collected no tests in tests/cluster/batch" ;;
+    124|137) fail "tests/cluster/batch ran past ${HYPERMNF_CLUSTER_TIMEOUT:-420} s" ;;
+    *) fail "tests/cluster/batch failed (pytest exit $rc)" ;;
 esac
 echo "cluster-test: all checks passed"

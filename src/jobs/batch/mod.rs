@@ -98,7 +98,11 @@ fn member_statistics(
 ) -> Result<Vec<u8>, JobFailure> {
     let params: MnfParams = serde_json::from_str(&job.params).map_err(|e| JobFailure { code: "invalid_params".into(), message: e.to_string() })?;
     let backend = s.backends.get(params.backend).map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?;
-    let cube = input::load_cube(job.input_kind, &job.input_location, &s.storage, rt).map_err(JobFailure::cube)?;
+    // A cube by reference (s3://, https://) is read by the reference clients, as a job's is.
+    let cube = match crate::reference::Stored::of_location(&job.input_location) {
+        Some(stored) => super::remote_input::load(s, job, &stored, rt)?.cube,
+        None => input::load_cube(job.input_kind, &job.input_location, &s.storage, rt).map_err(JobFailure::cube)?,
+    };
     let monitor = Monitor::new(move |stage, fraction| *progress.lock().unwrap_or_else(|p| p.into_inner()) = (stage, fraction))
         .with_cancel_flag(cancel.clone());
     let mut prepared = backend.prepare(&cube, &monitor).map_err(|e| JobFailure { code: e.code().into(), message: e.to_string() })?;
