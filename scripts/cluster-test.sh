@@ -49,6 +49,18 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# $WORK/instances.json: what the Python side needs to reach, kill and read each running instance.
+write_instances() {
+    "$VENV/bin/python" - "$WORK/instances.json" "$WORK" "${HYPERMNF_INSTANCE_PIDS[@]}" -- "${HYPERMNF_INSTANCE_URLS[@]}" <<'PY'
+import json, sys
+out, work, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+sep = rest.index("--")
+pids, urls = rest[:sep], rest[sep + 1:]
+json.dump([{"name": "ABC"[i], "url": u, "pid": int(p), "log": f"{work}/node{i}.log"}
+           for i, (p, u) in enumerate(zip(pids, urls))], open(out, "w"), indent=1)
+PY
+}
+
 step "python environment"
 VENV=${CI_VENV:-.venv}
 case $VENV in /*) ;; *) VENV=$ROOT/$VENV ;; esac
@@ -84,18 +96,7 @@ echo "$HYPERMNF_TEST_S3_URL at $AWS_ENDPOINT_URL"
 step "$INSTANCES hypermnf serve instances (--workers $WORKERS --lease $LEASE --backend cpu --early-start always)"
 hypermnf_instances_start "$INSTANCES" "$WORK" --workers "$WORKERS" --lease "$LEASE" --backend cpu --early-start always \
     || fail "the instances did not start"
-PIDS=("${HYPERMNF_INSTANCE_PIDS[@]}")
-urls=("${HYPERMNF_INSTANCE_URLS[@]}")
-
-# What the Python side needs to reach, kill and read each instance.
-"$VENV/bin/python" - "$WORK/instances.json" "$WORK" "${PIDS[@]}" -- "${urls[@]}" <<'PY'
-import json, sys
-out, work, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
-sep = rest.index("--")
-pids, urls = rest[:sep], rest[sep + 1:]
-json.dump([{"name": "ABC"[i], "url": u, "pid": int(p), "log": f"{work}/node{i}.log"}
-           for i, (p, u) in enumerate(zip(pids, urls))], open(out, "w"), indent=1)
-PY
+write_instances
 
 step "tests/cluster"
 echo "(one instance is kill -9ed on purpose: bash reports it as 'Killed')"
@@ -120,14 +121,7 @@ hypermnf_instances_stop
 mkdir -p "$WORK/first" && mv "$WORK"/node* "$WORK/first/" 2>/dev/null || true
 hypermnf_instances_start "$INSTANCES" "$WORK" --workers "$WORKERS" --lease "$LEASE" --backend cpu \
     --input-bucket "$HYPERMNF_TEST_S3_BUCKET" || fail "the instances for the batch test did not start"
-"$VENV/bin/python" - "$WORK/instances.json" "$WORK" "${HYPERMNF_INSTANCE_PIDS[@]}" -- "${HYPERMNF_INSTANCE_URLS[@]}" <<'PY'
-import json, sys
-out, work, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
-sep = rest.index("--")
-pids, urls = rest[:sep], rest[sep + 1:]
-json.dump([{"name": "ABC"[i], "url": u, "pid": int(p), "log": f"{work}/node{i}.log"}
-           for i, (p, u) in enumerate(zip(pids, urls))], open(out, "w"), indent=1)
-PY
+write_instances
 step "tests/cluster/batch"
 set +e
 (cd "$ROOT" && timeout -k 10 "${HYPERMNF_CLUSTER_TIMEOUT:-420}" \

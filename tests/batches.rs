@@ -102,30 +102,8 @@ fn ids(batch: &Value) -> Vec<String> {
 /// eigenvalues of (C_D, C_N) through C_N's eigen decomposition. Returns (eigenvalues descending, means).
 fn pooled_reference(cubes: &[Cube]) -> (Vec<f64>, Vec<f64>) {
     let b = cubes[0].bands();
-    let mut pixels: Vec<Vec<f64>> = Vec::new();
-    let mut residuals: Vec<Vec<f64>> = Vec::new();
-    for cube in cubes {
-        let (l, s) = (cube.lines(), cube.samples());
-        let x = cube.to_f64();
-        let at = |li: usize, si: usize| &x[(li * s + si) * b..(li * s + si + 1) * b];
-        for li in 0..l {
-            for si in 0..s {
-                pixels.push(at(li, si).to_vec());
-                if li + 1 < l && si + 1 < s {
-                    residuals.push(at(li, si).iter().zip(at(li + 1, si + 1)).map(|(p, q)| p - q).collect());
-                }
-            }
-        }
-    }
-    let cov = |rows: &[Vec<f64>]| -> (Vec<f64>, DMatrix<f64>) {
-        let n = rows.len() as f64;
-        let mean: Vec<f64> = (0..b).map(|j| rows.iter().map(|r| r[j]).sum::<f64>() / n).collect();
-        let c = DMatrix::from_fn(b, b, |i, j| rows.iter().map(|r| (r[i] - mean[i]) * (r[j] - mean[j])).sum::<f64>() / (n - 1.0));
-        (mean, c)
-    };
-    let (means, cd) = cov(&pixels);
-    let (_, cn) = cov(&residuals);
-    let cn = cn / 2.0;
+    let (means, cd, cn) = common::pooled_moments_reference(cubes);
+    let (cd, cn) = (DMatrix::from_row_slice(b, b, &cd), DMatrix::from_row_slice(b, b, &cn) / 2.0);
     let en = SymmetricEigen::new(cn);
     let p = &en.eigenvectors * DMatrix::from_diagonal(&en.eigenvalues.map(|d| 1.0 / d.sqrt()));
     let cadj = p.transpose() * &cd * &p;

@@ -20,42 +20,6 @@ fn member_stats(backend: &dyn Backend, cube: &Cube, params: &MnfParams) -> Stati
     pooled::statistics_on(cube, params, prepared.as_mut(), &monitor).expect("statistics")
 }
 
-/// Naive float64 moments of the pooled pixels and of each cube's own residuals (shift difference:
-/// x(l, s) − x(l + 1, s + 1), never across two cubes): (data mean, data covariance, noise covariance).
-fn reference(cubes: &[Cube]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
-    let b = cubes[0].bands();
-    let (mut pixels, mut residuals) = (Vec::new(), Vec::new());
-    for cube in cubes {
-        let (l, s) = (cube.lines(), cube.samples());
-        let x = cube.to_f64();
-        let at = |li: usize, si: usize| &x[(li * s + si) * b..(li * s + si + 1) * b];
-        for li in 0..l {
-            for si in 0..s {
-                pixels.push(at(li, si).to_vec());
-                if li + 1 < l && si + 1 < s {
-                    residuals.push(at(li, si).iter().zip(at(li + 1, si + 1)).map(|(p, q)| p - q).collect::<Vec<f64>>());
-                }
-            }
-        }
-    }
-    let cov = |rows: &[Vec<f64>]| {
-        let n = rows.len() as f64;
-        let mean: Vec<f64> = (0..b).map(|j| rows.iter().map(|r| r[j]).sum::<f64>() / n).collect();
-        let mut c = vec![0.0; b * b];
-        for r in rows {
-            for i in 0..b {
-                for j in 0..b {
-                    c[i * b + j] += (r[i] - mean[i]) * (r[j] - mean[j]);
-                }
-            }
-        }
-        (mean, c.into_iter().map(|v| v / (n - 1.0)).collect::<Vec<f64>>())
-    };
-    let (mean, cd) = cov(&pixels);
-    let (_, cn) = cov(&residuals);
-    (mean, cd, cn)
-}
-
 /// Three synthetic int16 cubes of different shapes, pooled on each CUDA route: the pooled moments
 /// within the usual GPU tolerance (1e-5) of the CPU backend's pooled moments, and within 1e-9 of the
 /// naive float64 reference, as the CPU backend's are;
@@ -71,7 +35,7 @@ fn pooled_statistics_on_the_gpu_match_the_cpu_and_a_float64_reference() {
         synthetic_cube(&mut rng, 90, 33, 24),
     ];
     let params = MnfParams { noise: NoiseEstimator::ShiftDifference, components: Some(6), ..MnfParams::default() };
-    let (ref_mean, ref_cd, ref_cn) = reference(&cubes);
+    let (ref_mean, ref_cd, ref_cn) = common::pooled_moments_reference(&cubes);
     let cpu_parts: Vec<Statistics> = cubes.iter().map(|c| member_stats(&CpuBackend, c, &params)).collect();
     let cpu = pooled::pool(&cpu_parts).unwrap();
     let e_cpu = rel_fro(&cpu.data.covariance().unwrap(), &ref_cd).max(rel_fro(&cpu.noise.covariance().unwrap(), &ref_cn));

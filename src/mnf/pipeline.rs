@@ -14,7 +14,7 @@ use super::compute::{Backend, BackendError, PreparedCube};
 use super::eigen::{self, NoiseWhitening};
 use super::params::{MnfParams, DEFAULT_COMPONENTS};
 use super::result::{EigenSystem, InputInfo, Metadata, NoiseInfo, PixelInfo, SourceInfo};
-use super::stats::{Denoise, Moments, Projection, StatsSpec};
+use super::stats::{Denoise, Moments, Projection, Statistics, StatsSpec};
 use super::{MnfError, Monitor, Stage};
 use crate::cube::Cube;
 
@@ -110,9 +110,7 @@ pub fn analyse_on(
         monitor,
     )?;
     let stats_ms = t0.elapsed().as_secs_f64() * 1e3;
-    check_counts(&stats.data, &stats.noise, stats.masked_pixels, params)?;
-    check_enough_for_bands(&stats.data, &stats.noise, stats.masked_pixels, pre.used.len(), params)?;
-    check_finite(&stats.data, &stats.noise, &pre.used)?;
+    check_statistics(&stats, &pre, params)?;
 
     // The eigen stage, for the job's progress and /metrics (without it the service's stage clock
     // counted the eigenproblem into the statistics stage).
@@ -152,7 +150,20 @@ pub fn analyse_on(
     timings.insert("statistics".into(), stats_ms - noise_ms.min(stats_ms));
     timings.insert("eigen".into(), eigen_ms);
 
-    Ok(EigenSystem {
+    Ok(system_from(sel, whitening, pairs, &stats))
+}
+
+/// What the moments of a statistics pass must satisfy before band selection: enough pixels and
+/// residuals, for the bands used, and finite values in those bands.
+pub(super) fn check_statistics(stats: &Statistics, pre: &BandSelection, params: &MnfParams) -> Result<(), MnfError> {
+    check_counts(&stats.data, &stats.noise, stats.masked_pixels, params)?;
+    check_enough_for_bands(&stats.data, &stats.noise, stats.masked_pixels, pre.used.len(), params)?;
+    check_finite(&stats.data, &stats.noise, &pre.used)
+}
+
+/// The eigen system of the bands selected, from the solved pairs and the statistics they came from.
+pub(super) fn system_from(sel: BandSelection, whitening: NoiseWhitening, pairs: eigen::EigenPairs, stats: &Statistics) -> EigenSystem {
+    EigenSystem {
         means: sel.used.iter().map(|&b| stats.data.mean[b]).collect(),
         bands_used: sel.used,
         dropped_bands: sel.dropped,
@@ -162,7 +173,7 @@ pub fn analyse_on(
         noise_samples: stats.noise.n,
         pixels_used: stats.data.n,
         pixels_masked: stats.masked_pixels,
-    })
+    }
 }
 
 /// The band selection and the noise half of the eigenproblem, or why there is none.
@@ -188,7 +199,7 @@ pub(super) fn whiten(
     Ok((sel, w))
 }
 
-pub(super) fn check_counts(data: &Moments, noise: &Moments, masked: u64, params: &MnfParams) -> Result<(), MnfError> {
+fn check_counts(data: &Moments, noise: &Moments, masked: u64, params: &MnfParams) -> Result<(), MnfError> {
     if data.n < 2 && masked == 0 {
         return Err(MnfError::Degenerate(super::params::few_pixels_message(data.n)));
     }
@@ -209,7 +220,7 @@ pub(super) fn check_counts(data: &Moments, noise: &Moments, masked: u64, params:
 /// singular and its Cholesky factor fails, which would be reported as bands that are linear
 /// combinations of others (a 10 × 10 tile of a 425-band AVIRIS-NG line is the usual case). Said here
 /// with the counts, before any factorisation.
-pub(super) fn check_enough_for_bands(data: &Moments, noise: &Moments, masked: u64, bands: usize, params: &MnfParams) -> Result<(), MnfError> {
+fn check_enough_for_bands(data: &Moments, noise: &Moments, masked: u64, bands: usize, params: &MnfParams) -> Result<(), MnfError> {
     let need = bands as u64 + 1;
     if data.n >= need && noise.n >= need {
         return Ok(());
@@ -231,7 +242,7 @@ pub(super) fn check_enough_for_bands(data: &Moments, noise: &Moments, masked: u6
 /// (NaN and ±Inf samples are no-data in float cubes, so they never reach the statistics). Unchecked,
 /// such a band passes for constant (NaN compares false, so every band is dropped) or poisons the
 /// eigenproblem, and the job fails with a reason that points elsewhere.
-pub(super) fn check_finite(data: &Moments, noise: &Moments, used: &[usize]) -> Result<(), MnfError> {
+fn check_finite(data: &Moments, noise: &Moments, used: &[usize]) -> Result<(), MnfError> {
     let bad: Vec<usize> = used
         .iter()
         .copied()

@@ -76,26 +76,14 @@ pub fn system_of(bands: usize, bbl: Option<&[bool]>, stats: &Statistics, params:
     if stats.data.bands != bands {
         return Err(MnfError::InvalidParams(format!("statistics of {} bands for cubes of {bands}", stats.data.bands)));
     }
-    pipeline::check_counts(&stats.data, &stats.noise, stats.masked_pixels, params)?;
-    pipeline::check_enough_for_bands(&stats.data, &stats.noise, stats.masked_pixels, pre.used.len(), params)?;
-    pipeline::check_finite(&stats.data, &stats.noise, &pre.used)?;
+    pipeline::check_statistics(stats, &pre, params)?;
     let (sel, whitening) = pipeline::whiten(&pre, &stats.noise, Some(&stats.data), params.noise.scale(), false)?;
     if sel.used.is_empty() {
         return Err(MnfError::Degenerate("every band is constant or noise-free".into()));
     }
     let cd = bands::submatrix(&stats.data.covariance().expect("checked n >= 2"), bands, &sel.used);
     let pairs = eigen::solve_with(&whitening, &cd, None)?;
-    Ok(EigenSystem {
-        means: sel.used.iter().map(|&b| stats.data.mean[b]).collect(),
-        bands_used: sel.used,
-        dropped_bands: sel.dropped,
-        eigenvalues: pairs.eigenvalues,
-        transform: pairs.transform,
-        noise_covariance: whitening.into_noise_covariance(),
-        noise_samples: stats.noise.n,
-        pixels_used: stats.data.n,
-        pixels_masked: stats.masked_pixels,
-    })
+    Ok(pipeline::system_from(sel, whitening, pairs, stats))
 }
 
 #[cfg(test)]

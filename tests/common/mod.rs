@@ -106,3 +106,41 @@ pub fn synthetic_cube(lines: usize, samples: usize, bands: usize, seed: u64) -> 
     spec.seed = seed;
     hypermnf::cube::synthetic::generate(&spec)
 }
+
+/// Naive float64 moments of several cubes pooled (issue 32), written from the definitions: the mean
+/// and covariance of all their pixels, and the covariance of each cube's own shift differences
+/// x(l, s) − x(l + 1, s + 1) (never across two cubes), unscaled. Returns (data mean, data covariance,
+/// noise covariance), the covariances B × B row-major, unbiased.
+pub fn pooled_moments_reference(cubes: &[hypermnf::cube::Cube]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let b = cubes[0].bands();
+    let (mut pixels, mut residuals) = (Vec::new(), Vec::new());
+    for cube in cubes {
+        let (l, s) = (cube.lines(), cube.samples());
+        let x = cube.to_f64();
+        let at = |li: usize, si: usize| &x[(li * s + si) * b..(li * s + si + 1) * b];
+        for li in 0..l {
+            for si in 0..s {
+                pixels.push(at(li, si).to_vec());
+                if li + 1 < l && si + 1 < s {
+                    residuals.push(at(li, si).iter().zip(at(li + 1, si + 1)).map(|(p, q)| p - q).collect::<Vec<f64>>());
+                }
+            }
+        }
+    }
+    let cov = |rows: &[Vec<f64>]| {
+        let n = rows.len() as f64;
+        let mean: Vec<f64> = (0..b).map(|j| rows.iter().map(|r| r[j]).sum::<f64>() / n).collect();
+        let mut c = vec![0.0; b * b];
+        for r in rows {
+            for i in 0..b {
+                for j in 0..b {
+                    c[i * b + j] += (r[i] - mean[i]) * (r[j] - mean[j]);
+                }
+            }
+        }
+        (mean, c.into_iter().map(|v| v / (n - 1.0)).collect::<Vec<f64>>())
+    };
+    let (mean, cd) = cov(&pixels);
+    let (_, cn) = cov(&residuals);
+    (mean, cd, cn)
+}
