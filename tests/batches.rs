@@ -145,6 +145,7 @@ async fn a_pooled_batch_projects_every_cube_with_the_system_of_all_their_statist
         let m = srv.metadata(job).await;
         assert_eq!(m["statistics"]["source"], "pooled", "{m}");
         assert_eq!(m["statistics"]["batch"], id.as_str());
+        assert_eq!(m["batch"], id.as_str());
         let eig = floats(&m["eigenvalues"]);
         for (k, (g, w)) in eig.iter().zip(&want_eig).enumerate() {
             assert!((g - w).abs() <= 1e-9 * w.abs(), "cube {i}, eigenvalue {k}: {g} vs {w}");
@@ -211,6 +212,9 @@ async fn a_batch_of_independent_jobs_gives_each_cube_its_own_system() {
     let b = srv.wait_batch(b["id"].as_str().unwrap()).await;
     assert_eq!(b["status"], "succeeded", "{b}");
     let members = ids(&b);
+    for member in &members {
+        assert_eq!(srv.metadata(member).await["batch"], b["id"], "each job's metadata names its batch");
+    }
     for (h, member) in hrefs.iter().zip(&members) {
         let plain = srv.post_href(h, params.clone()).await;
         let plain = srv.wait(plain["id"].as_str().unwrap()).await;

@@ -219,6 +219,7 @@ impl Plan {
             other => other,
         }?;
         let (mut output, fresh) = outcome;
+        output.metadata.batch = job.batch.as_ref().map(|b| b.batch_id.clone());
         if let Some((record, source)) = &self.known {
             output.metadata.statistics = Some(StatisticsReuse {
                 reused: true,

@@ -168,6 +168,7 @@ impl MnfFit {
             inverse: false,
             timings_ms: Default::default(),
             statistics: None,
+        batch: None,
             source: SourceInfo {
                 wavelength: file.input.wavelengths.clone(),
                 wavelength_units: file.input.wavelength_units.clone(),

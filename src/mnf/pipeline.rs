@@ -407,6 +407,7 @@ pub fn apply_on_to(
         inverse: params.inverse,
         timings_ms: timings,
         statistics: None,
+        batch: None,
         source: SourceInfo::of(&cube.meta),
     };
     Ok(MnfOutput { components, k, denoised, metadata })

@@ -76,6 +76,9 @@ pub struct Metadata {
     /// cache (only the projection ran); absent otherwise, and always absent from `hypermnf run`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub statistics: Option<StatisticsReuse>,
+    /// Set by the service for a job of a batch (`POST /v1/batches`): the batch's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<String>,
     /// What the input's header said about its bands and its place on the ground: this request's own
     /// header, never another one's (the job cache keys on it).
     #[serde(default)]
