@@ -110,5 +110,26 @@ async fn a_pooled_batch_runs_on_the_device_through_the_service() {
         eprintln!("service on the device: pooled eigenvalues vs CPU rel. error {e:.2e}");
         assert!(e <= 1e-4, "{e:.3e}");
     }
+
+    // A pooled batch of one cube gives, on the device too, the bits of a plain job on that cube: the
+    // same statistics kernels, and the eigenproblem solved by the same device solver.
+    let params = serde_json::json!({"components": 5, "backend": "cuda", "inverse": true});
+    let r = srv.client.post(srv.url("/v1/jobs")).json(&serde_json::json!({"input": inputs[1], "params": params})).send().await.unwrap();
+    assert!(r.status().is_success());
+    let plain: serde_json::Value = r.json().await.unwrap();
+    let plain = srv.wait(plain["id"].as_str().unwrap()).await;
+    assert_eq!(plain["status"], "succeeded", "{plain}");
+    let body = serde_json::json!({"inputs": [inputs[1]], "statistics": "pooled", "params": params});
+    let r = srv.client.post(srv.url("/v1/batches")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::CREATED);
+    let b: serde_json::Value = r.json().await.unwrap();
+    let member = b["jobs"][0]["id"].as_str().unwrap().to_string();
+    let done = srv.wait(&member).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    for product in ["", "?product=denoised"] {
+        let (_, a) = srv.get_bytes(&format!("/v1/jobs/{}/result{product}", plain["id"].as_str().unwrap())).await;
+        let (_, m) = srv.get_bytes(&format!("/v1/jobs/{member}/result{product}")).await;
+        assert!(a.len() > 128 && a == m, "a pooled batch of one differs from the plain job on the device ({product})");
+    }
     srv.stop().await;
 }

@@ -137,6 +137,10 @@ fn fits(backend: &dyn Backend, cube: &Cube) -> bool {
 }
 
 impl Backend for SplitBackend {
+    /// The first device's, as a split cube's (`SplitCube::eigen_solver`).
+    fn eigen_solver(&self) -> Option<&dyn crate::mnf::eigen::GeneralizedEigenSolver> {
+        self.parts.first().and_then(|p| p.eigen_solver())
+    }
     /// The devices' backend name: the results are those of that backend.
     fn name(&self) -> &'static str {
         self.parts[0].name()

@@ -73,6 +73,12 @@ pub trait Backend: Send + Sync {
     /// cache calls it after evicting device-resident cubes, so that eviction really frees memory.
     /// Nothing to do where there is no device memory.
     fn release_idle_memory(&self) {}
+    /// The solver its prepared cubes solve the eigenproblem with (`PreparedCube::eigen_solver`), for an
+    /// eigenproblem of no one cube (pooled statistics): the same solver gives the same bits. None where
+    /// the eigen step runs on the host.
+    fn eigen_solver(&self) -> Option<&dyn GeneralizedEigenSolver> {
+        None
+    }
 }
 
 /// Takes a run of finished output values: its first element, the values ([`PreparedCube::project_streamed`]).

@@ -12,7 +12,7 @@
 
 use super::bands;
 use super::compute::PreparedCube;
-use super::eigen;
+use super::eigen::{self, GeneralizedEigenSolver};
 use super::pipeline::{self, nodata};
 use super::result::EigenSystem;
 use super::stats::{Moments, Statistics, StatsSpec};
@@ -69,6 +69,18 @@ pub fn union_bbl<'a>(bands: usize, each: impl IntoIterator<Item = Option<&'a [bo
 /// `bbl`: band selection, C_N whitening and the generalized eigenproblem on the host, as
 /// `analyse_on` does after its statistics pass.
 pub fn system_of(bands: usize, bbl: Option<&[bool]>, stats: &Statistics, params: &MnfParams) -> Result<EigenSystem, MnfError> {
+    system_with(bands, bbl, stats, params, None)
+}
+
+/// [`system_of`] with the eigenproblem solved by `solver` where given (a device's: what a job on that
+/// device solves with, so that a pooled batch of one cube gives that job's bits there too).
+pub fn system_with(
+    bands: usize,
+    bbl: Option<&[bool]>,
+    stats: &Statistics,
+    params: &MnfParams,
+    solver: Option<&dyn GeneralizedEigenSolver>,
+) -> Result<EigenSystem, MnfError> {
     let pre = bands::preselect(bands, bbl, &params.bad_bands);
     if pre.used.is_empty() {
         return Err(MnfError::InvalidParams("every band is excluded (bbl and bad bands)".into()));
@@ -77,12 +89,13 @@ pub fn system_of(bands: usize, bbl: Option<&[bool]>, stats: &Statistics, params:
         return Err(MnfError::InvalidParams(format!("statistics of {} bands for cubes of {bands}", stats.data.bands)));
     }
     pipeline::check_statistics(stats, &pre, params)?;
-    let (sel, whitening) = pipeline::whiten(&pre, &stats.noise, Some(&stats.data), params.noise.scale(), false)?;
+    // With a device solver, C_N is factored there too, as `analyse_on` leaves it to the device.
+    let (sel, whitening) = pipeline::whiten(&pre, &stats.noise, Some(&stats.data), params.noise.scale(), solver.is_some())?;
     if sel.used.is_empty() {
         return Err(MnfError::Degenerate("every band is constant or noise-free".into()));
     }
     let cd = bands::submatrix(&stats.data.covariance().expect("checked n >= 2"), bands, &sel.used);
-    let pairs = eigen::solve_with(&whitening, &cd, None)?;
+    let pairs = eigen::solve_with(&whitening, &cd, solver)?;
     Ok(pipeline::system_from(sel, whitening, pairs, stats))
 }
 

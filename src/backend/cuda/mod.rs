@@ -352,6 +352,9 @@ impl CudaBackend {
 }
 
 impl Backend for CudaBackend {
+    fn eigen_solver(&self) -> Option<&dyn crate::mnf::eigen::GeneralizedEigenSolver> {
+        self.eigen.get().map(|e| e as &dyn crate::mnf::eigen::GeneralizedEigenSolver)
+    }
     fn name(&self) -> &'static str {
         match self.route {
             Route::Kernels => "cuda",

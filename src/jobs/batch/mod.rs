@@ -210,6 +210,9 @@ async fn pooled_system(s: &JobServices, b: &BatchRow) -> Result<Vec<u8>, PooledF
         parts.push(part);
     }
     let params: MnfParams = serde_json::from_str(&b.params).map_err(|e| PooledFailure::Batch { code: "invalid_params", message: e.to_string() })?;
+    // The eigenproblem is solved as a job of the batch's backend solves it (on its device, where it
+    // has a solver), so that a pooled batch of one cube gives that job's bits.
+    let backend = s.backends.get(params.backend).ok();
     let batch = b.id.clone();
     tokio::task::spawn_blocking(move || {
         let first = parts.first().ok_or_else(|| PooledFailure::Batch { code: "statistics_lost", message: "the batch has no member".into() })?;
@@ -217,7 +220,8 @@ async fn pooled_system(s: &JobServices, b: &BatchRow) -> Result<Vec<u8>, PooledF
         let bbl = pooled::union_bbl(bands, parts.iter().map(|p| p.bbl.as_deref()));
         let fail = |e: crate::mnf::MnfError| PooledFailure::Batch { code: e.code(), message: e.to_string() };
         let stats = pooled::pool(parts.iter().map(|p| &p.statistics)).map_err(fail)?;
-        let system = pooled::system_of(bands, bbl.as_deref(), &stats, &params).map_err(fail)?;
+        let solver = backend.as_ref().and_then(|b| b.eigen_solver());
+        let system = pooled::system_with(bands, bbl.as_deref(), &stats, &params, solver).map_err(fail)?;
         Ok(pooled_file(batch, first, &stats, parts.len(), system, params).to_json())
     })
     .await
