@@ -2,7 +2,7 @@
 //!
 //! One SHA-256 over a whole cube runs on one core (about 1.1-1.5 GB/s with the SHA extensions), and
 //! it was what bounded the service's upload ingest and delayed the 202 by the bytes still queued in
-//! front of it (25-31 ms for 299 MB on the H100 host, 2026-11-25). The leaves of a tree are
+//! front of it (25-31 ms for 299 MB on the H100 host). The leaves of a tree are
 //! independent, so they are hashed on every core as the bytes arrive, and the root is one small hash
 //! at the end. The definition, so that a client can compute it too (the Python client does):
 //!

@@ -11,10 +11,13 @@ pub mod gdal;
 pub mod layout;
 pub mod model;
 pub mod npy;
+mod npy_header;
+pub mod sample_type;
 pub mod sniff;
 pub mod synthetic;
 
-pub use model::{ByteOrder, Cube, CubeMeta, DataType, Interleave};
+pub use model::{Cube, CubeMeta};
+pub use sample_type::{ByteOrder, DataType, Interleave};
 
 use std::path::Path;
 

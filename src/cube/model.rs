@@ -7,142 +7,9 @@
 //! chunked statistics and pinned staging buffers want.
 
 use super::bytes::SampleBytes;
+use super::npy_header::canonical_header;
+pub use super::sample_type::{checked_cube_bytes, decode_into, ByteOrder, DataType, Interleave, MAX_CUBE_BYTES};
 use super::CubeError;
-
-/// ENVI `data type` codes that hypermnf reads. Complex types (6, 9) are refused with a clear error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DataType {
-    U8,
-    I16,
-    I32,
-    F32,
-    F64,
-    U16,
-    U32,
-    I64,
-    U64,
-}
-
-impl DataType {
-    pub const ALL: [DataType; 9] = [
-        DataType::U8,
-        DataType::I16,
-        DataType::I32,
-        DataType::F32,
-        DataType::F64,
-        DataType::U16,
-        DataType::U32,
-        DataType::I64,
-        DataType::U64,
-    ];
-
-    /// From the ENVI header's `data type` code.
-    pub fn from_envi_code(code: i64) -> Result<Self, CubeError> {
-        Ok(match code {
-            1 => DataType::U8,
-            2 => DataType::I16,
-            3 => DataType::I32,
-            4 => DataType::F32,
-            5 => DataType::F64,
-            12 => DataType::U16,
-            13 => DataType::U32,
-            14 => DataType::I64,
-            15 => DataType::U64,
-            6 | 9 => {
-                return Err(CubeError::Unsupported(format!(
-                    "ENVI data type {code} is complex; MNF needs real-valued bands"
-                )))
-            }
-            other => return Err(CubeError::Header(format!("unknown ENVI data type {other}"))),
-        })
-    }
-
-    pub fn envi_code(self) -> u8 {
-        match self {
-            DataType::U8 => 1,
-            DataType::I16 => 2,
-            DataType::I32 => 3,
-            DataType::F32 => 4,
-            DataType::F64 => 5,
-            DataType::U16 => 12,
-            DataType::U32 => 13,
-            DataType::I64 => 14,
-            DataType::U64 => 15,
-        }
-    }
-
-    /// Bytes per sample.
-    pub fn size(self) -> usize {
-        match self {
-            DataType::U8 => 1,
-            DataType::I16 | DataType::U16 => 2,
-            DataType::I32 | DataType::U32 | DataType::F32 => 4,
-            DataType::I64 | DataType::U64 | DataType::F64 => 8,
-        }
-    }
-
-    /// Name used in metadata and the API (`u8`, `i16`, ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            DataType::U8 => "u8",
-            DataType::I16 => "i16",
-            DataType::I32 => "i32",
-            DataType::F32 => "f32",
-            DataType::F64 => "f64",
-            DataType::U16 => "u16",
-            DataType::U32 => "u32",
-            DataType::I64 => "i64",
-            DataType::U64 => "u64",
-        }
-    }
-
-    pub fn is_float(self) -> bool {
-        matches!(self, DataType::F32 | DataType::F64)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ByteOrder {
-    Little,
-    Big,
-}
-
-impl ByteOrder {
-    /// ENVI `byte order`: 0 little-endian, 1 big-endian.
-    pub fn from_envi(v: i64) -> Result<Self, CubeError> {
-        match v {
-            0 => Ok(ByteOrder::Little),
-            1 => Ok(ByteOrder::Big),
-            other => Err(CubeError::Header(format!("byte order must be 0 or 1, not {other}"))),
-        }
-    }
-    pub fn envi_code(self) -> u8 {
-        match self {
-            ByteOrder::Little => 0,
-            ByteOrder::Big => 1,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Interleave {
-    Bsq,
-    Bil,
-    Bip,
-}
-
-impl Interleave {
-    pub fn name(self) -> &'static str {
-        match self {
-            Interleave::Bsq => "bsq",
-            Interleave::Bil => "bil",
-            Interleave::Bip => "bip",
-        }
-    }
-}
 
 /// What the source said about the bands and the scene, beyond the geometry. Header fields that hypermnf
 /// does not interpret are kept verbatim in `extra` so that outputs carry them on.
@@ -171,7 +38,7 @@ impl CubeMeta {
     /// `source` and `input` members of the metadata JSON), or None when the cube carries none: a
     /// C-order `.npy`, or an ENVI BIP file whose header says nothing beyond its geometry.
     ///
-    /// Why the job cache keys on it (`api::jobs::job_digest`): the result level hands back an existing
+    /// Why the job cache keys on it (`jobs::submit::CubeKey::job_digest`): the result level hands back an existing
     /// job, whose files were written from *its* request's header. Identical pixels under two headers
     /// (a product re-georeferenced after a better orthorectification, a tile cut from two mosaics) must
     /// not share a job, or the second request downloads the first one's georeferencing. The statistics
@@ -202,14 +69,20 @@ impl CubeMeta {
     /// The value of a header key kept verbatim in `extra` (matched as ENVI matches keys: case and
     /// runs of whitespace ignored), without the braces of a list.
     pub fn extra_value(&self, key: &str) -> Option<&str> {
-        let want = super::envi::normalize_key(key);
+        let want = normalize_key(key);
         self.extra.iter().find_map(|(k, v)| {
-            (super::envi::normalize_key(k) == want).then(|| {
+            (normalize_key(k) == want).then(|| {
                 let v = v.trim();
                 v.strip_prefix('{').and_then(|v| v.strip_suffix('}')).unwrap_or(v).trim()
             })
         })
     }
+}
+
+/// Lower case with runs of whitespace made one space, as ENVI matches header keys:
+/// `Data   Type` → `data type`.
+pub(crate) fn normalize_key(key: &str) -> String {
+    key.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>().join(" ")
 }
 
 /// A hyperspectral cube in memory. See the module doc for the layout.
@@ -226,31 +99,6 @@ pub struct Cube {
     /// stored in ([`Cube::from_mapped_native`]), which is read without a transpose on the host.
     storage: Interleave,
     pub meta: CubeMeta,
-}
-
-/// Largest cube hypermnf accepts by default, in bytes of raw samples (a header claiming more is refused
-/// before anything is allocated). The service sets its own, lower, limit.
-pub const MAX_CUBE_BYTES: u64 = 1 << 40;
-
-/// Checks dimensions from an untrusted source and returns the byte size they imply.
-pub fn checked_cube_bytes(lines: u64, samples: u64, bands: u64, dtype: DataType) -> Result<u64, CubeError> {
-    if lines == 0 || samples == 0 || bands == 0 {
-        return Err(CubeError::Header(format!(
-            "cube dimensions must be positive (lines {lines}, samples {samples}, bands {bands})"
-        )));
-    }
-    lines
-        .checked_mul(samples)
-        .and_then(|p| p.checked_mul(bands))
-        .and_then(|v| v.checked_mul(dtype.size() as u64))
-        .filter(|&b| b <= MAX_CUBE_BYTES)
-        .ok_or_else(|| {
-            CubeError::TooLarge(format!(
-                "{lines} lines x {samples} samples x {bands} bands of {} exceeds the {} TiB limit",
-                dtype.name(),
-                MAX_CUBE_BYTES >> 40
-            ))
-        })
 }
 
 /// `len` bytes must be exactly what the (checked) dimensions need.
@@ -547,43 +395,6 @@ impl Cube {
     }
 }
 
-/// Decodes raw samples of `dtype` in `order` into f64 values. `out.len()` must be `raw.len() / size`.
-pub fn decode_into(raw: &[u8], dtype: DataType, order: ByteOrder, out: &mut [f64]) {
-    assert_eq!(raw.len(), out.len() * dtype.size(), "decode_into: length mismatch");
-    macro_rules! dec {
-        ($t:ty, $n:expr) => {{
-            let chunks = raw.chunks_exact($n);
-            match order {
-                ByteOrder::Little => {
-                    for (o, c) in out.iter_mut().zip(chunks) {
-                        *o = <$t>::from_le_bytes(c.try_into().unwrap()) as f64;
-                    }
-                }
-                ByteOrder::Big => {
-                    for (o, c) in out.iter_mut().zip(chunks) {
-                        *o = <$t>::from_be_bytes(c.try_into().unwrap()) as f64;
-                    }
-                }
-            }
-        }};
-    }
-    match dtype {
-        DataType::U8 => {
-            for (o, &b) in out.iter_mut().zip(raw) {
-                *o = b as f64;
-            }
-        }
-        DataType::I16 => dec!(i16, 2),
-        DataType::U16 => dec!(u16, 2),
-        DataType::I32 => dec!(i32, 4),
-        DataType::U32 => dec!(u32, 4),
-        DataType::F32 => dec!(f32, 4),
-        DataType::I64 => dec!(i64, 8),
-        DataType::U64 => dec!(u64, 8),
-        DataType::F64 => dec!(f64, 8),
-    }
-}
-
 impl Cube {
     /// The digest the job cache keys on: the tree SHA-256 of `cube::digest` over the cube written as
     /// its canonical `.npy` (`npy::canonical_header`, then the samples little-endian in BIP order),
@@ -606,7 +417,7 @@ impl Cube {
     /// digest: None). A cube stored by lines (BIP, BIL) is digested as its lines arrive; BSQ needs
     /// every band of a line, so the whole file, before its first leaf.
     pub fn content_digest_as_written(&self, mut written: impl FnMut(u64) -> bool) -> Option<[u8; 32]> {
-        let header = super::npy::canonical_header(self.dtype, self.lines, self.samples, self.bands);
+        let header = canonical_header(self.dtype, self.lines, self.samples, self.bands);
         let suffix = self.digest_suffix();
         let (h_len, r_len) = (header.len() as u64, self.raw_len() as u64);
         let (pixel, line) = ((self.bands * self.dtype.size()) as u64, self.line_bytes() as u64);

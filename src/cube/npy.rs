@@ -11,10 +11,11 @@ use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use super::layout::{read_into_bip, Dims, FileOrder};
-use super::model::checked_cube_bytes;
+use super::npy_header::{descr_of, header_bytes, shape_text, MAGIC};
+pub use super::npy_header::canonical_header;
+use super::sample_type::checked_cube_bytes;
 use super::{ByteOrder, Cube, CubeError, CubeMeta, DataType, Interleave};
 
-const MAGIC: &[u8; 6] = b"\x93NUMPY";
 /// NumPy itself refuses headers above 10 000 bytes by default; this leaves room but bounds the read.
 const MAX_HEADER_LEN: usize = 1 << 20;
 
@@ -246,13 +247,6 @@ fn parse_dict(text: &str) -> Result<(DataType, ByteOrder, bool, Vec<u64>), CubeE
     Ok((dtype, order, fortran, shape))
 }
 
-fn shape_text(shape: &[u64]) -> String {
-    match shape {
-        [one] => format!("({one},)"),
-        _ => format!("({})", shape.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")),
-    }
-}
-
 /// Reads and checks the magic, version and header dict; leaves `r` at the first sample.
 pub fn read_header<R: Read>(r: &mut R) -> Result<NpyHeader, CubeError> {
     let io = |e: io::Error| {
@@ -345,7 +339,7 @@ pub fn map(path: &Path) -> Result<Cube, CubeError> {
     // SAFETY: a read-only mapping of a file the service wrote once and never changes in place (the
     // caller's contract, see above); the cube only reads it. Not populated: the CUDA backend copies a
     // mapped cube to the device with positioned reads of the file (`Cube::raw_file`), not through the
-    // mapping, and populating 300 MB took 9-12 ms of every job on the H100 host (2026-11-25).
+    // mapping, and populating 300 MB took 9-12 ms of every job on the H100 host.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| CubeError::io(path, e))?;
     let meta = v.meta();
     Cube::from_mapped(v.lines, v.samples, v.bands, v.header.dtype, v.header.byte_order, map, file, offset, v.len, meta)
@@ -399,61 +393,16 @@ fn validate<R: Read + Seek>(file: &mut R, have: u64, path: &Path) -> Result<Vali
     Ok(Validated { lines: size(lines)?, samples: size(samples)?, bands: size(bands)?, len: size(need)?, header, geometry })
 }
 
-/// The header bytes (magic, version, length, dict, padding) for a C-order array: version 1.0, or 2.0
-/// when the dict does not fit 1.0's 16-bit length. Padded with spaces and ended by '\n' so that the
-/// data starts at a multiple of 64 bytes, as NumPy does.
-fn header_bytes(descr: &str, shape: &[usize]) -> Vec<u8> {
-    let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
-    let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {}, }}", shape_text(&shape));
-    let padded = |preamble: usize| (preamble + dict.len() + 1).next_multiple_of(64) - preamble;
-    let (version, preamble) = if padded(10) <= u16::MAX as usize { (1u8, 10) } else { (2u8, 12) };
-    let header_len = padded(preamble);
-    let mut out = Vec::with_capacity(preamble + header_len);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&[version, 0]);
-    if version == 1 {
-        out.extend_from_slice(&(header_len as u16).to_le_bytes());
-    } else {
-        out.extend_from_slice(&(header_len as u32).to_le_bytes());
-    }
-    out.extend_from_slice(dict.as_bytes());
-    out.resize(preamble + header_len - 1, b' ');
-    out.push(b'\n');
-    out
-}
-
-/// The header of the canonical `.npy` of a cube: little-endian, C order (lines, samples, bands), as
-/// `write_cube` writes it for a little-endian cube (and NumPy's `np.save` for 3-D arrays, byte for
-/// byte). `Cube::content_digest` hashes the cube in this form, so that an upload in it needs one hash.
-pub fn canonical_header(dtype: DataType, lines: usize, samples: usize, bands: usize) -> Vec<u8> {
-    header_bytes(&descr_of(dtype, ByteOrder::Little), &[lines, samples, bands])
-}
-
-fn descr_of(dtype: DataType, order: ByteOrder) -> String {
-    let kind = if dtype.is_float() {
-        'f'
-    } else if matches!(dtype, DataType::I16 | DataType::I32 | DataType::I64) {
-        'i'
-    } else {
-        'u'
-    };
-    let prefix = match (dtype.size(), order) {
-        (1, _) => '|',
-        (_, ByteOrder::Little) => '<',
-        (_, ByteOrder::Big) => '>',
-    };
-    format!("{prefix}{kind}{}", dtype.size())
-}
 
 /// Writes float32 values as a little-endian C-order `.npy` of the given shape.
 ///
 /// In one call from one thread: on the H100 host's ext4, 27 MB took 6.0 ms so, against 8.7 ms
-/// as 2 MiB pieces written by eight threads with `pwrite` (the file's lock serializes them; 2026-11-25,
-/// `docs/bench-logs/2026-11-25-write-strategies.txt`).
+/// as 2 MiB pieces written by eight threads with `pwrite` (the file's lock serializes them;
+/// the write-strategies log in `docs/bench-logs`).
 pub fn write_f32(path: &Path, shape: &[usize], values: &[f32]) -> Result<(), CubeError> {
     let file = File::create(path).map_err(|e| CubeError::io(path, e))?;
     let len = header_bytes("<f4", shape).len() as u64 + std::mem::size_of_val(values) as u64;
-    crate::disk::reserve(&file, len).map_err(|e| CubeError::io(path, e))?;
+    crate::write_to_disk::reserve(&file, len).map_err(|e| CubeError::io(path, e))?;
     // Large writes pass the buffer by (the values go to the file in one call); the header is buffered.
     let mut w = io::BufWriter::with_capacity(1 << 16, file);
     write_f32_to(&mut w, shape, values).and_then(|()| w.flush()).map_err(|e| CubeError::io(path, e))
@@ -481,7 +430,7 @@ impl F32NpyPieces {
         let header = header_bytes("<f4", shape);
         let total = header.len() as u64 + 4 * len as u64;
         let file = File::create(path).map_err(|e| CubeError::io(path, e))?;
-        crate::disk::reserve(&file, total).map_err(|e| CubeError::io(path, e))?;
+        crate::write_to_disk::reserve(&file, total).map_err(|e| CubeError::io(path, e))?;
         use std::os::unix::fs::FileExt;
         file.write_all_at(&header, 0).and_then(|()| file.set_len(total)).map_err(|e| CubeError::io(path, e))?;
         Ok(F32NpyPieces { path: path.to_path_buf(), file, data_at: header.len() as u64, len, written: 0 })

@@ -33,7 +33,7 @@ pub enum Error {
     /// a singular noise covariance (duplicated bands), values too large to square in float64.
     #[error("cannot fit: {0}")]
     Degenerate(String),
-    /// The cube is larger than the crate accepts (`cube::model::MAX_CUBE_BYTES`).
+    /// The cube is larger than the crate accepts (`cube::sample_type::MAX_CUBE_BYTES`).
     #[error(transparent)]
     Cube(#[from] CubeError),
     /// The backend cannot run (`Backend::Cuda` without a device or driver) or failed.

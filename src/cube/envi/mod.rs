@@ -15,7 +15,6 @@ mod writer;
 use std::path::Path;
 
 pub use mapped::{map, map_parts};
-pub(crate) use header::normalize_key;
 pub use header::{parse_header, wavelength_scale_nm, wavelengths_from_band_names, EnviHeader};
 
 use super::{ByteOrder, Cube, CubeError, CubeMeta, Interleave};

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::header::{is_empty_value, normalize_key, GEOMETRY_KEYS, META_KEYS};
 use super::OutputHeader;
 use crate::cube::layout::{write_from_bip, Dims, FileOrder};
-use crate::cube::model::checked_cube_bytes;
+use crate::cube::sample_type::checked_cube_bytes;
 use crate::cube::{ByteOrder, Cube, CubeError, CubeMeta, DataType, Interleave};
 
 /// Entries that describe the input's bands or the encoding of its samples: wrong for MNF components
@@ -221,7 +221,7 @@ const PLANE_BLOCK: usize = 1 << 15;
 
 /// Writes BIP 4-byte elements (`pixels` × `bands`, as bytes) to `w` as band planes (BSQ), blocks of
 /// pixels transposed in parallel and written at their places. One thread walking the whole result
-/// element by element took 20–30 ms of a job's 27 MB result on the H100 host (2026-11-25), more than
+/// element by element took 20–30 ms of a job's 27 MB result on the H100 host, more than
 /// the projection that made it.
 fn write_planes(w: &File, pixels: usize, bands: usize, bip: &[u8]) -> std::io::Result<()> {
     use rayon::prelude::*;

@@ -112,7 +112,7 @@ pub fn put_into(meta: &mut CubeMeta, georef: &Georef) -> Result<(), CubeError> {
     let (map_info, cs) = to_envi(georef)?;
     meta.map_info = Some(map_info);
     if let Some(cs) = cs.or_else(|| georef.wkt.clone()) {
-        meta.extra.retain(|(k, _)| crate::cube::envi::normalize_key(k) != crate::cube::envi::normalize_key(CS_KEY));
+        meta.extra.retain(|(k, _)| crate::cube::model::normalize_key(k) != crate::cube::model::normalize_key(CS_KEY));
         meta.extra.push((CS_KEY.to_string(), format!("{{{cs}}}")));
     }
     Ok(())

@@ -124,7 +124,7 @@ pub(super) struct CubeBuilder {
 impl CubeBuilder {
     /// Allocates the cube after checking its size (the dimensions come from the file's header).
     pub fn new(lines: usize, samples: usize, bands: usize, dtype: DataType) -> Result<Self, CubeError> {
-        let len = crate::cube::model::checked_cube_bytes(lines as u64, samples as u64, bands as u64, dtype)?;
+        let len = crate::cube::sample_type::checked_cube_bytes(lines as u64, samples as u64, bands as u64, dtype)?;
         let len = usize::try_from(len).map_err(|_| CubeError::TooLarge(format!("{len} bytes do not fit this machine's address space")))?;
         let mut bytes = Vec::new();
         bytes.try_reserve_exact(len).map_err(|_| {
