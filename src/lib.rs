@@ -26,10 +26,10 @@
 pub mod api;
 pub mod backend;
 pub mod bench;
-pub mod cache;
+pub mod job_cache;
 pub mod config;
 pub mod cube;
-pub mod disk;
+pub mod write_to_disk;
 pub mod hashtable;
 pub mod jobs;
 pub mod library;

@@ -25,7 +25,7 @@ use std::time::Instant;
 use axum::extract::FromRequest;
 use bytes::Bytes;
 use hypermnf::api::error::Error as ApiError;
-use hypermnf::api::{params, upload};
+use hypermnf::api::{multipart, params, upload};
 use hypermnf::cube::layout::{Axis, FileOrder};
 use hypermnf::cube::{envi, npy, ByteOrder, Cube, CubeError, DataType, Interleave};
 use hypermnf::mnf::MnfError;
@@ -1003,7 +1003,7 @@ fn fuzz_multipart() {
                 Ok(m) => m,
                 Err(e) => return Err(ApiError::bad_request("invalid_multipart", e.body_text())),
             };
-            upload::receive_multipart(&mut multipart, dir.path(), case.limit, None).await
+            multipart::receive_multipart(&mut multipart, dir.path(), case.limit, None).await
         });
         check_peak(body.len(), "receive_multipart")?;
         let outcome = got.as_ref().map_or_else(ApiError::code, |_| "ok");

@@ -715,8 +715,8 @@ fn result_holds(npy: &[u8], want: &mnf::MnfOutput) -> bool {
     values.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).eq(want.components.iter().map(|v| v.to_bits()))
 }
 
-/// A `.npy` upload sent to the device while it arrives (`jobs::feed`), then computed by its job
-/// started before the upload was synced (`jobs::early`): the result is bit-identical to the same cube
+/// A `.npy` upload sent to the device while it arrives (`jobs::upload_to_device`), then computed by its job
+/// started before the upload was synced (`jobs::early_start`): the result is bit-identical to the same cube
 /// computed in memory on the same backend, which matches the CPU backend; the metrics say the job
 /// ran on the fed cube. A second upload of the same cube with other parameters finds the cube
 /// resident and its eigen system kept beside it (nothing fed: the level held it already).

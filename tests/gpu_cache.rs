@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use hypermnf::backend::cuda::{CudaBackend, Route};
 use hypermnf::backend::Backend;
-use hypermnf::cache::{DeviceLevel, ResidentCube};
+use hypermnf::job_cache::{DeviceLevel, ResidentCube};
 use hypermnf::cube::synthetic::{self, SyntheticSpec};
 use hypermnf::cube::Cube;
 use hypermnf::mnf::{self, pipeline, MnfOutput, MnfParams, Monitor};

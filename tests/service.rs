@@ -301,7 +301,7 @@ async fn cancel_queued_and_running_jobs() {
 }
 
 /// With `--early-start always`, a `.npy` upload that finds the worker idle is computed while it is
-/// still being synced (`jobs::early`): its 202 already shows it running (inserted claimed), its result is the
+/// still being synced (`jobs::early_start`): its 202 already shows it running (inserted claimed), its result is the
 /// in-process pipeline's, and nothing of it is left in scratch. An upload that comes while the only
 /// worker is busy is queued as before, and runs after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -794,7 +794,7 @@ async fn refused_uploads_are_answered_while_the_body_is_still_coming() {
 /// other requests meanwhile. The fast sender still receives its 413 before the cut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endless_body_is_cut_off() {
-    use hypermnf::api::linger::{LINGER_MAX_BYTES, LINGER_MAX_TIME};
+    use hypermnf::api::lingering_close::{LINGER_MAX_BYTES, LINGER_MAX_TIME};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let dir = tempfile::tempdir().unwrap();
     let mut args = hypermnf::config::ServeArgs::with_data_dir(dir.path().join("data"));

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use super::auth::Caller;
 use super::error::{ApiResult, Error};
 use super::href;
-use super::jobs as job_api;
+use super::intake;
 use super::{params, ApiContext};
 use crate::jobs::batch;
 use crate::jobs::model::{rfc3339, BatchPhase};
@@ -149,8 +149,8 @@ async fn prepare(ctx: &ApiContext, caller: &Caller, href: &str, params: &MnfPara
     let path = href::resolve_href(href, &ctx.input_roots)?;
     href::precheck_file(&path, ctx.config.max_upload_bytes)?;
     let location = path.to_str().ok_or_else(|| Error::bad_request("invalid_href", "the path is not UTF-8"))?.to_string();
-    let (cube, params) = job_api::decode_and_validate(ctx, &caller.owner, InputKind::Href, location.clone(), params.clone()).await?;
-    Ok(Prepared { params, kind: InputKind::Href, location, input: job_api::input_summary(&cube), wavelength: cube.meta.wavelength.clone() })
+    let (cube, params) = intake::decode_and_validate(ctx, &caller.owner, InputKind::Href, location.clone(), params.clone()).await?;
+    Ok(Prepared { params, kind: InputKind::Href, location, input: intake::input_summary(&cube), wavelength: cube.meta.wavelength.clone() })
 }
 
 /// A pooled batch needs cubes of the same bands: the same count, and the same wavelengths where the
@@ -317,7 +317,7 @@ pub async fn delete(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): 
             ctx.runner.cancel(&job.id);
         }
         ctx.runner.store.delete(&job.id).await?;
-        job_api::purge_files(&ctx, &job).await;
+        crate::jobs::upkeep::purge_files(&ctx.runner, &job).await;
     }
     ctx.runner.job_may_have_ended();
     if let Err(e) = ctx.runner.storage.delete_prefix(&batch::storage_prefix(&row.id)).await {
@@ -349,12 +349,4 @@ pub async fn system(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): 
             None => Error::new(StatusCode::CONFLICT, "system_not_ready", "the batch's pooled statistics are still being computed"),
         })?;
     Ok(super::systems::file_response(&file, &row.id))
-}
-
-/// The job document with its batch, for `/v1/jobs` (see `jobs::job_document`).
-pub fn member_of(job: &Job) -> Value {
-    match &job.batch {
-        Some(b) => json!({"id": b.batch_id, "position": b.position, "link": format!("/v1/batches/{}", b.batch_id)}),
-        None => Value::Null,
-    }
 }

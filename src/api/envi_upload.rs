@@ -1,7 +1,7 @@
 //! A multipart ENVI upload (`header`, `params`, `data` parts) made into a job, handled as a `.npy`
 //! body is: the cube's content digest is computed while the data part is written, a cube stored BIP
-//! or BIL is sent to the device while it arrives (`jobs::feed`), and the job starts on the scratch
-//! files while the disk catches up (`jobs::early`).
+//! or BIL is sent to the device while it arrives (`jobs::upload_to_device`), and the job starts on the scratch
+//! files while the disk catches up (`jobs::early_start`).
 //!
 //! Before, the data part was received and synced, then mapped and digested whole: for a 6.1 GB
 //! flight line that digest (the BIL lines gathered into BIP order for it) came after the last byte,
@@ -21,11 +21,13 @@ use axum::extract::{FromRequest, Multipart, Request};
 
 use super::auth::Caller;
 use super::error::{ApiResult, Error};
-use super::jobs::{decode_and_validate, enqueue_unsynced, input_summary, Created, CubeKey, Unsynced};
-use super::upload::{self, Claim, Progress};
+use super::intake::{decode_and_validate, enqueue_unsynced, input_summary, Unsynced};
+use super::job_view::Created;
+use crate::jobs::submit::CubeKey;
+use super::upload::{Claim, Progress};
 use super::{params, ApiContext};
 use crate::cube::Interleave;
-use crate::jobs::feed::{self, Feed};
+use crate::jobs::upload_to_device::{self, Feed};
 use crate::jobs::InputKind;
 use crate::mnf::MnfParams;
 
@@ -45,9 +47,9 @@ pub(super) async fn create(ctx: &ApiContext, caller: &Caller, query: Option<&str
         let mut starts = |text: &str, claim: &Claim, path: &Path, progress: &Arc<Progress>, part: Option<&MnfParams>| {
             following = Some(Following::start(ctx, text, claim, path, progress.clone(), part.or(query_params.as_ref())));
         };
-        upload::receive_multipart(&mut multipart, &dir, ctx.config.max_upload_bytes, Some(&mut starts)).await
+        super::multipart::receive_multipart(&mut multipart, &dir, ctx.config.max_upload_bytes, Some(&mut starts)).await
     };
-    let upload::MultipartUpload { header_text, data, sync, params: params_part } = received?;
+    let super::multipart::MultipartUpload { header_text, data, sync, params: params_part } = received?;
     ctx.metrics.uploaded(data.bytes + header_text.len() as u64);
     let checked = async {
         let params = match (params_part, query_params) {
@@ -119,13 +121,13 @@ impl Following {
             if h.interleave == Interleave::Bsq || p.validate(h.lines, h.samples, h.bands).is_err() {
                 return None;
             }
-            let claimed = feed::Claimed {
+            let claimed = upload_to_device::Claimed {
                 lines: h.lines,
                 samples: h.samples,
                 bands: h.bands,
                 dtype: h.data_type,
                 data_offset: offset,
-                form: feed::Form::Envi { header },
+                form: upload_to_device::Form::Envi { header },
             };
             Feed::start(&ctx.runner, p.backend, claimed, path.to_path_buf(), progress)
         });

@@ -5,6 +5,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::cube::CubeError;
+use crate::jobs::submit::SubmitError;
 use crate::jobs::StoreError;
 use crate::mnf::MnfError;
 use crate::storage::StorageError;
@@ -146,6 +147,15 @@ impl From<StoreError> for Error {
             return Error::new(StatusCode::SERVICE_UNAVAILABLE, "database_unavailable", "the job database cannot be reached now; retry shortly");
         }
         Error::internal(e)
+    }
+}
+
+impl From<SubmitError> for Error {
+    fn from(e: SubmitError) -> Error {
+        match e {
+            SubmitError::Store(e) => e.into(),
+            SubmitError::Storage(e) => e.into(),
+        }
     }
 }
 

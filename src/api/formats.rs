@@ -7,7 +7,7 @@
 //! - a single-file upload to `POST /v1/jobs` with its media type (`application/x-netcdf`,
 //!   `application/x-hdf5`, `image/tiff`): decoded once into an ENVI pair (BIP, every piece of metadata the
 //!   reader gave, as the ENVI writer carries it) and submitted as a multipart ENVI upload is
-//!   (`jobs::create_from_files`): from there on it is an ordinary stored input, digested, cached and read
+//!   (`intake::create_from_files`): from there on it is an ordinary stored input, digested, cached and read
 //!   by the workers without GDAL;
 //! - on a build without GDAL, both answer 415 naming the feature.
 
@@ -38,7 +38,7 @@ pub(super) async fn create_upload(
     req: Request,
     token: &str,
     format: GdalFormat,
-) -> ApiResult<super::jobs::Created> {
+) -> ApiResult<super::job_view::Created> {
     if !cfg!(feature = "gdal") {
         // Refused before the body is read.
         return Err(Error::from(crate::cube::needs_gdal(std::path::Path::new("the upload"), format)));
@@ -56,7 +56,7 @@ pub(super) async fn create_upload(
     super::metrics::ApiMetrics::add(&ctx.metrics.bytes_in, received);
     let (hdr, img) = (dir.join("decoded.hdr"), dir.join("decoded.img"));
     decode_to_envi(upload, hdr.clone(), limit, format).await?;
-    super::jobs::create_from_files(ctx, caller, crate::jobs::InputKind::Envi, &[&hdr, &img], params).await
+    super::intake::create_from_files(ctx, caller, crate::jobs::InputKind::Envi, &[&hdr, &img], params).await
 }
 
 /// Streams the body into `path`, at most `limit` bytes.
@@ -156,7 +156,7 @@ pub(super) async fn cog_result(ctx: &ApiContext, job: &Job, npy_key: &str, denoi
     if ctx.runner.storage.size(&cog_key).await.is_err() {
         build_cog(ctx, job, npy_key, denoised, &cog_key).await?;
     }
-    super::jobs::stream(ctx, &cog_key, COG_MEDIA_TYPE, &format!("{stem}.tif")).await
+    super::job_view::stream(ctx, &cog_key, COG_MEDIA_TYPE, &format!("{stem}.tif")).await
 }
 
 #[cfg(feature = "gdal")]

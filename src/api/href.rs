@@ -10,7 +10,9 @@ use sha2::{Digest, Sha256};
 
 use super::auth::Caller;
 use super::error::{ApiResult, Error};
-use super::jobs::{admit, decode_and_validate, digest_and_summary, enqueue_at, existing_job, insert_stored, Created, CubeKey};
+use super::intake::{admit, answer, decode_and_validate, digest_and_summary, enqueue_at};
+use super::job_view::Created;
+use crate::jobs::submit::{self, CubeKey};
 use super::metrics::ApiMetrics;
 use super::upload::{self, SMALL_BODY_MAX};
 use super::{params, ApiContext};
@@ -185,9 +187,9 @@ async fn create_from_reference(ctx: &ApiContext, caller: &Caller, r: &Reference,
     let key = stored.memo_key();
     let memo = ctx.runner.store.find_reference(&key).await?;
     let cube = memo.and_then(|m| {
-        let content = crate::cache::keys::parse_hex(&m.content)?;
+        let content = crate::job_cache::keys::parse_hex(&m.content)?;
         let carried = match m.carried {
-            Some(c) => Some(crate::cache::keys::parse_hex(&c)?),
+            Some(c) => Some(crate::job_cache::keys::parse_hex(&c)?),
             None => None,
         };
         Some(CubeKey { content, carried })
@@ -196,7 +198,7 @@ async fn create_from_reference(ctx: &ApiContext, caller: &Caller, r: &Reference,
     let by_objects = reference_job_digest(&key, &canonical);
     let digests = cube.map(|c| c.job_digest(&canonical)).into_iter().chain([by_objects.clone()]);
     for digest in digests {
-        if let Some(job) = existing_job(ctx, &caller.owner, &digest).await? {
+        if let Some(job) = submit::existing_job(&ctx.runner, &caller.owner, &digest).await? {
             ApiMetrics::add(&ctx.metrics.cache_hits, 1);
             return Created::existing(job);
         }
@@ -212,7 +214,7 @@ async fn create_from_reference(ctx: &ApiContext, caller: &Caller, r: &Reference,
         input_kind: InputKind::Href,
         input_location: stored.to_location(),
     };
-    insert_stored(ctx, new, None, None).await
+    Ok(answer(ctx, submit::insert_stored(&ctx.runner, new, None, None).await?))
 }
 
 /// The job digest of a reference whose cube is not known yet: its objects and versions, and the

@@ -4,13 +4,18 @@
 pub mod auth;
 pub mod batches;
 mod envi_upload;
+mod envi_zip;
 pub mod error;
 pub mod formats;
 pub mod health;
 pub mod href;
+mod intake;
+pub mod job_view;
 pub mod jobs;
-pub mod linger;
+pub mod lingering_close;
 pub mod metrics;
+pub mod multipart;
+pub mod npy_upload;
 pub mod ogc;
 pub mod params;
 pub mod preview;
@@ -22,7 +27,6 @@ pub mod web;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use axum::extract::DefaultBodyLimit;
@@ -36,7 +40,6 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::config::ServeArgs;
-use crate::jobs::model::now_ms;
 use crate::jobs::backends::Backends;
 use crate::jobs::{JobStore, Runner, Workers};
 use crate::storage::Storage;
@@ -153,7 +156,7 @@ pub async fn context(args: ServeArgs) -> anyhow::Result<ApiContext> {
     // Before the job cache is built from the database: a job whose results are computed again
     // leaves the result level.
     crate::jobs::result_sync::check_at_start(&store, &storage, &lease.owner).await.context("cannot check the results that had not reached the disk")?;
-    let cache = crate::jobs::cache::open(&args, backends.default_backend().as_ref(), &store, &storage).await?;
+    let cache = crate::jobs::service_cache::open(&args, backends.default_backend().as_ref(), &store, &storage).await?;
     let runner = Runner::new(store, storage, backends, cache, lease).with_early_start(args.early_start).with_references(references);
     Ok(ApiContext {
         config: Arc::new(args),
@@ -183,15 +186,15 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let addr = listener.local_addr()?;
     let running = ctx.runner.start(workers);
-    let (jobs_ctx, uploads_ctx) = (ctx.clone(), ctx.clone());
+    let (runner, retention, uploads_ctx) = (ctx.runner.clone(), ctx.config.retention, ctx.clone());
     let expiry = tokio::spawn(async move {
-        tokio::join!(expire_loop(jobs_ctx), tus::expire_loop(uploads_ctx));
+        tokio::join!(crate::jobs::upkeep::expire_loop(&runner, retention), tus::expire_loop(uploads_ctx));
     });
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let router = app(ctx.clone());
     let task = tokio::spawn(async move {
         // Closing lingeringly, so that a client still sending a refused upload gets its answer.
-        axum::serve(linger::Listener(listener), router)
+        axum::serve(lingering_close::Listener(listener), router)
             .with_graceful_shutdown(async move {
                 let _ = rx.await;
             })
@@ -235,37 +238,8 @@ async fn shutdown_signal() {
     }
 }
 
-/// Deletes finished jobs (rows and files) older than `--retention`, once a minute; and the uploads of
-/// finished jobs that were left behind, at the start and then every `crate::jobs::sweep::EVERY`.
-async fn expire_loop(ctx: ApiContext) {
-    let period = ctx.config.retention.min(Duration::from_secs(60)).max(Duration::from_secs(1));
-    let mut swept: Option<std::time::Instant> = None;
-    loop {
-        if swept.is_none_or(|t| t.elapsed() >= crate::jobs::sweep::EVERY) {
-            swept = Some(std::time::Instant::now());
-            if let Err(e) = crate::jobs::sweep::finished_uploads(&ctx.runner.store, &ctx.runner.storage).await {
-                tracing::warn!("the sweep of finished jobs' uploads failed: {e:#}");
-            }
-        }
-        if let Err(e) = expire_once(&ctx).await {
-            tracing::warn!("expiry of old jobs failed: {e:#}");
-        }
-        tokio::time::sleep(period).await;
-    }
-}
-
-pub async fn expire_once(ctx: &ApiContext) -> anyhow::Result<usize> {
-    let cutoff = now_ms() - ctx.config.retention.as_millis() as i64;
-    let mut n = 0;
-    loop {
-        let old = ctx.runner.store.finished_before(cutoff, 100).await?;
-        if old.is_empty() {
-            return Ok(n);
-        }
-        for job in old {
-            jobs::purge_files(ctx, &job).await;
-            ctx.runner.store.delete(&job.id).await?;
-            n += 1;
-        }
-    }
+/// Deletes the finished jobs older than `--retention`, with their files (`jobs::upkeep`, which the
+/// server runs once a minute): how many.
+pub async fn expire_once(ctx: &ApiContext) -> Result<usize, crate::jobs::StoreError> {
+    crate::jobs::upkeep::expire_once(&ctx.runner, ctx.config.retention).await
 }

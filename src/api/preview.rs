@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::auth::Caller;
 use super::error::{ApiResult, Error};
-use super::jobs::{owned_job, require_succeeded};
+use super::job_view::{owned_job, require_succeeded};
 use super::ApiContext;
 use crate::cube::npy;
 use crate::cube::{ByteOrder, DataType};

@@ -72,8 +72,8 @@ pub(super) fn file_response(file: &SystemFile, name: &str) -> Response {
 
 /// `GET /v1/jobs/{id}/system`: the eigen system the job projected with.
 pub async fn job_system(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): UrlPath<String>) -> ApiResult<Response> {
-    let job = super::jobs::owned_job(&ctx, &caller, &id).await?;
-    super::jobs::require_succeeded(&job)?;
+    let job = super::job_view::owned_job(&ctx, &caller, &id).await?;
+    super::job_view::require_succeeded(&job)?;
     let file = systems::of_job(&ctx.runner.storage, &job).await?;
     Ok(file_response(&file, &id))
 }

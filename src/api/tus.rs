@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth::Caller;
 use super::error::{ApiResult, Error};
-use super::jobs::Created;
+use super::job_view::Created;
 use super::metrics::ApiMetrics;
 use super::upload::SMALL_BODY_MAX;
 use super::{params, ApiContext};
@@ -565,7 +565,7 @@ fn write_at(file: std::fs::File, start: u64, mut rx: tokio::sync::mpsc::Receiver
         }
         at += b.len() as u64;
         if at - since >= WRITEBACK_EVERY {
-            crate::disk::start_writeback(&file, (since, at - since), previous);
+            crate::write_to_disk::start_writeback(&file, (since, at - since), previous);
             previous = Some((since, at - since));
             since = at;
         }
@@ -617,7 +617,7 @@ pub(crate) fn job_request(body: &[u8]) -> ApiResult<Option<UploadJob>> {
 }
 
 /// A job from the caller's completed upload(s), through the checks, digests and job creation of the
-/// other upload forms (`jobs::create_from_files`). The uploaded file becomes the job's input without
+/// other upload forms (`intake::create_from_files`). The uploaded file becomes the job's input without
 /// a copy, and the upload is gone once the job exists (an existing identical job, `cached`, too). A
 /// refused request leaves the upload as it was: the client may ask again with other parameters.
 pub(crate) async fn create_job(ctx: &ApiContext, caller: &Caller, req: UploadJob) -> ApiResult<Created> {
@@ -664,7 +664,7 @@ pub(crate) async fn create_job(ctx: &ApiContext, caller: &Caller, req: UploadJob
         Some(hdr) => (InputKind::Envi, vec![hdr.as_path(), data_path.as_path()]),
         None => (InputKind::Npy, vec![data_path.as_path()]),
     };
-    let created = super::jobs::create_from_files(ctx, caller, kind, &files, params).await;
+    let created = super::intake::create_from_files(ctx, caller, kind, &files, params).await;
     if created.is_err() && req.header.is_some() {
         let _ = std::fs::remove_file(data.dir.join("header.hdr"));
     }

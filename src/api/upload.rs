@@ -13,10 +13,9 @@ use futures::{Stream, StreamExt};
 use sha2::{Digest, Sha256};
 
 use super::error::Error;
-use super::params;
-use crate::mnf::MnfParams;
-use crate::cube::model::checked_cube_bytes;
+use crate::cube::sample_type::checked_cube_bytes;
 use crate::cube::{ByteOrder, DataType};
+pub use crate::jobs::upload_progress::Progress;
 
 /// Bytes the writer thread receives at once: big enough that hashing and writing run in long strides.
 const WRITE_CHUNK: usize = 4 << 20;
@@ -28,9 +27,9 @@ const WRITEBACK_EVERY: u64 = 8 << 20;
 /// Batches queued for the writer thread (see `WRITEBACK_EVERY`).
 const WRITER_QUEUE: usize = 2;
 /// The last bytes of a body whose length is known go to the file without waiting for the disk: a job
-/// started early (`jobs::early`) starts computing once the last byte is in the file, and the disk
+/// started early (`jobs::early_start`) starts computing once the last byte is in the file, and the disk
 /// catches up beneath it. Waiting for each written-back range until the end left the last byte
-/// 8.6–11.8 ms behind the client's on the H100 host (2026-11-25): the socket buffers and the writer's
+/// 8.6–11.8 ms behind the client's on the H100 host (BENCHMARKS.md, Service): the socket buffers and the writer's
 /// queue drained at the disk's pace. The cost is a longer final sync (the disk is ~0.4 ms per MiB
 /// further behind when the last byte arrives: its 1.3 GB/s against ~2.5 GB/s for a body not held
 /// back), which must stay shorter than the job's ~24 ms, or the row (inserted after the sync) would
@@ -137,60 +136,6 @@ fn sha256_of_batches(mut rx: tokio::sync::mpsc::Receiver<Batch>) -> std::io::Res
     Ok(h.finalize().into())
 }
 
-/// How much of an upload is in its file, for a reader that follows the file while it is written (the
-/// device feed, `jobs::feed`). The file has its full length from the first batch on (see
-/// `write_durably`), so that it can be mapped; only the first `written` bytes hold the upload.
-#[derive(Default)]
-pub struct Progress {
-    /// (bytes written, the writer has ended)
-    state: std::sync::Mutex<(u64, bool)>,
-    changed: std::sync::Condvar,
-    /// Set before the first batch: the writer gives the file its full length at once.
-    mapped: AtomicBool,
-}
-
-impl Progress {
-    /// Asks for the file at its full length from the first batch on, for a reader that maps it
-    /// while it fills (before any byte is written: the claim's check does it).
-    pub fn map_while_written(&self) {
-        self.mapped.store(true, Ordering::Release);
-    }
-
-    /// Blocks until at least `bytes` are written (then the count written), or the writer ended
-    /// before that (None: the upload stopped short, or failed).
-    pub fn wait_for(&self, bytes: u64) -> Option<u64> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            match *st {
-                (written, _) if written >= bytes => return Some(written),
-                (_, true) => return None,
-                _ => st = self.changed.wait(st).unwrap_or_else(|p| p.into_inner()),
-            }
-        }
-    }
-
-    fn advance(&self, written: u64) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).0 = written;
-        self.changed.notify_all();
-    }
-
-    fn end(&self) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
-        self.changed.notify_all();
-    }
-}
-
-/// Marks the writer ended whichever way it returns.
-struct EndOnDrop(Option<Arc<Progress>>);
-
-impl Drop for EndOnDrop {
-    fn drop(&mut self) {
-        if let Some(p) = &self.0 {
-            p.end();
-        }
-    }
-}
-
 /// Writes every batch to `f`, then `sync_data`: the job must survive a crash once it is accepted, so
 /// the data reaches the disk before the 202. Writeback is started every WRITEBACK_EVERY bytes while the
 /// body streams in (and the range before waited for), so that the final sync only has the last few
@@ -200,7 +145,7 @@ impl Drop for EndOnDrop {
 /// the disk at once. Once `ended` is set (the body is complete), or within `RUN_AHEAD_AT_END` bytes of
 /// the expected length, batches are written without waiting for the disk, and `written` is told
 /// before the final sync: the bytes are then in the file for readers (a job started early, see
-/// `jobs::early`) while the disk catches up.
+/// `jobs::early_start`) while the disk catches up.
 ///
 /// With `progress`, every batch written is reported, and the file is given the claimed length before
 /// the first byte is written when a reader asked to map it while it fills.
@@ -212,15 +157,15 @@ fn write_durably(
     progress: Option<Arc<Progress>>,
     mut rx: tokio::sync::mpsc::Receiver<Batch>,
 ) -> std::io::Result<()> {
-    let _end = EndOnDrop(progress.clone());
+    let _end = progress.clone().map(Progress::end_on_drop);
     let (mut written, mut started, mut previous) = (0u64, 0u64, None);
     while let Some(batch) = rx.blocking_recv() {
         if written == 0 {
             if let Some(&len) = expected.get() {
                 // The length the header claims, already checked against the limit; a full disk shows
                 // before the body is read, not after.
-                crate::disk::reserve(&f, len)?;
-                if progress.as_ref().is_some_and(|p| p.mapped.load(Ordering::Acquire)) {
+                crate::write_to_disk::reserve(&f, len)?;
+                if progress.as_ref().is_some_and(|p| p.maps_while_written()) {
                     f.set_len(len)?;
                 }
             }
@@ -235,7 +180,7 @@ fn write_durably(
         if written - started >= WRITEBACK_EVERY {
             let near_end = expected.get().is_some_and(|&len| len.saturating_sub(written) <= RUN_AHEAD_AT_END);
             let wait = if ended.load(Ordering::Acquire) || near_end { None } else { previous };
-            crate::disk::start_writeback(&f, (started, written - started), wait);
+            crate::write_to_disk::start_writeback(&f, (started, written - started), wait);
             previous = Some((started, written - started));
             started = written;
         }
@@ -472,121 +417,6 @@ fn content_digest_for(claim: &Claim) -> Option<Sink<[u8; 32]>> {
         }
         Ok(tree.finish())
     }))
-}
-
-/// The parts of a multipart ENVI upload, received: the header text (also written to `cube.hdr`), the
-/// data part (streamed to `cube.img`, its final sync still running) and the parameters, when a `params`
-/// part was given.
-pub struct MultipartUpload {
-    pub header_text: String,
-    pub data: Received,
-    /// The data file's final sync: the upload is durable once it is waited for.
-    pub sync: Unsynced,
-    pub params: Option<MnfParams>,
-}
-
-/// Told when the data part of a multipart ENVI upload starts after its header part: the header text,
-/// what it claims, the data file being written, how far it is written (the file has the claimed
-/// length from the first batch on, so it can be mapped), and the `params` part, if one came first.
-pub type DataStarts<'a> = dyn FnMut(&str, &Claim, &std::path::Path, &Arc<Progress>, Option<&MnfParams>) + Send + 'a;
-
-/// Receives a multipart ENVI upload into `dir`: a `header` part, a `data` part and an optional `params`
-/// part (JSON), each once, nothing else; within `limit` bytes in all. The header is parsed and its
-/// claim checked against the limit as soon as it arrives, so that a data part after it is bounded by
-/// the claim while it streams in, and `data_starts` may follow it as it is written (the content
-/// digest, the device feed). Answers once every byte is in its file, before the data's final sync.
-pub async fn receive_multipart(
-    multipart: &mut axum::extract::Multipart,
-    dir: &std::path::Path,
-    limit: u64,
-    mut data_starts: Option<&mut DataStarts<'_>>,
-) -> Result<MultipartUpload, Error> {
-    let mut budget = Budget::new(limit);
-    let mut header: Option<(String, Option<Claim>)> = None;
-    let mut data: Option<(Received, Unsynced)> = None;
-    let mut params_part: Option<MnfParams> = None;
-    let bad = |m: String| Error::bad_request("invalid_multipart", m);
-    let parts = async {
-        loop {
-            let field = match multipart.next_field().await {
-                Ok(Some(f)) => f,
-                Ok(None) => return Ok(()),
-                Err(e) => return Err(bad(format!("invalid multipart body: {}", e.body_text()))),
-            };
-            let name = field.name().unwrap_or("").to_string();
-            match name.as_str() {
-                "header" if header.is_none() => {
-                    let bytes = small_part(field, &mut budget).await?;
-                    // Read as the ENVI reader reads header files: lossily, so that a description in
-                    // Latin-1 does not make a header the command line reads unacceptable here.
-                    let text = String::from_utf8_lossy(&bytes).into_owned();
-                    let claim = envi_claim(&text, limit)?;
-                    std::fs::write(dir.join("cube.hdr"), &text).map_err(Error::disk)?;
-                    header = Some((text, claim));
-                }
-                "data" if data.is_none() => {
-                    // The header normally comes first; then its claim bounds the data part as it
-                    // arrives, and the data file can be followed while it is written.
-                    let path = dir.join("cube.img");
-                    let claim = header.as_ref().and_then(|h| h.1);
-                    let progress = match (&header, claim) {
-                        (Some((text, _)), Some(c)) => {
-                            let progress = Arc::new(Progress::default());
-                            progress.map_while_written();
-                            if let Some(starts) = data_starts.as_deref_mut() {
-                                starts(text, &c, &path, &progress, params_part.as_ref());
-                            }
-                            Some(progress)
-                        }
-                        _ => None,
-                    };
-                    data = Some(receive_unsynced(field, path, &mut budget, None, claim, false, progress).await?);
-                }
-                "params" if params_part.is_none() => {
-                    let bytes = small_part(field, &mut budget).await?;
-                    let v: serde_json::Value = serde_json::from_slice(&bytes)
-                        .map_err(|e| Error::unprocessable("invalid_params", format!("params is not JSON: {e}")))?;
-                    params_part = Some(params::from_json(v)?);
-                }
-                "header" | "data" | "params" => return Err(bad(format!("part {name:?} appears twice"))),
-                other => return Err(bad(format!("unknown part {other:?}: expected header, data and optional params"))),
-            }
-        }
-    }
-    .await;
-    if let Err(e) = parts {
-        if let Some((_, sync)) = data {
-            let _ = sync.wait().await; // the scratch file is not removed under its sync
-        }
-        return Err(e);
-    }
-    match (header, data) {
-        (Some((header_text, _)), Some((data, sync))) => Ok(MultipartUpload { header_text, data, sync, params: params_part }),
-        (_, data) => {
-            if let Some((_, sync)) = data {
-                let _ = sync.wait().await;
-            }
-            Err(bad("a multipart upload needs a `header` part (ENVI .hdr text) and a `data` part".into()))
-        }
-    }
-}
-
-/// Reads a small multipart part (header or params) into memory, within SMALL_BODY_MAX.
-async fn small_part(mut field: axum::extract::multipart::Field<'_>, budget: &mut Budget) -> Result<Vec<u8>, Error> {
-    let mut out = Vec::new();
-    loop {
-        match field.chunk().await {
-            Ok(Some(c)) => {
-                budget.take(c.len())?;
-                if out.len() + c.len() > SMALL_BODY_MAX {
-                    return Err(Error::too_large(format!("a header or params part may hold at most {SMALL_BODY_MAX} bytes")));
-                }
-                out.extend_from_slice(&c);
-            }
-            Ok(None) => return Ok(out),
-            Err(e) => return Err(Error::bad_request("invalid_multipart", format!("invalid multipart body: {}", e.body_text()))),
-        }
-    }
 }
 
 /// True once `buf` holds a whole `.npy` header (or clearly is not one).

@@ -6,7 +6,7 @@ use std::path::Path;
 use sha2::{Digest as _, Sha256};
 
 use super::model::InputKind;
-use crate::cache::Digest;
+use crate::job_cache::Digest;
 use crate::cube::{npy, Cube, CubeError};
 use crate::storage::{Storage, StorageError};
 

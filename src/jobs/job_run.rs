@@ -24,49 +24,30 @@
 //! worker hands [`JobRun::cancel_flag`] to `Runner::cancel`).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
-
-use super::backends::Backends;
-use super::cache::{Registered, ServiceCache};
-use super::cached_run::{Computed, DeviceLookup, Plan};
+use super::service_cache::Registered;
+use super::reuse::{Computed, DeviceLookup, Plan};
 use crate::output::components_file::ComponentsFile;
 use super::input;
-use super::metrics::JobMetrics;
-use super::model::{now_ms, product, BatchPhase, InputKind, Job, JobStatus};
+use super::job_failure::JobFailure;
+use super::result_files::{write_results, RESULT_NPY};
+use super::services::JobServices;
+use super::model::{now_ms, BatchPhase, InputKind, Job, JobStatus};
 use super::result_sync;
-use super::store::{JobStore, Lease, StoreError};
-use crate::cache::{Digest, ResidentCube, SystemRecord};
-use crate::cube::{Cube, CubeError};
+use super::store::StoreError;
+use crate::job_cache::{Digest, ResidentCube, SystemRecord};
 use crate::backend::BackendError;
 use crate::mnf::pipeline::ComponentSink;
 use crate::mnf::result::EigenSystem;
-use crate::mnf::{MnfOutput, MnfParams, Monitor, ReuseSource, Stage};
-use crate::storage::{Storage, StorageError};
+use crate::mnf::{MnfParams, Monitor, ReuseSource, Stage};
+use crate::storage::StorageError;
 
 /// How often a running job's progress is written to the database.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
-
-/// What the run of a job calls: one set per instance, shared by its workers (cheap to clone).
-#[derive(Clone)]
-pub struct JobServices {
-    pub store: JobStore,
-    pub storage: Storage,
-    pub backends: Arc<Backends>,
-    pub cache: Arc<ServiceCache>,
-    /// The clients of `s3://` and `https://` inputs.
-    pub references: Arc<crate::reference::References>,
-    pub metrics: Arc<JobMetrics>,
-    /// This instance's claims.
-    pub lease: Lease,
-    /// Woken whenever a job may have finished: the clients that hold a `GET /v1/jobs/{id}?wait=`
-    /// look at their job again.
-    pub ended: Arc<Notify>,
-}
 
 impl JobServices {
     /// Step 1: claims the next queued job under this instance's lease; None when the queue is empty.
@@ -90,7 +71,7 @@ pub struct JobRun {
     services: JobServices,
     /// Stops the job at the backend's next chunk: a cancellation, or a lease that cannot be extended.
     cancel: Arc<AtomicBool>,
-    /// The job's cube, prepared on a device while its upload arrived (`jobs::feed`): the job runs
+    /// The job's cube, prepared on a device while its upload arrived (`jobs::upload_to_device`): the job runs
     /// on it (and that device's backend) unless the device level already holds the cube.
     ///
     /// Shared by the run's clones, so that the computation can take it: a fed cube the job does not
@@ -98,7 +79,7 @@ pub struct JobRun {
     /// memory and its mapping of the upload. Before, every clone of the run held it until the last
     /// one went, after the input's deletion, on the runtime.
     fed: Arc<Mutex<Option<Arc<ResidentCube>>>>,
-    /// The job's cube, found resident on a device by its content digest (`jobs::resident`): the job
+    /// The job's cube, found resident on a device by its content digest (`jobs::resident_run`): the job
     /// has no stored input and runs on it (and that device's backend).
     resident: Option<Resident>,
     /// For a job started early: becomes true once its row is inserted (the register step needs the
@@ -123,7 +104,7 @@ pub(super) struct Started {
 
 impl Started {
     /// Waits for the computation, whatever its outcome, and removes what it wrote: a run that will
-    /// not be finished (`jobs::early`, an upload that was not accepted after all).
+    /// not be finished (`jobs::early_start`, an upload that was not accepted after all).
     pub(super) async fn discard(self, services: &JobServices, id: &str) {
         let _ = self.task.await;
         services.storage.remove_scratch(&format!("job-{id}"));
@@ -170,7 +151,7 @@ impl JobRun {
         self.finish(started).await
     }
 
-    /// A run of `job` that no worker claimed: a job started early (`jobs::early`), whose row does not
+    /// A run of `job` that no worker claimed: a job started early (`jobs::early_start`), whose row does not
     /// exist yet. Its computation may start ([`JobRun::start_compute`]) before the row is inserted,
     /// and the run of the inserted row finishes it ([`JobRun::with_job`], [`JobRun::finish`]).
     pub(super) fn unclaimed(
@@ -184,7 +165,7 @@ impl JobRun {
     }
 
     /// A run of `job`, whose row does not exist yet, on its cube `resident` on a device
-    /// (`jobs::resident`): [`JobRun::run_before_row`] takes it through steps 2 to 6, and the caller
+    /// (`jobs::resident_run`): [`JobRun::run_before_row`] takes it through steps 2 to 6, and the caller
     /// inserts the row once it succeeded.
     pub(super) fn on_resident(job: Job, services: JobServices, resident: Resident) -> JobRun {
         JobRun { job, services, cancel: Arc::new(AtomicBool::new(false)), fed: Arc::default(), resident: Some(resident), inserted: None }
@@ -261,7 +242,7 @@ impl JobRun {
         self.services.ended.notify_waiters();
         // Not part of the job: the worker is free for the next job meanwhile (unlinking a 299 MB
         // upload takes milliseconds, and a client that saw `succeeded` may already ask for the next
-        // job, which `jobs::resident` runs only if a worker is idle). The results go to the disk
+        // job, which `jobs::resident_run` runs only if a worker is idle). The results go to the disk
         // first: until they are there, the input is what they can be computed again from.
         let me = self.clone();
         tokio::spawn(async move {
@@ -696,43 +677,6 @@ impl ComponentSink for WhileComputing<'_> {
     }
 }
 
-/// The components' file in the job's scratch directory (the other result files are named after it).
-const RESULT_NPY: &str = "result.npy";
-
-/// Writes a job's result files into its scratch directory `dir`: the same writer as
-/// `hypermnf run --out` for the .npy (and the metadata), and the ENVI headers it would write, so that
-/// every download holds exactly the bytes the command line would have written. The components are
-/// there already when `components_written` (written during the projection). The ENVI data
-/// (band-sequential: a transposition that took as long as the rest of the write) is made from the
-/// .npy when it is first asked for.
-fn write_results(dir: &Path, cube: &Cube, output: &MnfOutput, components_written: bool, system: &[u8]) -> Result<Vec<(String, PathBuf)>, JobFailure> {
-    let npy = crate::output::write_result_with(&dir.join(RESULT_NPY), output, &cube.meta, components_written).map_err(JobFailure::cube)?;
-    // Only the ENVI headers: the data files are made from the .npy on the first request for them
-    // (api::jobs::result), instead of a second copy of the result written by every job.
-    let envi_dir = dir.join("envi");
-    std::fs::create_dir_all(&envi_dir).map_err(|e| JobFailure::storage(&e))?;
-    let (hdr, denoised_hdr) = crate::output::write_envi_headers(&envi_dir.join("result.hdr"), output, &cube.meta).map_err(JobFailure::cube)?;
-    let mut files = vec![
-        (product::COMPONENTS_NPY.to_string(), npy.components),
-        (product::METADATA.to_string(), npy.metadata),
-        (product::COMPONENTS_HDR.to_string(), hdr),
-    ];
-    if let Some(d) = npy.denoised {
-        files.push((product::DENOISED_NPY.to_string(), d));
-    }
-    if let Some(d) = denoised_hdr {
-        files.push((product::DENOISED_HDR.to_string(), d));
-    }
-    // The eigen system (`system`, its stored form), whether this job computed it, found it in the job
-    // cache or was given it: `GET /v1/jobs/{id}/system` and `statistics_from` need every succeeded
-    // job's, and the cache's copy is neither made for every job nor kept as long as the job (about
-    // 2.9 MB at 425 bands).
-    let system_path = dir.join(product::SYSTEM);
-    std::fs::write(&system_path, system).map_err(|e| JobFailure::storage(&e))?;
-    files.push((product::SYSTEM.to_string(), system_path));
-    Ok(files)
-}
-
 /// Overall progress from a stage and the fraction of it done.
 fn overall(stage: Stage, fraction: f64) -> f64 {
     let (start, width) = match stage {
@@ -746,132 +690,3 @@ fn overall(stage: Stage, fraction: f64) -> f64 {
     (start + width * fraction.clamp(0.0, 1.0)).min(1.0)
 }
 
-/// Why a job failed: a stable code and a message for the user.
-#[derive(Debug)]
-pub struct JobFailure {
-    pub code: String,
-    pub message: String,
-}
-
-impl JobFailure {
-    /// The code of a failure to write this instance's own disk that a later attempt can get past
-    /// (full, read-only, not permitted). Such a job is not failed: [`JobRun::run`] leaves it running
-    /// without a heartbeat, its lease lapses, and it is claimed again (here or elsewhere), so that an
-    /// accepted job is not lost to a disk that was full or read-only for a while.
-    pub const DISK_UNAVAILABLE: &'static str = "disk_unavailable";
-
-    pub(super) fn cube(e: CubeError) -> JobFailure {
-        let code = if is_disk_condition(&e) { Self::DISK_UNAVAILABLE } else { e.code() };
-        JobFailure { code: code.into(), message: e.to_string() }
-    }
-
-    /// A storage or local file error: `DISK_UNAVAILABLE` for a disk condition, else `storage_error`.
-    pub(super) fn storage(e: &(dyn std::error::Error + 'static)) -> JobFailure {
-        let code = if is_disk_condition(e) { Self::DISK_UNAVAILABLE } else { "storage_error" };
-        JobFailure { code: code.into(), message: e.to_string() }
-    }
-}
-
-/// True when `e` (or an error it wraps) is a local I/O error of a full, read-only or forbidden disk.
-fn is_disk_condition(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(e);
-    while let Some(err) = next {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if matches!(io.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT | libc::EROFS | libc::EACCES | libc::EPERM)) {
-                return true;
-            }
-        }
-        next = err.source();
-    }
-    false
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backend::cpu::CpuBackend;
-    use crate::backend::{Backend, PreparedCube};
-    use crate::cache::keys;
-    use crate::jobs::backends::Backends;
-    use crate::jobs::model::InputSummary;
-    use crate::jobs::store::NewJob;
-    use crate::jobs::worker::Runner;
-    use crate::mnf::stats::{Denoise, Moments, Projection, Statistics, StatsSpec};
-    use crate::mnf::BackendChoice;
-
-    /// Statistics on the CPU; every projection fails.
-    struct FailingProjection(CpuBackend);
-    struct FailingCube<'c>(Box<dyn PreparedCube + Send + 'c>);
-
-    impl PreparedCube for FailingCube<'_> {
-        fn statistics(&mut self, spec: &StatsSpec, on_noise: &mut dyn FnMut(&Moments), m: &Monitor) -> Result<Statistics, BackendError> {
-            self.0.statistics(spec, on_noise, m)
-        }
-        fn project(&mut self, _p: &Projection, _out: &mut [f32], _m: &Monitor) -> Result<(), BackendError> {
-            Err(BackendError::Invalid("the projection failed (on purpose)".into()))
-        }
-        fn denoise(&mut self, d: &Denoise, out: &mut [f32], m: &Monitor) -> Result<(), BackendError> {
-            self.0.denoise(d, out, m)
-        }
-    }
-
-    impl Backend for FailingProjection {
-        fn name(&self) -> &'static str {
-            "cpu"
-        }
-        fn device(&self) -> String {
-            "the CPU, failing its projections".into()
-        }
-        fn prepare<'c>(&'c self, cube: &'c Cube, monitor: &Monitor) -> Result<Box<dyn PreparedCube + Send + 'c>, BackendError> {
-            Ok(Box::new(FailingCube(self.0.prepare(cube, monitor)?)))
-        }
-    }
-
-    /// Step 6 begins with the fresh eigen system, before the projection; a projection that then
-    /// fails leaves neither the stored system nor its row behind, and the job failed.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_job_failing_after_its_system_was_stored_leaves_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let backends = Backends::given(BackendChoice::Cpu, vec![Arc::new(FailingProjection(CpuBackend::new())) as Arc<dyn Backend>]);
-        let runner = Arc::new(Runner::for_test(dir.path(), backends, 0).await);
-        let (store, storage) = (runner.store.clone(), runner.storage.clone());
-        let workers = runner.start(1);
-
-        let cube = crate::cube::synthetic::generate(&crate::cube::synthetic::SyntheticSpec::small(40, 30, 12));
-        let file = dir.path().join("cube.npy");
-        crate::cube::npy::write_cube(&file, &cube).unwrap();
-        storage.put_file(&file, "uploads/j/cube.npy").await.unwrap();
-        let params = r#"{"components":3}"#;
-        let content = cube.content_digest();
-        store
-            .insert(NewJob {
-                id: "j".into(),
-                owner: "alice".into(),
-                params: params.into(),
-                digest: "digest-j".into(),
-                content_digest: Some(hex::encode(content)),
-                upload_sha256: None,
-                input: InputSummary { lines: 40, samples: 30, bands: 12, data_type: cube.dtype().name().into(), interleave: "bip".into() },
-                input_kind: InputKind::Npy,
-                input_location: "uploads/j".into(),
-            })
-            .await
-            .unwrap();
-        runner.notify();
-        let t = Instant::now();
-        let job = loop {
-            let j = store.get("j").await.unwrap().unwrap();
-            if j.status.is_finished() || t.elapsed() > Duration::from_secs(30) {
-                break j;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        assert_eq!(job.status, JobStatus::Failed, "{job:?}");
-        assert!(job.error_message.as_deref().is_some_and(|m| m.contains("on purpose")), "{job:?}");
-        let key = keys::statistics_key(&content, &serde_json::from_str(params).unwrap(), "cpu");
-        assert!(runner.cache.find_system(&key).await.is_none(), "the eigen system of a failed job is still known");
-        let left = storage.list("results/").await.unwrap();
-        assert!(left.is_empty(), "results left behind: {left:?}");
-        workers.abort();
-    }
-}

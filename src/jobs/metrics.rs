@@ -37,11 +37,11 @@ pub struct JobMetrics {
     pub succeeded: AtomicU64,
     pub failed: AtomicU64,
     pub canceled: AtomicU64,
-    /// Jobs whose computation started while their upload was still being synced (`jobs::early`).
+    /// Jobs whose computation started while their upload was still being synced (`jobs::early_start`).
     pub started_early: AtomicU64,
-    /// Jobs that ran on a cube sent to the device while its upload arrived (`jobs::feed`).
+    /// Jobs that ran on a cube sent to the device while its upload arrived (`jobs::upload_to_device`).
     pub fed_to_device: AtomicU64,
-    /// Jobs run on a cube resident on a device, without their body (`jobs::resident`).
+    /// Jobs run on a cube resident on a device, without their body (`jobs::resident_run`).
     pub resident_runs: AtomicU64,
 }
 

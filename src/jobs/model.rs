@@ -147,15 +147,17 @@ impl BatchPhase {
 pub mod product {
     pub const COMPONENTS_NPY: &str = "components.npy";
     pub const COMPONENTS_HDR: &str = "components.hdr";
-    /// The ENVI data files, stored by jobs of before 2026-11-25 only: later jobs keep the `.npy` and
-    /// the header, and the data file is made from the `.npy` on the first ENVI download.
+    /// The ENVI data files, stored only by jobs from before the data file was made on demand: later
+    /// jobs keep the `.npy` and the header, and the data file is made from the `.npy` on the first ENVI
+    /// download.
     pub const COMPONENTS_IMG: &str = "components.img";
     pub const METADATA: &str = "metadata.json";
     pub const DENOISED_NPY: &str = "denoised.npy";
     pub const DENOISED_HDR: &str = "denoised.hdr";
     pub const DENOISED_IMG: &str = "denoised.img";
-    /// The eigen system the job projected with (`cache::eigen_file`'s bit-exact form), served as a
-    /// system file by `GET /v1/jobs/{id}/system` (`jobs::systems`). Jobs of before 2026-11-26 lack it.
+    /// The eigen system the job projected with (`job_cache::eigen_file`'s bit-exact form), served as a
+    /// system file by `GET /v1/jobs/{id}/system` (`jobs::systems`). Jobs stored before system files were kept with
+    /// every job lack it (their `results` have no `system.bin`).
     pub const SYSTEM: &str = "system.bin";
 }
 

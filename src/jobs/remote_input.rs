@@ -3,8 +3,9 @@
 //! content digest is known, the memo that lets a later submit of the same objects find its jobs as an
 //! upload's would (table `reference_digests`).
 
-use super::cached_run::Plan;
-use super::job_run::{JobFailure, JobServices};
+use super::reuse::Plan;
+use super::job_failure::JobFailure;
+use super::services::JobServices;
 use super::model::Job;
 use crate::reference::fetch::{self, LoadError, Loaded};
 use crate::reference::Stored;

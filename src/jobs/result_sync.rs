@@ -12,7 +12,7 @@
 //! - results whole: synced, and the mark cleared;
 //! - a result cut short or missing, the input still there: the job goes back to the queue and is
 //!   computed again (its results and stored eigen systems are deleted first);
-//! - a result cut short, no input (a job run on a resident cube, `jobs::resident`): the job fails
+//! - a result cut short, no input (a job run on a resident cube, `jobs::resident_run`): the job fails
 //!   with `result_lost`, so that nobody downloads a short file; the client sends the cube again.
 //!
 //! An S3 store has an object once its PUT answered: nothing is marked there.
@@ -118,7 +118,8 @@ async fn damage(storage: &Storage, job: &Job) -> Option<String> {
                 Ok(b) => serde_json::from_slice::<serde_json::Value>(&b).map(drop).map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             },
-            // The ENVI data files of jobs of before 2026-11-25 (never marked unsynced).
+            // The ENVI data files that only jobs from before the data file was made on demand stored (never
+            // marked unsynced).
             _ if name == product::COMPONENTS_IMG || name == product::DENOISED_IMG => Ok(()),
             _ => storage.size(key).await.map(drop).map_err(|e| e.to_string()),
         };

@@ -109,7 +109,7 @@ pub async fn of_job(storage: &Storage, job: &Job) -> Result<SystemFile, ResolveE
     // level kept it (the same bytes, beside their results).
     let system_key = match job.results.get(product::SYSTEM) {
         Some(key) => key.clone(),
-        None => format!("results/{}/{}", job.id, crate::jobs::cache::EIGEN_OBJECT),
+        None => format!("results/{}/{}", job.id, crate::jobs::service_cache::EIGEN_OBJECT),
     };
     let bytes = match storage.get_bytes(&system_key).await {
         Ok(b) => b,
@@ -117,7 +117,7 @@ pub async fn of_job(storage: &Storage, job: &Job) -> Result<SystemFile, ResolveE
         Err(e) => return Err(e.into()),
     };
     let unreadable = |m: String| ResolveError::Unreadable { id: job.id.clone(), source: SystemFileError::Invalid(m) };
-    let system = crate::cache::eigen_file::decode(&bytes).map_err(|e| unreadable(e.to_string()))?;
+    let system = crate::job_cache::eigen_file::decode(&bytes).map_err(|e| unreadable(e.to_string()))?;
     let metadata: Metadata = serde_json::from_slice(&storage.get_bytes(metadata_key).await?).map_err(|e| unreadable(format!("metadata: {e}")))?;
     Ok(SystemFile::of_run(Source::Job(job.id.clone()), &metadata, &system))
 }
@@ -167,14 +167,14 @@ mod tests {
         let system = crate::mnf::pipeline::analyse(&cube, &params, &CpuBackend::new(), &Monitor::silent()).unwrap();
         let out = crate::mnf::pipeline::apply(&cube, &params, &system, &CpuBackend::new(), &Monitor::silent()).unwrap();
         let metadata = serde_json::to_vec(&out.metadata).unwrap();
-        let encoded = crate::cache::eigen_file::encode(&system);
+        let encoded = crate::job_cache::eigen_file::encode(&system);
 
         let new = succeeded(&store, &storage, &[(product::METADATA, metadata.clone()), (product::SYSTEM, encoded.clone())]).await;
         let found = resolve(&store, &storage, "alice", &new).await.unwrap();
         assert_eq!((found.kind, &found.file.system, found.file.input.bands), (SystemKind::Job, &system, 8));
         assert_eq!(found.identity, found.file.identity());
 
-        let old = succeeded(&store, &storage, &[(product::METADATA, metadata.clone()), (crate::jobs::cache::EIGEN_OBJECT, encoded)]).await;
+        let old = succeeded(&store, &storage, &[(product::METADATA, metadata.clone()), (crate::jobs::service_cache::EIGEN_OBJECT, encoded)]).await;
         assert_eq!(resolve(&store, &storage, "alice", &old).await.unwrap().file.system, system);
         let older = succeeded(&store, &storage, &[(product::METADATA, metadata)]).await;
         assert_eq!(resolve(&store, &storage, "alice", &older).await.unwrap_err().code(), "no_system");

@@ -8,18 +8,18 @@
 //! stop a job running here, and succeeded or deleted jobs keep this instance's job cache index
 //! current.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
 use super::backends::Backends;
-use super::cache::ServiceCache;
-use super::early::EarlyRun;
-use super::job_run::JobServices;
+use super::service_cache::ServiceCache;
+use super::early_start::EarlyRun;
+use super::services::JobServices;
 use super::metrics::JobMetrics;
+use super::running::Running;
 use super::store::notify::Event;
 use super::store::{JobStore, Lease, NewJob};
 use crate::config::EarlyStart;
@@ -45,12 +45,8 @@ pub struct Runner {
     /// Woken whenever a job may have finished (here, or on another instance that notified): the
     /// clients that hold a `GET /v1/jobs/{id}?wait=` look at their job again.
     ended: Arc<Notify>,
-    /// The cancel flags of the jobs running here, by job id (started early ones too).
-    running: Mutex<HashMap<String, Arc<AtomicBool>>>,
-    /// One permit per worker `start` started: a worker holds one while it claims and runs a job, and
-    /// a job started early holds one instead of a worker, so that no more jobs run at once than there
-    /// are workers.
-    slots: Arc<tokio::sync::Semaphore>,
+    /// The jobs running here: their places (one per worker) and cancel flags.
+    running: Arc<Running>,
     /// Which jobs `start_early` may start.
     early_start: EarlyStart,
 }
@@ -80,8 +76,7 @@ impl Runner {
             lease,
             wake: Notify::new(),
             ended: Arc::default(),
-            running: Mutex::new(HashMap::new()),
-            slots: Arc::new(tokio::sync::Semaphore::new(0)),
+            running: Arc::new(Running::new()),
             early_start: EarlyStart::Device,
         }
     }
@@ -92,7 +87,7 @@ impl Runner {
     pub(crate) async fn for_test(dir: &std::path::Path, backends: Backends, gpu_cache_bytes: u64) -> Runner {
         let store = JobStore::open(&format!("sqlite://{}", dir.join("t.db").display())).await.unwrap();
         let storage = Storage::local(dir.join("objects")).unwrap();
-        let settings = super::cache::CacheSettings { gpu_cache_bytes, index_cells: 1 << 10, index_on_gpu: false };
+        let settings = super::service_cache::CacheSettings { gpu_cache_bytes, index_cells: 1 << 10, index_on_gpu: false };
         let cache = ServiceCache::new(&settings, store.clone(), storage.clone()).unwrap();
         Runner::new(store, storage, backends, cache, Lease { owner: "test".into(), duration: Duration::from_secs(30) })
     }
@@ -120,7 +115,7 @@ impl Runner {
 
     /// Starts `n` workers, and the listener of the other instances' notifications (PostgreSQL).
     pub fn start(self: &Arc<Self>, n: usize) -> Workers {
-        self.slots.add_permits(n);
+        self.running.add_places(n);
         let mut tasks: Vec<_> = (0..n)
             .map(|i| {
                 let me = self.clone();
@@ -189,17 +184,11 @@ impl Runner {
     /// Asks the running job `id` (if it runs in this process) to stop at its next chunk.
     pub fn cancel(&self, id: &str) {
         self.ended.notify_waiters();
-        if let Some(flag) = self.running().get(id) {
-            flag.store(true, Ordering::Relaxed);
-        }
-    }
-
-    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<AtomicBool>>> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
+        self.running.cancel(id);
     }
 
     /// Starts the job `new` before its row exists, its input still in the upload's scratch files
-    /// (see [`super::early`]), when a worker is idle (it takes that worker's place
+    /// (see [`super::early_start`]), when a worker is idle (it takes that worker's place
     /// until the job ends); None otherwise (the job is queued as usual). The input is linked into the
     /// job's own scratch first, so that storing the upload (a rename) does not take it from under the
     /// computation.
@@ -208,7 +197,7 @@ impl Runner {
         new: &NewJob,
         choice: crate::mnf::BackendChoice,
         scratch_files: &[&std::path::Path],
-        fed: Option<Arc<crate::cache::ResidentCube>>,
+        fed: Option<Arc<crate::job_cache::ResidentCube>>,
     ) -> Option<EarlyRun> {
         use super::model::InputKind;
         if !matches!(new.input_kind, InputKind::Npy | InputKind::Envi) || !self.may_start_early(choice) {
@@ -229,31 +218,28 @@ impl Runner {
             self.storage.remove_scratch(&token);
             return None;
         }
-        Some(EarlyRun::start(self.clone(), new, format!("scratch/{token}"), slot, fed))
+        Some(EarlyRun::start(self.services(), self.running.clone(), new, format!("scratch/{token}"), slot, fed))
     }
 
     /// An idle worker's place, for a job run outside the workers (started early, or run on a resident
     /// cube) until the permit is dropped; None when every worker is busy.
     pub(super) fn try_take_slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.slots.clone().try_acquire_owned().ok()
+        self.running.try_take_place()
     }
 
     /// Whether a worker is idle now (a job started early would take its place).
     pub fn has_idle_worker(&self) -> bool {
-        self.slots.available_permits() > 0
+        self.running.has_idle_place()
     }
 
     /// Counts `flag`'s job as running here (`cancel` reaches it).
     pub(super) fn track(&self, id: &str, flag: Arc<AtomicBool>) {
-        self.running().insert(id.to_string(), flag);
+        self.running.track(id, flag);
     }
 
     /// The job no longer runs here (only this run's flag: after a lapsed lease the job may run again).
     pub(super) fn untrack(&self, id: &str, flag: &Arc<AtomicBool>) {
-        let mut running = self.running();
-        if running.get(id).is_some_and(|f| Arc::ptr_eq(f, flag)) {
-            running.remove(id);
-        }
+        self.running.untrack(id, flag);
     }
 
     /// What the run of a job calls (the same store, storage, backends, cache and metrics as here).
@@ -277,7 +263,7 @@ impl Runner {
         // minute does not fill the log).
         let mut failing = 0u32;
         loop {
-            let Ok(slot) = self.slots.clone().acquire_owned().await else { return };
+            let Some(slot) = self.running.take_place().await else { return };
             let claimed = services.claim().await;
             if claimed.is_ok() && failing > 0 {
                 tracing::info!(worker = n, failed_claims = failing, "claiming jobs again");

@@ -143,7 +143,7 @@ pub trait PreparedCube {
     fn use_shifts(&mut self, _data: &[f64], _noise: &[f64]) {}
     /// For a cube whose bytes are still arriving (an upload being written to the file the cube maps):
     /// starts copying to the device what the passes will need of its first `lines` lines, so that
-    /// little is left to copy once the last byte is there (`jobs::feed`). Nothing to do where nothing
+    /// little is left to copy once the last byte is there (`jobs::upload_to_device`). Nothing to do where nothing
     /// stays on a device between passes.
     fn upload_arrived(&mut self, _lines: usize) -> Result<(), BackendError> {
         Ok(())

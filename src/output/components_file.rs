@@ -2,7 +2,7 @@
 //!
 //! The projection hands each chunk of the components over once it is final (8 MB pieces on a GPU,
 //! straight from pinned memory, while the device computes the next); writing it then overlaps the
-//! write with the projection instead of following it. On the H100 host (2026-11-25) the 37 MB of a
+//! write with the projection instead of following it. On the H100 host the 37 MB of a
 //! 14-component re-projection of the benchmark cube took ~4 ms of projection and then ~8 ms of
 //! writing; now projection and write take 7–8.5 ms together. A backend that has the components only
 //! at the end (the CPU) hands them over once, which is the write as it was.

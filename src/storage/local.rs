@@ -260,7 +260,7 @@ fn sync_in_pieces(f: &std::fs::File, quiet: &AtomicUsize) -> std::io::Result<()>
         while quiet.load(Ordering::Acquire) > 0 && held.elapsed() < QUIET_AT_MOST {
             std::thread::sleep(QUIET_POLL);
         }
-        crate::disk::start_writeback(f, (at, SYNC_PIECE), at.checked_sub(SYNC_PIECE).map(|p| (p, SYNC_PIECE)));
+        crate::write_to_disk::start_writeback(f, (at, SYNC_PIECE), at.checked_sub(SYNC_PIECE).map(|p| (p, SYNC_PIECE)));
         at += SYNC_PIECE;
     }
     f.sync_all()

@@ -24,7 +24,9 @@ use super::process::NPY;
 use super::{BaseUrl, PROCESS_ID};
 use crate::api::auth::Caller;
 use crate::api::batches::create_batch;
-use crate::api::jobs::{create_from_href, create_from_npy_bytes, Created};
+use crate::api::href::create_from_href;
+use crate::api::job_view::Created;
+use crate::api::npy_upload::create_from_npy_bytes;
 use crate::api::{params, ApiContext};
 use crate::jobs::{Job, JobStatus};
 

@@ -14,7 +14,8 @@ use super::problem::{kind, OgcResult, Problem};
 use super::process::NPY;
 use super::{link, rel, BaseUrl, PROCESS_ID};
 use crate::api::auth::Caller;
-use crate::api::jobs::{cancel_or_delete, owned_job, Removal};
+use crate::api::job_view::owned_job;
+use crate::jobs::upkeep::{cancel_or_delete, Removal};
 use crate::api::ApiContext;
 use crate::jobs::model::{product, rfc3339, now_ms};
 use crate::jobs::{Job, JobStatus};
@@ -115,7 +116,7 @@ pub async fn dismiss(State(ctx): State<ApiContext>, base: BaseUrl, caller: Calle
         OgcJob::Job(job) => *job,
         OgcJob::Batch(batch) => return Ok(axum::Json(batch_jobs::dismiss(&ctx, &base, &caller, batch).await?).into_response()),
     };
-    let doc = match cancel_or_delete(&ctx, job.clone()).await? {
+    let doc = match cancel_or_delete(&ctx.runner, job.clone()).await.map_err(crate::api::error::Error::from)? {
         Removal::Canceled => {
             let now = ctx.runner.store.get(&id).await.map_err(crate::api::error::Error::from)?;
             status_info(now.as_ref().unwrap_or(&job), &base, now.is_none())

@@ -1,7 +1,7 @@
 //! The members of a pooled batch: their statistics run ([`run_statistics`]), and the pooled eigen
 //! system computed once every member's statistics are stored ([`compute_ready_systems`]). The
 //! projection run of a member is an ordinary job run with the batch's system (see
-//! `cached_run::Plan`).
+//! `reuse::Plan`).
 //!
 //! Storage layout: `batches/<id>/moments/<position>` (one [`moments_file`] per member) and
 //! `batches/<id>/system.json` (the pooled system as a system file, `mnf::system_file`, with the
@@ -14,12 +14,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::input;
-use super::job_run::{keep_lease, JobFailure, JobRun, JobServices};
+use super::job_failure::JobFailure;
+use super::job_run::{keep_lease, JobRun};
+use super::services::JobServices;
 use super::model::{BatchMember, Job};
 use super::store::{BatchRow, JobStore};
 use base64::Engine as _;
 
-use crate::cache::SystemRecord;
+use crate::job_cache::SystemRecord;
 use crate::mnf::result::EigenSystem;
 use crate::mnf::stats::Statistics;
 use crate::mnf::system_file::{self, InputBands, NoiseModel, Source, SystemFile};

@@ -1,6 +1,6 @@
 //! The job cache as the service uses it: one per process, shared by the API (result level, on job
 //! creation) and the runs of jobs (`job_run`, which looks up the statistics and device levels
-//! through `cached_run`, then registers what a job computed). It calls only the store and the
+//! through `reuse`, then registers what a job computed). It calls only the store and the
 //! storage, never the run that uses it.
 //!
 //! * Result level: `(job digest, owner)` → the SQLite row id of a succeeded job. A hit is checked
@@ -8,7 +8,7 @@
 //!   is a miss, and the SQLite lookup that follows on a miss still finds queued and running jobs.
 //! * Statistics level: statistics key → the id of a stored eigen system (`eigen_systems` row, file
 //!   under `results/<job>/`). The file is read and checked (version, checksum) on every hit.
-//! * Device level: see [`crate::cache::DeviceLevel`]; on only for backends with device memory and
+//! * Device level: see [`crate::job_cache::DeviceLevel`]; on only for backends with device memory and
 //!   `--gpu-cache-bytes` > 0.
 //!
 //! The indexes are rebuilt from the rows at start; an entry is removed when its job is deleted or
@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use anyhow::Context;
 
 use crate::backend::Backend;
-use crate::cache::keys::{self, result_key};
-use crate::cache::{eigen_file, CacheConfig, CacheError, CacheStats, DeviceLevel, DeviceLruStats, Digest, Handle, IndexBackend, JobCache, Level, SystemRecord};
+use crate::job_cache::keys::{self, result_key};
+use crate::job_cache::{eigen_file, CacheConfig, CacheError, CacheStats, DeviceLevel, DeviceLruStats, Digest, Handle, IndexBackend, JobCache, Level, SystemRecord};
 use crate::jobs::model::Job;
 use crate::jobs::store::{JobStore, NewEigenRow, StoreError};
 use crate::jobs::JobStatus;

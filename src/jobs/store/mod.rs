@@ -260,7 +260,7 @@ impl JobStore {
     }
 
     /// Inserts a job already claimed under `lease`, as [`JobStore::claim`] would leave it (running,
-    /// first attempt): this instance runs it at once (a job started early, see `jobs::early`), and no
+    /// first attempt): this instance runs it at once (a job started early, see `jobs::early_start`), and no
     /// worker of any instance claims it unless the lease lapses.
     pub async fn insert_claimed(&self, new: NewJob, lease: &Lease) -> Result<Inserted, StoreError> {
         self.insert_as(new, Some(lease)).await
@@ -317,7 +317,7 @@ impl JobStore {
     }
 
     /// Inserts a job that already succeeded, with its stored `results`: computed before its row
-    /// existed, on a cube this instance held (`jobs::resident`), so there is no input to keep and
+    /// existed, on a cube this instance held (`jobs::resident_run`), so there is no input to keep and
     /// nothing to claim. A live job of the same owner and digest that appeared meanwhile is
     /// returned instead (the caller drops its results).
     ///

@@ -1,10 +1,10 @@
 //! Jobs started early: an upload's job computed while the upload is still being synced to the disk.
-//! (Its cube may already be on the device: see `jobs::feed`.)
+//! (Its cube may already be on the device: see `jobs::upload_to_device`.)
 //!
 //! Once the last byte of an upload (a `.npy`, or the data part of a multipart ENVI upload) is in its
 //! scratch file and digested, what is left before
 //! the 202 is the disk catching up (the final `sync_data`: 15–20 ms for 299 MB on the H100 host,
-//! 2026-11-25), then the store and the insert. When a worker of this instance is idle, the job's
+//! BENCHMARKS.md, Service), then the store and the insert. When a worker of this instance is idle, the job's
 //! steps 2 to 4 (plan, load, compute, write the results into scratch) start then, on the scratch
 //! file, instead of after the 202, the claim and the queue: the disk and the compute overlap.
 //!
@@ -25,8 +25,9 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::job_run::{JobRun, Started};
 use super::model::{Job, JobStatus};
 use super::store::NewJob;
-use super::worker::Runner;
-use crate::cache::ResidentCube;
+use super::running::Running;
+use super::services::JobServices;
+use crate::job_cache::ResidentCube;
 
 /// The computation of a job whose row does not exist yet. Dropped without [`EarlyRun::finish`], it is
 /// canceled and its scratch removed.
@@ -35,16 +36,19 @@ pub struct EarlyRun {
     /// Told once the row is inserted (the run's register step waits for it); dropped unsent, the
     /// register step gives up.
     inserted: tokio::sync::watch::Sender<bool>,
-    runner: Arc<Runner>,
+    services: JobServices,
+    /// Where the run is counted as running here (and its worker's place given back).
+    running: Arc<Running>,
     /// The idle worker's place this run takes, until it ends.
     slot: Option<OwnedSemaphorePermit>,
 }
 
 impl EarlyRun {
     /// Starts steps 2 to 4 of `new` (its input still at `scratch_location`, a `scratch/<token>` key)
-    /// as `runner`'s run of it. The caller checked that a worker was idle.
+    /// with `services`, counted in `running`. The caller took an idle worker's place (`slot`).
     pub(super) fn start(
-        runner: Arc<Runner>,
+        services: JobServices,
+        running: Arc<Running>,
         new: &NewJob,
         scratch_location: String,
         slot: OwnedSemaphorePermit,
@@ -52,11 +56,11 @@ impl EarlyRun {
     ) -> EarlyRun {
         let job = job_before_insert(new, scratch_location);
         let (inserted, row) = tokio::sync::watch::channel(false);
-        let run = JobRun::unclaimed(job, runner.services(), fed, row);
-        runner.track(&new.id, run.cancel_flag());
+        let run = JobRun::unclaimed(job, services.clone(), fed, row);
+        running.track(&new.id, run.cancel_flag());
         let started = run.start_compute();
         tracing::debug!(job = %new.id, "job started before its upload was synced");
-        EarlyRun { run: Some((run, started)), inserted, runner, slot: Some(slot) }
+        EarlyRun { run: Some((run, started)), inserted, services, running, slot: Some(slot) }
     }
 
     /// The row was inserted (claimed by this instance) as `job`: the run goes on to its end in a task
@@ -66,12 +70,12 @@ impl EarlyRun {
         let _ = self.inserted.send(true);
         // The line a worker logs when it claims a job (operators and tests/cluster follow jobs by it).
         tracing::info!(job = %job.id, attempt = job.attempts, early = true, "job started");
-        let (runner, slot) = (self.runner.clone(), self.slot.take());
-        runner.metrics.started_early.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (running, slot) = (self.running.clone(), self.slot.take());
+        self.services.metrics.started_early.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tokio::spawn(async move {
             let (id, flag) = (job.id.clone(), run.cancel_flag());
             run.with_job(job).finish(started).await;
-            runner.untrack(&id, &flag);
+            running.untrack(&id, &flag);
             drop(slot);
         });
     }
@@ -82,13 +86,14 @@ impl Drop for EarlyRun {
         let Some((run, started)) = self.run.take() else { return };
         let flag = run.cancel_flag();
         flag.store(true, std::sync::atomic::Ordering::Relaxed);
-        let (runner, id, slot) = (self.runner.clone(), run.job().id.clone(), self.slot.take());
+        let (services, running) = (self.services.clone(), self.running.clone());
+        let (id, slot) = (run.job().id.clone(), self.slot.take());
         tracing::debug!(job = %id, "the upload was not accepted: its early computation is dropped");
         // Dropped on the async runtime (the API's handlers); elsewhere there is nothing to wait on.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                started.discard(&runner.services(), &id).await;
-                runner.untrack(&id, &flag);
+                started.discard(&services, &id).await;
+                running.untrack(&id, &flag);
                 drop(slot);
             });
         }
@@ -96,7 +101,7 @@ impl Drop for EarlyRun {
 }
 
 /// The job as its row will read once inserted claimed, but with its input where it is now (a job
-/// run before its row exists: here, and in `jobs::resident`).
+/// run before its row exists: here, and in `jobs::resident_run`).
 pub(super) fn job_before_insert(new: &NewJob, scratch_location: String) -> Job {
     let now = super::model::now_ms();
     Job {
@@ -121,45 +126,5 @@ pub(super) fn job_before_insert(new: &NewJob, scratch_location: String) -> Job {
         finished_at: None,
         results_unsynced: false,
         batch: None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::EarlyStart;
-    use crate::jobs::backends::Backends;
-    use crate::mnf::BackendChoice;
-    use std::time::{Duration, Instant};
-
-    /// An upload that is not accepted after all drops its early run: the computation is canceled,
-    /// the job's scratch (the linked input, any result written) is removed, and the worker's place is
-    /// given back; no row was ever written.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_dropped_early_run_leaves_nothing_and_frees_its_worker() {
-        let dir = tempfile::tempdir().unwrap();
-        let runner = Arc::new(Runner::for_test(dir.path(), Backends::new(BackendChoice::Cpu).unwrap(), 0).await.with_early_start(EarlyStart::Always));
-        let (store, storage) = (runner.store.clone(), runner.storage.clone());
-        let workers = runner.start(1);
-
-        let cube = crate::cube::synthetic::generate(&crate::cube::synthetic::SyntheticSpec::small(200, 120, 32));
-        let upload = storage.scratch_dir("upload-1").unwrap().join("cube.npy");
-        crate::cube::npy::write_cube(&upload, &cube).unwrap();
-        let mut new = NewJob::for_test("early-1");
-        new.params = r#"{"components":3}"#.into();
-        let early = runner.start_early(&new, BackendChoice::Cpu, &[upload.as_path()], None).expect("the worker is idle");
-        assert!(!runner.has_idle_worker(), "the early run holds the worker's place");
-        assert!(storage.scratch_dir("job-early-1").unwrap().join("cube.npy").exists(), "the input is linked");
-        drop(early);
-
-        let t = Instant::now();
-        while !runner.has_idle_worker() && t.elapsed() < Duration::from_secs(20) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(runner.has_idle_worker(), "the worker's place was not given back");
-        assert!(!dir.path().join("objects/scratch/job-early-1").exists(), "the job's scratch was left behind");
-        assert!(upload.exists(), "the upload itself is its request's to remove");
-        assert!(store.get("early-1").await.unwrap().is_none());
-        workers.abort();
     }
 }

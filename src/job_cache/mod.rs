@@ -37,11 +37,11 @@
 //! bytes for the device level), serialisable for `/metrics`.
 //!
 //! # Use from the service
-//! `JobCache` and `DeviceLru` take `&mut self`; the service (`crate::jobs::cache::ServiceCache`)
+//! `JobCache` and `DeviceLru` take `&mut self`; the service (`jobs::service_cache::ServiceCache`)
 //! wraps each in a `Mutex` (lookups are single-key and short: one kernel launch on the GPU index, a
 //! few hundred nanoseconds on the CPU).
 //! ```no_run
-//! use hypermnf::cache::{CacheConfig, JobCache, Level};
+//! use hypermnf::job_cache::{CacheConfig, JobCache, Level};
 //! let mut cache = JobCache::new(&CacheConfig::default()).unwrap();
 //! let digest = [7u8; 32];
 //! if cache.lookup(Level::Statistics, &digest).unwrap().is_none() {
@@ -55,11 +55,11 @@ mod device_level;
 mod device_lru;
 pub mod eigen_file;
 pub mod keys;
-mod resident;
+mod resident_cube;
 
 pub use device_level::{resident_need, DeviceLevel};
 pub use device_lru::{DeviceLru, DeviceLruStats};
-pub use resident::{ResidentCube, SystemRecord};
+pub use resident_cube::{ResidentCube, SystemRecord};
 
 use std::collections::HashMap;
 

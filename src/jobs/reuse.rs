@@ -11,11 +11,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::cache::ServiceCache;
+use super::service_cache::ServiceCache;
 use super::input;
 use super::model::{InputKind, Job};
 use crate::backend::{Backend, BackendError, PreparedCube};
-use crate::cache::{keys, resident_need, DeviceLevel, Digest, ResidentCube, SystemRecord};
+use crate::job_cache::{keys, resident_need, DeviceLevel, Digest, ResidentCube, SystemRecord};
 use crate::cube::Cube;
 use crate::mnf::result::EigenSystem;
 use crate::mnf::pipeline::{self, ComponentSink};
@@ -30,7 +30,7 @@ pub struct DeviceLookup {
     device_key: Option<Digest>,
     /// The resident cube found under `device_key`.
     resident: Option<Arc<ResidentCube>>,
-    /// The job's cube sent to the device while its upload arrived (`jobs::feed`), when the level did
+    /// The job's cube sent to the device while its upload arrived (`jobs::upload_to_device`), when the level did
     /// not hold it already: used like a cube this job prepared, and kept under `device_key`.
     fed: Option<Arc<ResidentCube>>,
 }
@@ -63,7 +63,7 @@ impl DeviceLookup {
     }
 
     /// The lookup's answer for a job whose cube was found resident under `device_key` by its content
-    /// digest `content` (`jobs::resident`): nothing to read.
+    /// digest `content` (`jobs::resident_run`): nothing to read.
     pub fn of_resident(content: Digest, device_key: Digest, item: Arc<ResidentCube>) -> DeviceLookup {
         DeviceLookup { stored: Some(content), device_key: Some(device_key), resident: Some(item), fed: None }
     }
@@ -334,7 +334,7 @@ mod tests {
 
     use super::*;
     use crate::backend::cpu::CpuBackend;
-    use crate::jobs::cache::CacheSettings;
+    use crate::jobs::service_cache::CacheSettings;
     use crate::jobs::model::{InputSummary, JobStatus};
     use crate::jobs::store::JobStore;
     use crate::mnf::stats::{Denoise, Moments, Projection, Statistics, StatsSpec};

@@ -1,7 +1,7 @@
 //! An upload sent to the device while it arrives.
 //!
 //! A job's statistics pass copies the whole cube to the device before it can finish: 299 MB at
-//! ~27 GB/s, 11–13 ms of a job that starts when the upload's last byte is in its file (`jobs::early`).
+//! ~27 GB/s, 11–13 ms of a job that starts when the upload's last byte is in its file (`jobs::early_start`).
 //! The upload itself comes at ~1.3 GB/s, so the copy can ride along: once a `.npy` upload's header
 //! (or a multipart ENVI upload's header part, for a cube stored BIP or BIL: whole lines arrive in
 //! order, and the device reorders BIL lines as it does for a file) is checked, a thread maps the
@@ -24,9 +24,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::worker::Runner;
-use crate::api::upload::Progress;
+use super::upload_progress::Progress;
 use crate::backend::Backend;
-use crate::cache::{resident_need, DeviceLevel, ResidentCube};
+use crate::job_cache::{resident_need, DeviceLevel, ResidentCube};
 use crate::cube::{Cube, DataType};
 use crate::mnf::{BackendChoice, Monitor};
 

@@ -3,7 +3,7 @@
 
 /// Reserves `len` bytes of disk for `f` in one call, instead of the filesystem allocating block by
 /// block as pages are written: a quarter of the upload writer's CPU time on ext4, and a 27 MB result
-/// written in 4.2 ms instead of 5.9 on the H100 host (`124019c:scripts/dev/writebench.py`, 2026-11-25). The
+/// written in 4.2 ms instead of 5.9 on the H100 host (`124019c:scripts/dev/writebench.py`). The
 /// file keeps the length of what is written (KEEP_SIZE). A full disk is an error here; a filesystem
 /// without `fallocate` allocates as the data comes.
 #[cfg(target_os = "linux")]

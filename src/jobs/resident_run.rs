@@ -22,7 +22,7 @@
 //! never answered, sends again. Anything that stops the job (an error, or a job of the same digest
 //! inserted meanwhile) removes what it wrote; the caller then goes on as for any upload.
 //!
-//! On the H100 (2026-11-25, ~13:55 UTC), a 14-component re-projection of the 299 MB benchmark cube
+//! On the H100 (BENCHMARKS.md, Service), a 14-component re-projection of the 299 MB benchmark cube
 //! this way takes 10.0–11.3 ms from the request to `succeeded`, against 15.3–17.6 ms with the body sent
 //! again. Most of it is writing the 37 MB result into the page cache (6–8.5 ms), which the projection's
 //! chunks overlap (`output::components_file`); the rest is the first chunk, the metadata, the store,
@@ -38,7 +38,7 @@ use super::job_run::{JobRun, Resident};
 use super::model::{InputKind, Job};
 use super::store::{Inserted, NewJob, StoreError};
 use super::worker::Runner;
-use crate::cache::{keys, Digest};
+use crate::job_cache::{keys, Digest};
 use crate::cube::DataType;
 use crate::mnf::{BackendChoice, MnfParams};
 
@@ -68,9 +68,9 @@ pub async fn run(runner: &Arc<Runner>, new: NewJob, earlier: &Job, params: &MnfP
     let slot = runner.try_take_slot()?;
     let found = began.elapsed();
     // The row's insert is synced and answers the client: no result sync of an earlier job may have
-    // write-back in flight then (it held the insert 1.2–3.7 ms on the H100 host, 2026-11-25).
+    // write-back in flight then (it held the insert 1.2–3.7 ms on the H100 host).
     let quiet = runner.storage.pause_syncs();
-    let job = super::early::job_before_insert(&new, new.input_location.clone());
+    let job = super::early_start::job_before_insert(&new, new.input_location.clone());
     let run = JobRun::on_resident(job, runner.services(), resident);
     let outcome = run.run_before_row().await;
     drop(slot);

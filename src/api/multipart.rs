@@ -1,0 +1,125 @@
+//! Receiving a multipart ENVI upload (`POST /v1/jobs` with `multipart/form-data`): its `header`,
+//! `data` and optional `params` parts, the data part streamed to scratch by the upload writer
+//! (`upload`). What becomes of it is `envi_upload`'s.
+
+use std::sync::Arc;
+
+use super::error::Error;
+use super::params;
+use super::upload::{envi_claim, receive_unsynced, Budget, Claim, Progress, Received, Unsynced, SMALL_BODY_MAX};
+use crate::mnf::MnfParams;
+
+/// The parts of a multipart ENVI upload, received: the header text (also written to `cube.hdr`), the
+/// data part (streamed to `cube.img`, its final sync still running) and the parameters, when a `params`
+/// part was given.
+pub struct MultipartUpload {
+    pub header_text: String,
+    pub data: Received,
+    /// The data file's final sync: the upload is durable once it is waited for.
+    pub sync: Unsynced,
+    pub params: Option<MnfParams>,
+}
+
+/// Told when the data part of a multipart ENVI upload starts after its header part: the header text,
+/// what it claims, the data file being written, how far it is written (the file has the claimed
+/// length from the first batch on, so it can be mapped), and the `params` part, if one came first.
+pub type DataStarts<'a> = dyn FnMut(&str, &Claim, &std::path::Path, &Arc<Progress>, Option<&MnfParams>) + Send + 'a;
+
+/// Receives a multipart ENVI upload into `dir`: a `header` part, a `data` part and an optional `params`
+/// part (JSON), each once, nothing else; within `limit` bytes in all. The header is parsed and its
+/// claim checked against the limit as soon as it arrives, so that a data part after it is bounded by
+/// the claim while it streams in, and `data_starts` may follow it as it is written (the content
+/// digest, the device feed). Answers once every byte is in its file, before the data's final sync.
+pub async fn receive_multipart(
+    multipart: &mut axum::extract::Multipart,
+    dir: &std::path::Path,
+    limit: u64,
+    mut data_starts: Option<&mut DataStarts<'_>>,
+) -> Result<MultipartUpload, Error> {
+    let mut budget = Budget::new(limit);
+    let mut header: Option<(String, Option<Claim>)> = None;
+    let mut data: Option<(Received, Unsynced)> = None;
+    let mut params_part: Option<MnfParams> = None;
+    let bad = |m: String| Error::bad_request("invalid_multipart", m);
+    let parts = async {
+        loop {
+            let field = match multipart.next_field().await {
+                Ok(Some(f)) => f,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(bad(format!("invalid multipart body: {}", e.body_text()))),
+            };
+            let name = field.name().unwrap_or("").to_string();
+            match name.as_str() {
+                "header" if header.is_none() => {
+                    let bytes = small_part(field, &mut budget).await?;
+                    // Read as the ENVI reader reads header files: lossily, so that a description in
+                    // Latin-1 does not make a header the command line reads unacceptable here.
+                    let text = String::from_utf8_lossy(&bytes).into_owned();
+                    let claim = envi_claim(&text, limit)?;
+                    std::fs::write(dir.join("cube.hdr"), &text).map_err(Error::disk)?;
+                    header = Some((text, claim));
+                }
+                "data" if data.is_none() => {
+                    // The header normally comes first; then its claim bounds the data part as it
+                    // arrives, and the data file can be followed while it is written.
+                    let path = dir.join("cube.img");
+                    let claim = header.as_ref().and_then(|h| h.1);
+                    let progress = match (&header, claim) {
+                        (Some((text, _)), Some(c)) => {
+                            let progress = Arc::new(Progress::default());
+                            progress.map_while_written();
+                            if let Some(starts) = data_starts.as_deref_mut() {
+                                starts(text, &c, &path, &progress, params_part.as_ref());
+                            }
+                            Some(progress)
+                        }
+                        _ => None,
+                    };
+                    data = Some(receive_unsynced(field, path, &mut budget, None, claim, false, progress).await?);
+                }
+                "params" if params_part.is_none() => {
+                    let bytes = small_part(field, &mut budget).await?;
+                    let v: serde_json::Value = serde_json::from_slice(&bytes)
+                        .map_err(|e| Error::unprocessable("invalid_params", format!("params is not JSON: {e}")))?;
+                    params_part = Some(params::from_json(v)?);
+                }
+                "header" | "data" | "params" => return Err(bad(format!("part {name:?} appears twice"))),
+                other => return Err(bad(format!("unknown part {other:?}: expected header, data and optional params"))),
+            }
+        }
+    }
+    .await;
+    if let Err(e) = parts {
+        if let Some((_, sync)) = data {
+            let _ = sync.wait().await; // the scratch file is not removed under its sync
+        }
+        return Err(e);
+    }
+    match (header, data) {
+        (Some((header_text, _)), Some((data, sync))) => Ok(MultipartUpload { header_text, data, sync, params: params_part }),
+        (_, data) => {
+            if let Some((_, sync)) = data {
+                let _ = sync.wait().await;
+            }
+            Err(bad("a multipart upload needs a `header` part (ENVI .hdr text) and a `data` part".into()))
+        }
+    }
+}
+
+/// Reads a small multipart part (header or params) into memory, within SMALL_BODY_MAX.
+async fn small_part(mut field: axum::extract::multipart::Field<'_>, budget: &mut Budget) -> Result<Vec<u8>, Error> {
+    let mut out = Vec::new();
+    loop {
+        match field.chunk().await {
+            Ok(Some(c)) => {
+                budget.take(c.len())?;
+                if out.len() + c.len() > SMALL_BODY_MAX {
+                    return Err(Error::too_large(format!("a header or params part may hold at most {SMALL_BODY_MAX} bytes")));
+                }
+                out.extend_from_slice(&c);
+            }
+            Ok(None) => return Ok(out),
+            Err(e) => return Err(Error::bad_request("invalid_multipart", format!("invalid multipart body: {}", e.body_text()))),
+        }
+    }
+}
