@@ -309,20 +309,7 @@ pub async fn list(State(ctx): State<ApiContext>, caller: Caller, RawQuery(query)
 /// and the batch stored.
 pub async fn delete(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): UrlPath<String>) -> ApiResult<Response> {
     let row = owned_batch(&ctx, &caller, &id).await?;
-    // The row first: a member whose statistics end meanwhile then finds no batch to compute a system
-    // for, and a system stored meanwhile is removed by whoever stored it (`jobs::batch`).
-    ctx.runner.store.delete_batch(&row.id).await?;
-    for job in ctx.runner.store.batch_jobs(&row.id).await? {
-        if !job.status.is_finished() && ctx.runner.store.cancel(&job.id).await? {
-            ctx.runner.cancel(&job.id);
-        }
-        ctx.runner.store.delete(&job.id).await?;
-        crate::jobs::upkeep::purge_files(&ctx.runner, &job).await;
-    }
-    ctx.runner.job_may_have_ended();
-    if let Err(e) = ctx.runner.storage.delete_prefix(&batch::storage_prefix(&row.id)).await {
-        tracing::warn!(batch = %row.id, "cannot delete the batch's files: {e}");
-    }
+    crate::jobs::upkeep::delete_batch(&ctx.runner, &row.id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -5,8 +5,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::cube::CubeError;
-use crate::jobs::submit::SubmitError;
-use crate::jobs::StoreError;
+use crate::jobs::{PersistError, StoreError};
 use crate::mnf::MnfError;
 use crate::storage::StorageError;
 
@@ -150,11 +149,11 @@ impl From<StoreError> for Error {
     }
 }
 
-impl From<SubmitError> for Error {
-    fn from(e: SubmitError) -> Error {
+impl From<PersistError> for Error {
+    fn from(e: PersistError) -> Error {
         match e {
-            SubmitError::Store(e) => e.into(),
-            SubmitError::Storage(e) => e.into(),
+            PersistError::Store(e) => e.into(),
+            PersistError::Storage(e) => e.into(),
         }
     }
 }

@@ -138,12 +138,7 @@ pub async fn create(State(ctx): State<ApiContext>, caller: Caller, req: Request)
         bytes: json.len() as i64,
         created_at: now_ms(),
     };
-    // The object first: a row always names a complete object.
-    ctx.runner.storage.put_bytes(&row.storage_key, json.into()).await?;
-    if let Err(e) = ctx.runner.store.insert_system(&row).await {
-        let _ = ctx.runner.storage.delete_prefix(&format!("systems/{id}")).await;
-        return Err(e.into());
-    }
+    systems::store_imported(&ctx.runner.store, &ctx.runner.storage, &row, json).await?;
     let mut r = (StatusCode::CREATED, axum::Json(summary(&row, Some(&file)))).into_response();
     if let Ok(v) = HeaderValue::from_str(&format!("/v1/systems/{id}")) {
         r.headers_mut().insert(header::LOCATION, v);
@@ -169,9 +164,6 @@ pub async fn list(State(ctx): State<ApiContext>, caller: Caller) -> ApiResult<Re
 /// queued fails with `system_not_found`.
 pub async fn delete(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): UrlPath<String>) -> ApiResult<Response> {
     let row = owned_system(&ctx, &caller, &id).await?;
-    ctx.runner.store.delete_system(&row.id).await?;
-    if let Err(e) = ctx.runner.storage.delete_prefix(&format!("systems/{}", row.id)).await {
-        tracing::warn!(system = %row.id, "cannot delete the stored system file: {e}");
-    }
+    systems::delete_imported(&ctx.runner.store, &ctx.runner.storage, &row.id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

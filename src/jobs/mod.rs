@@ -55,3 +55,13 @@ pub mod worker;
 pub use model::{InputKind, InputSummary, Job, JobStatus};
 pub use store::{JobStore, NewJob, StoreError};
 pub use worker::{Runner, Workers};
+
+/// A failure of the job database or of the object store, for what writes to both (a job's input
+/// and row, an imported system's file and row).
+#[derive(Debug, thiserror::Error)]
+pub enum PersistError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Storage(#[from] crate::storage::StorageError),
+}

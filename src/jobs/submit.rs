@@ -10,16 +10,7 @@ use super::early_start::EarlyRun;
 use super::model::Job;
 use super::store::{Inserted, NewJob, StoreError};
 use super::worker::Runner;
-use crate::storage::StorageError;
-
-/// Why a job could not be created: the database or the store failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SubmitError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Storage(#[from] StorageError),
-}
+use super::PersistError;
 
 /// What the job cache knows a decoded cube by: its content digest (samples, shape, type, bbl and
 /// no-data), and the digest of the metadata its results carry (`CubeMeta::carried_digest`).
@@ -62,7 +53,7 @@ pub async fn existing_job(runner: &Runner, owner: &str, digest: &str) -> Result<
 
 /// The owner's live job of `new`'s digest, or `new` queued with its input stored from scratch under
 /// `scratch_token` (see [`insert_stored`]).
-pub async fn enqueue(runner: &Runner, new: NewJob, scratch_token: Option<&str>) -> Result<Inserted, SubmitError> {
+pub async fn enqueue(runner: &Runner, new: NewJob, scratch_token: Option<&str>) -> Result<Inserted, PersistError> {
     if let Some(job) = existing_job(runner, &new.owner, &new.digest).await? {
         return Ok(Inserted::Existing(job));
     }
@@ -72,7 +63,7 @@ pub async fn enqueue(runner: &Runner, new: NewJob, scratch_token: Option<&str>) 
 /// Stores the input from scratch under `scratch_token` (if any) at `new.input_location`, then inserts
 /// the job: queued, or claimed by this instance when `early` already computes it. A live job of the
 /// same owner and digest that was inserted meanwhile is answered instead (and `early` dropped).
-pub async fn insert_stored(runner: &Runner, new: NewJob, scratch_token: Option<&str>, early: Option<EarlyRun>) -> Result<Inserted, SubmitError> {
+pub async fn insert_stored(runner: &Runner, new: NewJob, scratch_token: Option<&str>, early: Option<EarlyRun>) -> Result<Inserted, PersistError> {
     let location = new.input_location.clone();
     // The input is in its final place before the row exists: a queued job always has its input.
     if let Some(token) = scratch_token {

@@ -6,7 +6,7 @@
 
 use crate::jobs::model::{product, Job};
 use crate::jobs::store::{JobStore, StoreError, SystemRow};
-use crate::jobs::JobStatus;
+use crate::jobs::{JobStatus, PersistError};
 use crate::mnf::result::Metadata;
 use crate::mnf::system_file::{Source, SystemFile, SystemFileError};
 use crate::storage::{Storage, StorageError};
@@ -126,6 +126,26 @@ pub async fn of_job(storage: &Storage, job: &Job) -> Result<SystemFile, ResolveE
 pub async fn of_imported(storage: &Storage, row: &SystemRow) -> Result<SystemFile, ResolveError> {
     let bytes = storage.get_bytes(&row.storage_key).await?;
     SystemFile::from_json(&bytes).map_err(|source| ResolveError::Unreadable { id: row.id.clone(), source })
+}
+
+/// Stores an imported system file (`POST /v1/systems`): the object first, so that a row always
+/// names a complete object; a row that cannot be inserted takes its object with it.
+pub async fn store_imported(store: &JobStore, storage: &Storage, row: &SystemRow, json: Vec<u8>) -> Result<(), PersistError> {
+    storage.put_bytes(&row.storage_key, json.into()).await?;
+    if let Err(e) = store.insert_system(row).await {
+        let _ = storage.delete_prefix(&format!("systems/{}", row.id)).await;
+        return Err(e.into());
+    }
+    Ok(())
+}
+
+/// Deletes an imported system: its row, then its file (a file left behind is logged).
+pub async fn delete_imported(store: &JobStore, storage: &Storage, id: &str) -> Result<(), StoreError> {
+    store.delete_system(id).await?;
+    if let Err(e) = storage.delete_prefix(&format!("systems/{id}")).await {
+        tracing::warn!(system = %id, "cannot delete the stored system file: {e}");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Removing jobs: a client's cancel or delete ([`cancel_or_delete`]), and the upkeep loop that
+//! Removing jobs: a client's cancel or delete ([`cancel_or_delete`], [`delete_batch`]), and the upkeep loop that
 //! deletes finished jobs past the retention ([`expire_once`]) and sweeps the uploads finished jobs
 //! left behind (`sweep`). A removed job's files and job cache entries go with it ([`purge_files`]).
 
@@ -44,6 +44,26 @@ pub async fn purge_files(runner: &Runner, job: &Job) {
             tracing::warn!(job = %job.id, "cannot delete {p}: {e}");
         }
     }
+}
+
+/// Deletes a batch (`DELETE /v1/batches/{id}`): its row, then each member (canceled if it still
+/// runs, then deleted with its files), then the files the batch stored.
+pub async fn delete_batch(runner: &Runner, batch_id: &str) -> Result<(), StoreError> {
+    // The row first: a member whose statistics end meanwhile then finds no batch to compute a system
+    // for, and a system stored meanwhile is removed by whoever stored it (`jobs::batch`).
+    runner.store.delete_batch(batch_id).await?;
+    for job in runner.store.batch_jobs(batch_id).await? {
+        if !job.status.is_finished() && runner.store.cancel(&job.id).await? {
+            runner.cancel(&job.id);
+        }
+        runner.store.delete(&job.id).await?;
+        purge_files(runner, &job).await;
+    }
+    runner.job_may_have_ended();
+    if let Err(e) = runner.storage.delete_prefix(&super::batch::storage_prefix(batch_id)).await {
+        tracing::warn!(batch = %batch_id, "cannot delete the batch's files: {e}");
+    }
+    Ok(())
 }
 
 /// Deletes finished jobs (rows and files) older than `retention`, at most once a minute; and the
