@@ -28,8 +28,8 @@
 # Memory: each instance's VmHWM (peak resident set, the mapped uploads included) and RssAnon (its heap)
 # are sampled every 0.5 s from /proc/PID/status, and both must stay below MEM_BOUND_MB = 400 MB. Why:
 # one worker runs one job at a time, and the largest job here is a long one: a 300 x 260 x 224 int16
-# cube, 35 MB as uploaded and mapped, 140 MB once decoded to f64 (the CPU backend decodes it in blocks
-# of lines); its outputs are small (3 components, 1 MB); an upload or a download in flight streams in
+# cube, 35 MB as uploaded and mapped, 140 MB were it all decoded to f64 at once (the CPU backend
+# decodes it in blocks of lines); its outputs are small (3 components, 1 MB); an upload or a download in flight streams in
 # parts of a few MB; the job cache's finished documents are a few KB here. Measured on two cores:
 # peaks of 205-264 MB VmHWM and 179-205 MB RssAnon per instance. 400 MB is 1.5 times the highest
 # peak: allocator noise stays under it, while memory kept per job at the scale of a cube (a decoded
