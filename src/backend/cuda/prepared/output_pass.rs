@@ -6,7 +6,7 @@ use cudarc::driver::CudaEvent;
 use rayon::prelude::*;
 
 use super::CudaCube;
-use crate::backend::cuda::device::{cuda, dtoh_async, event, is_registered, PinnedBuf};
+use crate::backend::cuda::device::{cuda, dtoh_async, event, is_registered, DevBuf, PinnedBuf, Pooled};
 use crate::backend::cuda::kernels::{self, DevPtr, Pixels, MAX_CONST_T, PX_KP};
 use crate::backend::cuda::Route;
 use crate::backend::{BackendError, ChunkDone};
@@ -23,6 +23,36 @@ struct OutputPass<'a> {
     /// Floats per output pixel (k, or all bands for the inverse).
     stride: usize,
     denoise: bool,
+}
+
+/// The device operands of one output pass and the kernels they were prepared for.
+struct Operands<'c> {
+    used: Pooled<'c, DevBuf>,
+    means: Pooled<'c, DevBuf>,
+    /// The bands the inverse passes through unchanged.
+    unused: Pooled<'c, DevBuf>,
+    n_unused: usize,
+    /// T (u × k, float32) in device memory.
+    matrix: Pooled<'c, DevBuf>,
+    cublas: bool,
+    /// cuBLAS route: one chunk's used bands, centred (chunk pixels × u, float32).
+    xu: Option<Pooled<'c, DevBuf>>,
+    w16: Option<W16<'c>>,
+    /// project_px: components per pass, T's padded width, and T padded in device memory (None: in
+    /// constant memory).
+    use_px: bool,
+    kp: usize,
+    kpad: usize,
+    t_pad: Option<Pooled<'c, DevBuf>>,
+}
+
+/// The operands of the 2-byte integer fast path (see `OutputPass::w16_operands`).
+struct W16<'c> {
+    /// Components per pass.
+    kp: usize,
+    t: Pooled<'c, DevBuf>,
+    centre: Pooled<'c, DevBuf>,
+    corr: Pooled<'c, DevBuf>,
 }
 
 impl OutputPass<'_> {
@@ -164,7 +194,12 @@ impl CudaCube<'_> {
         let w16 = match kernels::w16_project_kp(k, b) {
             Some(kw) if !cublas && !pass.denoise && kern.wide && kernels::w16_eligible(t, b) && !self.be.constant_projection => {
                 let (t_full, centre, corr) = pass.w16_operands(kw, b);
-                Some((kw, self.dev_from(&t_full)?, self.dev_from(&centre)?, self.dev_from(&corr)?))
+                Some(W16 {
+                    kp: kw,
+                    t: self.dev_from(&t_full)?,
+                    centre: self.dev_from(&centre)?,
+                    corr: self.dev_from(&corr)?,
+                })
             }
             _ => None,
         };
@@ -182,7 +217,6 @@ impl CudaCube<'_> {
         } else {
             None
         };
-        let t_pad_ptr = t_pad_dev.as_ref().map(|d| DevPtr::of(d));
         // The constant-memory T is shared by every user of the module: hold the lock for the pass.
         let _const_guard = if use_px && !smem_t {
             let g = self.be.const_lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -229,6 +263,20 @@ impl CudaCube<'_> {
             Some(self.dev(chunk_px * u * 4)?)
         } else {
             None
+        };
+        let ops = Operands {
+            used: used_dev,
+            means: means_dev,
+            unused: unused_dev,
+            n_unused: unused.len(),
+            matrix: t_dev,
+            cublas,
+            xu,
+            w16,
+            use_px,
+            kp,
+            kpad,
+            t_pad: t_pad_dev,
         };
         // Page-locked output (registered with this backend, e.g. by the benchmark as PyTorch's pinned
         // output): the downloads write straight into it and nothing is copied on the host. Otherwise
@@ -296,7 +344,6 @@ impl CudaCube<'_> {
                 (raw, v, Some(s))
             };
             let dst = DevPtr::of(&dev_out[slot]);
-            let (used_p, means_p) = (DevPtr::of(&used_dev), DevPtr::of(&means_dev));
             let px = Pixels {
                 raw,
                 valid,
@@ -304,71 +351,7 @@ impl CudaCube<'_> {
                 bands: b as i32,
                 t,
             };
-            if cublas {
-                let xu = DevPtr::of(xu.as_ref().expect("allocated for cuBLAS"));
-                kern.convert_centred_used(
-                    &self.compute,
-                    px,
-                    used_p,
-                    u as i32,
-                    means_p,
-                    xu,
-                )?;
-                let blas = self.be.blas.as_ref().expect("cuBLAS route has a handle");
-                let blas = blas.lock().unwrap_or_else(|e| e.into_inner());
-                blas.gemm_project(&self.compute, xu.addr(), npix, u, t_dev.ptr(), k, dst.addr())?;
-            } else if let Some((kw, t_full, centre, corr)) = w16.as_ref() {
-                debug_assert_eq!(raw.addr() % 16, 0, "project_w16 reads 16-byte words");
-                kern.project_w16(
-                    &self.compute,
-                    *kw,
-                    px,
-                    DevPtr::of(t_full),
-                    DevPtr::of(centre),
-                    DevPtr::of(corr),
-                    k as i32,
-                    dst,
-                )?;
-            } else if use_px {
-                kern.project_px(
-                    &self.compute,
-                    t_pad_ptr,
-                    kp,
-                    px,
-                    used_p,
-                    u as i32,
-                    means_p,
-                    kpad as i32,
-                    k as i32,
-                    dst,
-                )?;
-            } else {
-                // The inverse writes band used[r] of each pixel and adds its mean back; the projection
-                // writes the k components in order.
-                let (out_col, add_mean) = if pass.denoise { (Some(used_p), Some(means_p)) } else { (None, None) };
-                kern.project(
-                    &self.compute,
-                    px,
-                    used_p,
-                    u as i32,
-                    means_p,
-                    DevPtr::of(&t_dev),
-                    k as i32,
-                    dst,
-                    stride as i32,
-                    out_col,
-                    add_mean,
-                )?;
-                if pass.denoise {
-                    kern.pass_through(
-                        &self.compute,
-                        px,
-                        DevPtr::of(&unused_dev),
-                        unused.len() as i32,
-                        dst,
-                    )?;
-                }
-            }
+            self.transform_chunk(pass, &ops, px, dst)?;
             if let Some(s) = stream_slot {
                 self.release_slot(s)?;
             }
@@ -418,6 +401,82 @@ impl CudaCube<'_> {
             self.store_timeline();
         }
         monitor.tick(stage, 1.0)?;
+        Ok(())
+    }
+
+    /// Launches the transform of one chunk (`px`) into `dst` with the kernels `ops` was prepared for:
+    /// cuBLAS, the 2-byte integer fast path, project_px, or the generic kernel (and, for the inverse,
+    /// the unused bands passed through).
+    fn transform_chunk(&self, pass: &OutputPass, ops: &Operands, px: Pixels, dst: DevPtr<f32>) -> Result<(), BackendError> {
+        let kern = &self.be.kernels;
+        let (u, k, stride) = (pass.used.len(), pass.k, pass.stride);
+        let npix = px.npix as usize;
+        let (used_p, means_p) = (DevPtr::of(&ops.used), DevPtr::of(&ops.means));
+        if ops.cublas {
+            let xu = DevPtr::of(ops.xu.as_ref().expect("allocated for cuBLAS"));
+            kern.convert_centred_used(
+                &self.compute,
+                px,
+                used_p,
+                u as i32,
+                means_p,
+                xu,
+            )?;
+            let blas = self.be.blas.as_ref().expect("cuBLAS route has a handle");
+            let blas = blas.lock().unwrap_or_else(|e| e.into_inner());
+            blas.gemm_project(&self.compute, xu.addr(), npix, u, ops.matrix.ptr(), k, dst.addr())?;
+        } else if let Some(w) = ops.w16.as_ref() {
+            debug_assert_eq!(px.raw.addr() % 16, 0, "project_w16 reads 16-byte words");
+            kern.project_w16(
+                &self.compute,
+                w.kp,
+                px,
+                DevPtr::of(&w.t),
+                DevPtr::of(&w.centre),
+                DevPtr::of(&w.corr),
+                k as i32,
+                dst,
+            )?;
+        } else if ops.use_px {
+            kern.project_px(
+                &self.compute,
+                ops.t_pad.as_ref().map(|d| DevPtr::of(d)),
+                ops.kp,
+                px,
+                used_p,
+                u as i32,
+                means_p,
+                ops.kpad as i32,
+                k as i32,
+                dst,
+            )?;
+        } else {
+            // The inverse writes band used[r] of each pixel and adds its mean back; the projection
+            // writes the k components in order.
+            let (out_col, add_mean) = if pass.denoise { (Some(used_p), Some(means_p)) } else { (None, None) };
+            kern.project(
+                &self.compute,
+                px,
+                used_p,
+                u as i32,
+                means_p,
+                DevPtr::of(&ops.matrix),
+                k as i32,
+                dst,
+                stride as i32,
+                out_col,
+                add_mean,
+            )?;
+            if pass.denoise {
+                kern.pass_through(
+                    &self.compute,
+                    px,
+                    DevPtr::of(&ops.unused),
+                    ops.n_unused as i32,
+                    dst,
+                )?;
+            }
+        }
         Ok(())
     }
 }

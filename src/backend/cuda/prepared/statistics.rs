@@ -40,6 +40,35 @@ impl StatBufs<'_> {
     }
 }
 
+/// The mask of a pass as `CudaCube::mask_setup` gives it: the ignore value, the mask band list on
+/// the device, and its length.
+type Mask<'c> = (f64, Pooled<'c, DevBuf>, i32);
+
+/// One statistics pass: what it computes, where its kernels read and write on the device, and the
+/// events it records.
+struct Pass<'p, 'c> {
+    spec: &'p StatsSpec,
+    mean_filter: bool,
+    bufs: &'p StatBufs<'c>,
+    mask: Option<&'p Mask<'c>>,
+    n_cross: DevPtr<f64>,
+    n_sum: DevPtr<f64>,
+    d_cross: DevPtr<f64>,
+    d_sum: DevPtr<f64>,
+    cnt_valid: DevPtr<u64>,
+    cnt_noise: DevPtr<u64>,
+    d_shift: DevPtr<f64>,
+    n_shift: DevPtr<f64>,
+    work: DevPtr<f32>,
+    /// Bytes of the noise results (the first of the results); all results; the counters follow them.
+    noise_bytes: usize,
+    results_bytes: usize,
+    /// Recorded on the compute stream once the noise results' download is queued.
+    ev_noise: CudaEvent,
+    /// Recorded on the copy stream after the last upload.
+    ev_upload: CudaEvent,
+}
+
 impl<'c> CudaCube<'c> {
     fn stat_bufs(&self) -> Result<StatBufs<'c>, BackendError> {
         let b = self.lay.bands;
@@ -182,30 +211,36 @@ impl CudaCube<'_> {
         };
         let t_shifts = wall.elapsed();
         let ctx = self.be.ctx.clone();
+        // The buffers live until the end of the pass (the stream is synchronized before it returns).
         let d_shift = self.dev_from(&data_shift)?;
         let n_shift = self.dev_from(&noise_shift)?;
         let bufs = self.stat_bufs()?;
         let work = self.dev(self.lay.chunk_pixels_max() * b * 4)?;
         let t_bufs = wall.elapsed();
         let off = StatBufs::offsets(b);
-        let (n_cross, n_sum, d_cross, d_sum) = (
-            DevPtr::at(&bufs.results, off[0]),
-            DevPtr::at(&bufs.results, off[1]),
-            DevPtr::at(&bufs.results, off[2]),
-            DevPtr::at(&bufs.results, off[3]),
-        );
-        let (cnt_valid, cnt_noise) = (DevPtr::at(&bufs.counters, 0), DevPtr::at(&bufs.counters, 8));
-        let (d_shift, n_shift, work) = (DevPtr::of(&d_shift), DevPtr::of(&n_shift), DevPtr::of(&work));
-        let n_chunks = self.lay.chunks();
-        let lb = self.lay.line_bytes();
-        let t = self.lay.t;
-        let k = &self.be.kernels;
         // Pooled buffers may be larger than asked: sizes come from the layout, never from .bytes().
         let results_bytes = 2 * (b * b + b) * 8;
         let mut host_res = self.pinned(results_bytes + COUNTERS_BYTES)?;
-        let ev_noise = event(&ctx, true)?;
+        let pass = Pass {
+            spec,
+            mean_filter,
+            bufs: &bufs,
+            mask: mask.as_ref(),
+            n_cross: DevPtr::at(&bufs.results, off[0]),
+            n_sum: DevPtr::at(&bufs.results, off[1]),
+            d_cross: DevPtr::at(&bufs.results, off[2]),
+            d_sum: DevPtr::at(&bufs.results, off[3]),
+            cnt_valid: DevPtr::at(&bufs.counters, 0),
+            cnt_noise: DevPtr::at(&bufs.counters, 8),
+            d_shift: DevPtr::of(&d_shift),
+            n_shift: DevPtr::of(&n_shift),
+            work: DevPtr::of(&work),
+            noise_bytes: off[2],
+            results_bytes,
+            ev_noise: event(&ctx, true)?,
+            ev_upload: event(&ctx, true)?,
+        };
         let ev_data = event(&ctx, true)?;
-        let ev_upload = event(&ctx, true)?;
         self.t0.record(&self.compute).map_err(cuda("cuEventRecord"))?;
         // Where the host's time goes before the first kernel (target hypermnf::timing, level debug).
         tracing::debug!(
@@ -217,171 +252,14 @@ impl CudaCube<'_> {
             events_ms = (wall.elapsed() - t_bufs).as_secs_f64() * 1e3,
             "statistics set-up"
         );
-        let noise_bytes = off[2];
-
+        let noise_bytes = pass.noise_bytes;
         if self.resident.is_some() {
-            // Upload and compute interleaved, chunk by chunk.
-            let key = MaskKey {
-                ignore: spec.ignore_value.map(f64::to_bits),
-                bands: spec.mask_bands.clone(),
-            };
-            if mask.is_some() && self.valid.is_none() {
-                self.valid = Some(self.dev(lines * samples)?);
-            }
-            let noise_chunk = |me: &Self, c: usize, valid: Option<DevPtr<u8>>| -> Result<(), BackendError> {
-                let (l0, l1) = me.lay.chunk(c);
-                let raw = DevPtr::of(&me.resident.as_ref().expect("resident").raw);
-                let g = me.noise_args(spec, 0, lines, l0, l1);
-                k.noise(
-                    &me.compute,
-                    mean_filter,
-                    raw,
-                    valid,
-                    t,
-                    g,
-                    n_shift,
-                    work,
-                    cnt_noise,
-                )?;
-                me.accumulate(&bufs.noise, work, (l1 - l0) * samples, n_cross, n_sum)
-            };
-            let data_chunk = |me: &Self, c: usize| -> Result<(), BackendError> {
-                let (l0, l1) = me.lay.chunk(c);
-                let raw = DevPtr::at(&me.resident.as_ref().expect("resident").raw, l0 * lb);
-                let vp = if mask.is_some() {
-                    Some(DevPtr::at(me.valid.as_ref().expect("mask"), l0 * samples))
-                } else {
-                    None
-                };
-                let npix = (l1 - l0) * samples;
-                let px = Pixels {
-                    raw,
-                    valid: vp,
-                    npix: npix as i64,
-                    bands: b as i32,
-                    t,
-                };
-                k.convert_shifted(&me.compute, px, d_shift, work)?;
-                me.accumulate(&bufs.data, work, npix, d_cross, d_sum)
-            };
-            // The data rows of chunk c are processed as soon as chunk c has arrived, its noise residuals
-            // once chunk c + 1 (the halo line below) has: measured on the H100 with the int16 fast paths,
-            // the statistics of one 121-line chunk take ~0.5 ms against ~0.6 ms for its upload, and
-            // processing chunk c − 1 only when chunk c had arrived left a whole chunk of work behind the
-            // last upload (~0.9 ms); now only the last piece's data and the last two pieces' noise are.
-            // Per-chunk timeline (device: data done, noise done; host: enqueued), logged at debug level.
-            let trace = tracing::enabled!(target: "hypermnf::timing", tracing::Level::DEBUG);
-            let mut data_evs: Vec<CudaEvent> = Vec::new();
-            let mut noise_evs: Vec<CudaEvent> = Vec::new();
-            let mut host_ms: Vec<f64> = Vec::new();
-            let mark = |me: &Self, evs: &mut Vec<CudaEvent>| -> Result<(), BackendError> {
-                if trace {
-                    let e = event(&ctx, true)?;
-                    e.record(&me.compute).map_err(cuda("cuEventRecord"))?;
-                    evs.push(e);
-                }
-                Ok(())
-            };
-            for c in 0..n_chunks {
-                self.ensure_chunk(c)?;
-                if let Some((v, list, n_mask)) = &mask {
-                    // Recomputed even when cached: the valid count of this pass comes from here.
-                    self.mask_chunk_resident(c, *v, list, *n_mask, Some(cnt_valid))?;
-                }
-                data_chunk(self, c)?;
-                mark(self, &mut data_evs)?;
-                let valid = self.valid.as_ref().filter(|_| mask.is_some()).map(|v| DevPtr::of(v));
-                if c > 0 {
-                    noise_chunk(self, c - 1, valid)?;
-                    mark(self, &mut noise_evs)?;
-                }
-                if trace {
-                    host_ms.push(wall.elapsed().as_secs_f64() * 1e3);
-                }
-                monitor.tick(Stage::Statistics, c as f64 / n_chunks as f64)?;
-            }
-            ev_upload.record(&self.copy).map_err(cuda("cuEventRecord"))?;
-            let valid = self.valid.as_ref().filter(|_| mask.is_some()).map(|v| DevPtr::of(v));
-            noise_chunk(self, n_chunks - 1, valid)?;
-            mark(self, &mut noise_evs)?;
-            self.finish(&bufs.noise, n_cross, n_sum)?;
-            // SAFETY: host_res lives until the synchronize calls below.
-            unsafe { self.download_noise(&bufs, &mut host_res, noise_bytes, results_bytes)? };
-            ev_noise.record(&self.compute).map_err(cuda("cuEventRecord"))?;
-            if mask.is_some() {
-                self.mask_key = Some(key);
-            }
-            self.finish(&bufs.data, d_cross, d_sum)?;
-            if trace {
-                self.compute.synchronize().map_err(cuda("cuStreamSynchronize"))?;
-                self.copy.synchronize().map_err(cuda("cuStreamSynchronize"))?;
-                let res = self.resident.as_ref().expect("resident");
-                for c in 0..n_chunks {
-                    let (l0, l1) = self.lay.chunk(c);
-                    tracing::debug!(
-                        target: "hypermnf::timing",
-                        chunk = c,
-                        lines = l1 - l0,
-                        arrived_ms = self.elapsed(&res.arrived[c]),
-                        data_done_ms = self.elapsed(&data_evs[c]),
-                        noise_done_ms = self.elapsed(&noise_evs[c]),
-                        host_enqueued_ms = host_ms[c],
-                        "statistics chunk (device: ms from the pass's first kernel; host: from its start)"
-                    );
-                }
-            }
+            self.resident_sums(&pass, &mut host_res, wall, monitor)?;
         } else {
-            // Streamed: each chunk (with its halo lines) once, noise and data together.
-            for c in 0..n_chunks {
-                let (l0, l1) = self.lay.chunk(c);
-                let (slot, b0, blines) = self.load_slot(c, 1)?;
-                let slots = self.slots.as_ref().expect("streamed");
-                let raw = DevPtr::of(&slots.raw[slot]);
-                let vbuf = &slots.valid[slot];
-                let valid = if let Some((v, list, n_mask)) = &mask {
-                    let before = l0 - b0;
-                    let lines = [before, l1 - l0, blines - before - (l1 - l0)];
-                    self.mask_slot(raw, vbuf, lines, (*v, list, *n_mask), cnt_valid)?;
-                    Some(DevPtr::of(vbuf))
-                } else {
-                    None
-                };
-                let g = self.noise_args(spec, b0, blines, l0, l1);
-                k.noise(
-                    &self.compute,
-                    mean_filter,
-                    raw,
-                    valid,
-                    t,
-                    g,
-                    n_shift,
-                    work,
-                    cnt_noise,
-                )?;
-                let npix = (l1 - l0) * samples;
-                self.accumulate(&bufs.noise, work, npix, n_cross, n_sum)?;
-                let before = l0 - b0;
-                let vp = valid.map(|v| v.skip(before * samples));
-                let px = Pixels {
-                    raw: raw.skip(before * lb),
-                    valid: vp,
-                    npix: npix as i64,
-                    bands: b as i32,
-                    t,
-                };
-                k.convert_shifted(&self.compute, px, d_shift, work)?;
-                self.accumulate(&bufs.data, work, npix, d_cross, d_sum)?;
-                self.release_slot(slot)?;
-                monitor.tick(Stage::Statistics, c as f64 / n_chunks as f64)?;
-            }
-            ev_upload.record(&self.copy).map_err(cuda("cuEventRecord"))?;
-            self.finish(&bufs.noise, n_cross, n_sum)?;
-            self.finish(&bufs.data, d_cross, d_sum)?;
-            // SAFETY: as above.
-            unsafe { self.download_noise(&bufs, &mut host_res, noise_bytes, results_bytes)? };
-            ev_noise.record(&self.compute).map_err(cuda("cuEventRecord"))?;
+            self.streamed_sums(&pass, &mut host_res, monitor)?;
         }
-        // SAFETY: as above.
+        let Pass { ev_noise, ev_upload, .. } = pass;
+        // SAFETY: host_res lives until the synchronize calls below.
         unsafe {
             dtoh_async(
                 &mut host_res.as_mut_slice()[noise_bytes..results_bytes],
@@ -435,6 +313,191 @@ impl CudaCube<'_> {
             noise,
             masked_pixels: total - n_valid,
         })
+    }
+
+    /// Resident cube: upload and compute interleaved, chunk by chunk. The data rows of chunk c are
+    /// processed as soon as chunk c has arrived, its noise residuals once chunk c + 1 (the halo line
+    /// below) has: measured on the H100 with the int16 fast paths, the statistics of one 121-line chunk
+    /// take ~0.5 ms against ~0.6 ms for its upload, and processing chunk c − 1 only when chunk c had
+    /// arrived left a whole chunk of work behind the last upload (~0.9 ms); now only the last piece's
+    /// data and the last two pieces' noise are. The noise results are downloaded before the data
+    /// covariance is finished, so that the host's noise work overlaps it.
+    fn resident_sums(
+        &mut self,
+        p: &Pass,
+        host_res: &mut PinnedBuf,
+        wall: Instant,
+        monitor: &Monitor,
+    ) -> Result<(), BackendError> {
+        let (lines, samples) = (self.lay.lines, self.lay.samples);
+        let n_chunks = self.lay.chunks();
+        let key = MaskKey {
+            ignore: p.spec.ignore_value.map(f64::to_bits),
+            bands: p.spec.mask_bands.clone(),
+        };
+        if p.mask.is_some() && self.valid.is_none() {
+            self.valid = Some(self.dev(lines * samples)?);
+        }
+        // Per-chunk timeline (device: data done, noise done; host: enqueued), logged at debug level.
+        let trace = tracing::enabled!(target: "hypermnf::timing", tracing::Level::DEBUG);
+        let mut data_evs: Vec<CudaEvent> = Vec::new();
+        let mut noise_evs: Vec<CudaEvent> = Vec::new();
+        let mut host_ms: Vec<f64> = Vec::new();
+        let mark = |me: &Self, evs: &mut Vec<CudaEvent>| -> Result<(), BackendError> {
+            if trace {
+                let e = event(&me.be.ctx, true)?;
+                e.record(&me.compute).map_err(cuda("cuEventRecord"))?;
+                evs.push(e);
+            }
+            Ok(())
+        };
+        for c in 0..n_chunks {
+            self.ensure_chunk(c)?;
+            if let Some((v, list, n_mask)) = p.mask {
+                // Recomputed even when cached: the valid count of this pass comes from here.
+                self.mask_chunk_resident(c, *v, list, *n_mask, Some(p.cnt_valid))?;
+            }
+            self.resident_data_chunk(p, c)?;
+            mark(self, &mut data_evs)?;
+            let valid = self.valid.as_ref().filter(|_| p.mask.is_some()).map(|v| DevPtr::of(v));
+            if c > 0 {
+                self.resident_noise_chunk(p, c - 1, valid)?;
+                mark(self, &mut noise_evs)?;
+            }
+            if trace {
+                host_ms.push(wall.elapsed().as_secs_f64() * 1e3);
+            }
+            monitor.tick(Stage::Statistics, c as f64 / n_chunks as f64)?;
+        }
+        p.ev_upload.record(&self.copy).map_err(cuda("cuEventRecord"))?;
+        let valid = self.valid.as_ref().filter(|_| p.mask.is_some()).map(|v| DevPtr::of(v));
+        self.resident_noise_chunk(p, n_chunks - 1, valid)?;
+        mark(self, &mut noise_evs)?;
+        self.finish(&p.bufs.noise, p.n_cross, p.n_sum)?;
+        // SAFETY: host_res lives until the caller's synchronize calls.
+        unsafe { self.download_noise(p.bufs, host_res, p.noise_bytes, p.results_bytes)? };
+        p.ev_noise.record(&self.compute).map_err(cuda("cuEventRecord"))?;
+        if p.mask.is_some() {
+            self.mask_key = Some(key);
+        }
+        self.finish(&p.bufs.data, p.d_cross, p.d_sum)?;
+        if trace {
+            self.compute.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+            self.copy.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+            let res = self.resident.as_ref().expect("resident");
+            for c in 0..n_chunks {
+                let (l0, l1) = self.lay.chunk(c);
+                tracing::debug!(
+                    target: "hypermnf::timing",
+                    chunk = c,
+                    lines = l1 - l0,
+                    arrived_ms = self.elapsed(&res.arrived[c]),
+                    data_done_ms = self.elapsed(&data_evs[c]),
+                    noise_done_ms = self.elapsed(&noise_evs[c]),
+                    host_enqueued_ms = host_ms[c],
+                    "statistics chunk (device: ms from the pass's first kernel; host: from its start)"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Resident cube: the noise residuals of chunk c and their sums.
+    fn resident_noise_chunk(&self, p: &Pass, c: usize, valid: Option<DevPtr<u8>>) -> Result<(), BackendError> {
+        let (l0, l1) = self.lay.chunk(c);
+        let raw = DevPtr::of(&self.resident.as_ref().expect("resident").raw);
+        let g = self.noise_args(p.spec, 0, self.lay.lines, l0, l1);
+        self.be.kernels.noise(
+            &self.compute,
+            p.mean_filter,
+            raw,
+            valid,
+            self.lay.t,
+            g,
+            p.n_shift,
+            p.work,
+            p.cnt_noise,
+        )?;
+        self.accumulate(&p.bufs.noise, p.work, (l1 - l0) * self.lay.samples, p.n_cross, p.n_sum)
+    }
+
+    /// Resident cube: the shifted data rows of chunk c and their sums.
+    fn resident_data_chunk(&self, p: &Pass, c: usize) -> Result<(), BackendError> {
+        let samples = self.lay.samples;
+        let (l0, l1) = self.lay.chunk(c);
+        let raw = DevPtr::at(&self.resident.as_ref().expect("resident").raw, l0 * self.lay.line_bytes());
+        let vp = if p.mask.is_some() {
+            Some(DevPtr::at(self.valid.as_ref().expect("mask"), l0 * samples))
+        } else {
+            None
+        };
+        let npix = (l1 - l0) * samples;
+        let px = Pixels {
+            raw,
+            valid: vp,
+            npix: npix as i64,
+            bands: self.lay.bands as i32,
+            t: self.lay.t,
+        };
+        self.be.kernels.convert_shifted(&self.compute, px, p.d_shift, p.work)?;
+        self.accumulate(&p.bufs.data, p.work, npix, p.d_cross, p.d_sum)
+    }
+
+    /// Streamed cube: each chunk (with its halo lines) once, noise and data together.
+    fn streamed_sums(&mut self, p: &Pass, host_res: &mut PinnedBuf, monitor: &Monitor) -> Result<(), BackendError> {
+        let (samples, b, t) = (self.lay.samples, self.lay.bands, self.lay.t);
+        let lb = self.lay.line_bytes();
+        let n_chunks = self.lay.chunks();
+        let k = &self.be.kernels;
+        for c in 0..n_chunks {
+            let (l0, l1) = self.lay.chunk(c);
+            let (slot, b0, blines) = self.load_slot(c, 1)?;
+            let slots = self.slots.as_ref().expect("streamed");
+            let raw = DevPtr::of(&slots.raw[slot]);
+            let vbuf = &slots.valid[slot];
+            let valid = if let Some((v, list, n_mask)) = p.mask {
+                let before = l0 - b0;
+                let lines = [before, l1 - l0, blines - before - (l1 - l0)];
+                self.mask_slot(raw, vbuf, lines, (*v, list, *n_mask), p.cnt_valid)?;
+                Some(DevPtr::of(vbuf))
+            } else {
+                None
+            };
+            let g = self.noise_args(p.spec, b0, blines, l0, l1);
+            k.noise(
+                &self.compute,
+                p.mean_filter,
+                raw,
+                valid,
+                t,
+                g,
+                p.n_shift,
+                p.work,
+                p.cnt_noise,
+            )?;
+            let npix = (l1 - l0) * samples;
+            self.accumulate(&p.bufs.noise, p.work, npix, p.n_cross, p.n_sum)?;
+            let before = l0 - b0;
+            let vp = valid.map(|v| v.skip(before * samples));
+            let px = Pixels {
+                raw: raw.skip(before * lb),
+                valid: vp,
+                npix: npix as i64,
+                bands: b as i32,
+                t,
+            };
+            k.convert_shifted(&self.compute, px, p.d_shift, p.work)?;
+            self.accumulate(&p.bufs.data, p.work, npix, p.d_cross, p.d_sum)?;
+            self.release_slot(slot)?;
+            monitor.tick(Stage::Statistics, c as f64 / n_chunks as f64)?;
+        }
+        p.ev_upload.record(&self.copy).map_err(cuda("cuEventRecord"))?;
+        self.finish(&p.bufs.noise, p.n_cross, p.n_sum)?;
+        self.finish(&p.bufs.data, p.d_cross, p.d_sum)?;
+        // SAFETY: host_res lives until the caller's synchronize calls.
+        unsafe { self.download_noise(p.bufs, host_res, p.noise_bytes, p.results_bytes)? };
+        p.ev_noise.record(&self.compute).map_err(cuda("cuEventRecord"))?;
+        Ok(())
     }
 }
 
