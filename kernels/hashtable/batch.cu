@@ -1,5 +1,6 @@
 // hypermnf GPU hash table: the batch kernels (one operation per lane, served by its group) and the audit.
-// Part of the hash-table program that src/hashtable/gpu.rs hands NVRTC as one source: kernels/hashtable/table.cuh, kernels/hashtable/group_ops.cuh, then this file.
+// Part of the hash-table program that src/hashtable/gpu.rs hands NVRTC as one source:
+// kernels/hashtable/table.cuh, kernels/hashtable/group_ops.cuh, then this file.
 
 // ---------------------------------------------------------------- batch kernels
 // Warp-cooperative work sharing: each lane brings one operation; the group of GROUP lanes serves

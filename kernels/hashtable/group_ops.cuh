@@ -1,5 +1,6 @@
 // hypermnf GPU hash table: the operations a group of GROUP lanes performs together on one key.
-// Part of the hash-table program that src/hashtable/gpu.rs hands NVRTC as one source: kernels/hashtable/table.cuh, then this file, then kernels/hashtable/batch.cu.
+// Part of the hash-table program that src/hashtable/gpu.rs hands NVRTC as one source:
+// kernels/hashtable/table.cuh, then this file, then kernels/hashtable/batch.cu.
 
 // ---------------------------------------------------------------- cooperative operations
 // Every function below is called by all lanes of a group with the same arguments and

@@ -13,7 +13,8 @@
 //!   (a header claiming 2^40 x 2^40 x 224 must be refused from its numbers, not by a failed allocation).
 //!
 //! Inputs per parser: HYPERMNF_FUZZ_CASES (default 2000: a few seconds for all of them in a debug
-//! build); `scripts/fuzz.sh` runs 10^6 per parser. PROPTEST_RNG_SEED fixes the seed.//!
+//! build); `scripts/fuzz.sh` runs 10^6 per parser. PROPTEST_RNG_SEED fixes the seed.
+//!
 //! One test binary, so that the allocation peak is one counter for one process: the targets are in
 //! tests/fuzz_parsers/ by parser; the allocator, the runner and the shared generators are here.
 

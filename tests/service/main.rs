@@ -1,6 +1,7 @@
 //! The HTTP service end to end: a real server on a loopback port with its real SQLite database in a
 //! temporary data dir, driven over real HTTP (reqwest); and a real `hypermnf serve` process killed
-//! with SIGKILL while a job runs, then started again on the same data dir.//!
+//! with SIGKILL while a job runs, then started again on the same data dir.
+//!
 //! The tests are grouped by subject in tests/service/: uploads, jobs, hostile requests, restarts; the
 //! helpers they share are here.
 

@@ -64,6 +64,7 @@ mod tests {
     use super::*;
     use crate::cube::{ByteOrder, DataType};
 
+    /// Chunks cover every line once, in order; a resident layout's last full chunk is cut in four.
     #[test]
     fn chunk_bounds_cover_the_lines_and_split_the_tail() {
         let t = RawType::of(DataType::I16, ByteOrder::Little);
