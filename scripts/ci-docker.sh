@@ -144,7 +144,7 @@ assert svcs["hypermnf-a"]["build"]["dockerfile"] == "docker/Dockerfile"
 print("compose.cluster.yaml: ok (postgres, garage, hypermnf-a, hypermnf-b)")
 
 # The monitoring overlay: Prometheus scrapes the cluster's two instances by their service names, and
-# Grafana is provisioned with the dashboard (tests/service.rs checks its queries against /metrics).
+# Grafana is provisioned with the dashboard (tests/service/jobs.rs checks its queries against /metrics).
 import json, os
 with open("docker/compose.monitoring.yaml") as f:
     mon = yaml.safe_load(f)["services"]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Structured fuzzing of the parsers that read what strangers send (tests/fuzz_parsers.rs): the ENVI
+# Structured fuzzing of the parsers that read what strangers send (tests/fuzz_parsers/): the ENVI
 # header, ENVI data sizes and offsets, .npy files and .npy uploads, multipart uploads and the query
 # parameters. Runs N generated inputs per parser (default 10^6; scripts/test.sh runs a shorter pass)
 # and prints, per parser, the inputs run, the time taken and what they came to. Exits non-zero on any

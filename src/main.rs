@@ -34,6 +34,8 @@ enum BenchCommand {
     Cpu(hypermnf::bench::cpu::Args),
     /// The GPU backends side by side.
     Gpu(hypermnf::bench::gpu::Args),
+    /// The eigen step (float64 generalized eigenproblem) by every solver, per band count.
+    Eigen(hypermnf::bench::eigen::Args),
     /// The GPU hash table of the job cache.
     Hashtable(hypermnf::bench::hashtable::Args),
     /// The HTTP service over loopback.
@@ -118,6 +120,7 @@ fn main() -> ExitCode {
         Command::Bench { which } => match which {
             BenchCommand::Cpu(a) => hypermnf::bench::cpu::run(&a),
             BenchCommand::Gpu(a) => hypermnf::bench::gpu::run(&a),
+            BenchCommand::Eigen(a) => hypermnf::bench::eigen::run(&a),
             BenchCommand::Hashtable(a) => hypermnf::bench::hashtable::run(&a),
             BenchCommand::Service(a) => hypermnf::bench::service::run(&a),
             BenchCommand::Batch(a) => hypermnf::bench::batch::run(&a),

@@ -1,7 +1,7 @@
 // Kernels of `hypermnf bench hashtable` only (src/bench/hashtable/kernels.rs): the find variants it
 // measures beside ht_find, its key generators and tallies, the published linear-probing table it
 // compares with, and the device ceilings. Not a program of its own: NVRTC compiles it appended to
-// kernels/hashtable.cu (whose types, device functions and ST_*/OP_* codes it uses), with the same
+// kernels/hashtable/ (whose types, device functions and ST_*/OP_* codes it uses), with the same
 // options, into a module of its own; the service never loads it.
 
 // ---------------------------------------------------------------- find variants (benchmark rows)

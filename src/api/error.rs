@@ -170,7 +170,7 @@ impl From<StorageError> for Error {
             // both, after its retries, as `Generic`): to retry, as with the database. Its specific
             // answers (a refusal of our credentials, a missing object, a failed precondition) are
             // not an outage, and stay what they were.
-            StorageError::Store { ref source, .. } if matches!(**source, object_store::Error::Generic { .. }) => {
+            ref outage if outage.is_unavailable() => {
                 tracing::warn!("the object store is unavailable: {e}");
                 Error::new(StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable", "the object store cannot be reached now; retry shortly")
             }

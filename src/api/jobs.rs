@@ -17,7 +17,7 @@ use super::upload::SMALL_BODY_MAX;
 use super::{params, ApiContext};
 use crate::jobs::model::product;
 use crate::jobs::upkeep;
-use crate::jobs::JobStatus;
+use crate::jobs::{Job, JobStatus};
 
 // ---------------------------------------------------------------------------------------------------
 // POST /v1/jobs
@@ -138,8 +138,7 @@ pub async fn get(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): Url
     let wait = wait_param(query.as_deref())?;
     if wait.is_zero() {
         // The common status read: no waiter registered with the runner.
-        let job = owned_job(&ctx, &caller, &id).await?;
-        return Ok(job_response(StatusCode::OK, &job, false));
+        return status_read(&ctx, &caller, &id).await.map(|(_, r)| r);
     }
     let deadline = tokio::time::Instant::now() + wait;
     loop {
@@ -147,12 +146,39 @@ pub async fn get(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): Url
         let ended = ctx.runner.job_ended();
         tokio::pin!(ended);
         ended.as_mut().enable();
-        let job = owned_job(&ctx, &caller, &id).await?;
+        let (job, response) = status_read(&ctx, &caller, &id).await?;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         if job.status.is_finished() || left.is_zero() {
-            return Ok(job_response(StatusCode::OK, &job, false));
+            return Ok(response);
         }
         let _ = tokio::time::timeout(left.min(WAIT_RECHECK), ended).await;
+    }
+}
+
+/// The header that marks a job document answered from this instance's memory because the database
+/// cannot be reached; its value says why (`database_unavailable`).
+pub const STALE_HEADER: &str = "x-hypermnf-stale";
+
+/// One status read of the caller's job, and its 200 answer. While the database cannot be reached, a
+/// job this instance has seen succeed (the job cache keeps the rows of the newest succeeded jobs) is
+/// still answered, from that copy and marked with [`STALE_HEADER`]: a succeeded job's document no
+/// longer changes, short of a deletion. Any other job gets the 503.
+async fn status_read(ctx: &ApiContext, caller: &Caller, id: &str) -> ApiResult<(Job, Response)> {
+    match owned_job(ctx, caller, id).await {
+        Ok(job) => {
+            ctx.runner.cache.remember_finished(&job);
+            let response = job_response(StatusCode::OK, &job, false);
+            Ok((job, response))
+        }
+        Err(e) if e.code() == "database_unavailable" => match ctx.runner.cache.finished_job(id) {
+            Some(job) if job.owner == caller.owner => {
+                let mut response = job_response(StatusCode::OK, &job, false);
+                response.headers_mut().insert(STALE_HEADER, HeaderValue::from_static("database_unavailable"));
+                Ok((job, response))
+            }
+            _ => Err(e),
+        },
+        Err(e) => Err(e),
     }
 }
 

@@ -12,7 +12,8 @@
 //! - the CPU backend through `mnf::run`.
 //!
 //! With `--devices` naming two or more devices, each scale also gets the several-device rows: `mnf::run`
-//! on each device alone, on the cube split over all of them (`--split-cube`), and the job rate of a
+//! on each device alone, the split's floor (every device copying its share of lines at once from the
+//! pinned cube), `mnf::run` on the cube split over all of them (`--split-cube`), and the job rate of a
 //! stream of cubes on one device against all of them (one job per device at a time), all from the
 //! same page-locked cube (portable registration, so every device copies it directly).
 //!
@@ -478,6 +479,10 @@ fn several_device_rows(cube: &Cube, scale: usize, k: usize, args: &Args, ordinal
         alone.push(t.0);
         rows.push(Row::new(scale, lines, format!("device {d} alone ({}): mnf::run, pinned input", b.device()), t, args.runs));
     }
+    // The floor of the split: every device copying its share of lines at once, from the pinned cube.
+    let line_bytes = cube.raw().len() / lines.max(1);
+    let floor = CudaBackend::time_shared_upload(&refs, cube.raw(), line_bytes, args.warmup, args.runs)?;
+    rows.push(Row::new(scale, lines, format!("floor: {} devices copying their shares at once (pinned)", devs.len()), floor, args.runs));
     let parts: Vec<Arc<dyn crate::backend::Backend>> = devs.iter().map(|b| b.clone() as Arc<dyn crate::backend::Backend>).collect();
     let split = SplitBackend::new(parts, SplitMode::Always)?;
     let t = time_runs(args.warmup, args.runs, || {
@@ -492,7 +497,7 @@ fn several_device_rows(cube: &Cube, scale: usize, k: usize, args: &Args, ordinal
     let mut row = Row::new(
         scale,
         lines,
-        format!("split over {} devices: mnf::run, pinned input ({:.2}x device {} alone)", devs.len(), t.0 / alone[0], ordinals[0]),
+        format!("split over {} devices: mnf::run, pinned input ({:.2}x device {} alone, {:.2}x the floor)", devs.len(), t.0 / alone[0], ordinals[0], t.0 / floor.0),
         t,
         args.runs,
     );

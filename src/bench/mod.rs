@@ -1,6 +1,7 @@
 //! Benchmark programs (`hypermnf bench ...`): numbers for BENCHMARKS.md, never timed tests.
 pub mod batch;
 pub mod cpu;
+pub mod eigen;
 pub mod flightline;
 #[cfg(feature = "gdal")]
 pub mod formats;

@@ -1,5 +1,5 @@
 //! The CPU twin of the GPU table: the same cells, hashing, claim order and eviction rule as
-//! `kernels/hashtable.cu`, run sequentially (see the module doc of [`crate::hashtable`]). Every
+//! `kernels/hashtable/`, run sequentially (see the module doc of [`crate::hashtable`]). Every
 //! change to a device function must be mirrored here; `tests/gpu_hashtable.rs` compares cell dumps.
 
 use super::{

@@ -1,4 +1,4 @@
-//! The GPU table: owns its CUDA context handle and the kernels of `kernels/hashtable.cu`, compiled
+//! The GPU table: owns its CUDA context handle and the kernels of `kernels/hashtable/`, compiled
 //! once per process with NVRTC for compute capability 9.0 (the 128-bit atomicCAS needs sm_90).
 //!
 //! Creating a table on a machine without a usable GPU returns [`HashTableError::NoDevice`] (or
@@ -21,12 +21,16 @@ use super::{
 
 /// The table's kernels; `hypermnf bench hashtable` compiles its own kernels appended to it
 /// (src/bench/hashtable/kernels.rs).
-pub(crate) const SOURCE: &str = include_str!("../../kernels/hashtable.cu");
+pub(crate) const SOURCE: &str = concat!(
+    include_str!("../../kernels/hashtable/table.cuh"),
+    include_str!("../../kernels/hashtable/group_ops.cuh"),
+    include_str!("../../kernels/hashtable/batch.cu"),
+);
 
 /// Threads per block of every launch (a multiple of the 32-lane warp, which the groups of 4 need).
 pub(crate) const BLOCK: u32 = 256;
 
-/// Mixed-kernel operation codes (kernels/hashtable.cu `OP_*`).
+/// Mixed-kernel operation codes (kernels/hashtable/table.cuh `OP_*`).
 pub(crate) const OP_FIND: u32 = 0;
 pub(crate) const OP_INSERT: u32 = 1;
 pub(crate) const OP_ERASE: u32 = 2;
@@ -35,7 +39,7 @@ pub(crate) fn drv<E: std::fmt::Debug>(e: E) -> HashTableError {
     HashTableError::Driver(format!("{e:?}"))
 }
 
-/// Most operations per thread in a tile of `ht_insert_rest` (kernels/hashtable.cu
+/// Most operations per thread in a tile of `ht_insert_rest` (kernels/hashtable/batch.cu
 /// `REST_MAX_PER_THREAD`).
 const REST_MAX_PER_THREAD: u64 = 32;
 /// Blocks that `ht_insert_rest` aims for: tiles grow (up to 32 operations per thread) only once a
@@ -109,7 +113,7 @@ pub struct Device {
     pub(crate) stream: Arc<CudaStream>,
     _module: Arc<CudaModule>,
     pub(crate) k: Kernels,
-    /// The NVRTC options `kernels/hashtable.cu` was compiled with (development knobs included).
+    /// The NVRTC options `kernels/hashtable/` was compiled with (development knobs included).
     pub(crate) options: Vec<String>,
     name: String,
 }
@@ -223,7 +227,7 @@ impl Device {
     }
 }
 
-/// NVRTC options of `kernels/hashtable.cu` without the development knobs: the 128-bit integers of
+/// NVRTC options of `kernels/hashtable/` without the development knobs: the 128-bit integers of
 /// the 128-bit atomicCAS, C++17.
 pub(crate) fn base_options() -> Vec<String> {
     vec!["--device-int128".to_string(), "-std=c++17".to_string()]

@@ -1,6 +1,6 @@
 //! The job cache's index: a fixed-capacity hash table from 64-bit keys (the first 8 bytes of a
 //! content digest) to 64-bit values (handles), in GPU memory ([`GpuHashTable`], kernels in
-//! `kernels/hashtable.cu`) with a sequential CPU twin ([`CpuHashTable`]) that follows the same
+//! `kernels/hashtable/`) with a sequential CPU twin ([`CpuHashTable`]) that follows the same
 //! hashing, layout, eviction rule and results.
 //!
 //! # Layout
@@ -196,7 +196,7 @@ pub use gpu::GpuHashTable;
 pub const EMPTY_KEY: u64 = 0;
 /// Reserved for future markers; rejected as a key.
 pub const RESERVED_KEY: u64 = u64::MAX;
-/// Cells per bucket (cell 0 is metadata): 64 bytes. kernels/hashtable.cu `GROUP` is the same number.
+/// Cells per bucket (cell 0 is metadata): 64 bytes. kernels/hashtable/table.cuh `GROUP` is the same number.
 pub const BUCKET_CELLS: usize = 4;
 /// Entry slots per bucket.
 pub const SLOTS_PER_BUCKET: usize = BUCKET_CELLS - 1;
@@ -209,7 +209,7 @@ pub const SALT2: u64 = 0x9e37_79b9_7f4a_7c15;
 /// Largest table accepted, in cells (2^32 cells = 64 GiB).
 pub const MAX_CELLS: u64 = 1 << 32;
 
-/// Device status codes (kernels/hashtable.cu `ST_*`).
+/// Device status codes (kernels/hashtable/table.cuh `ST_*`).
 pub(crate) mod status {
     pub const MISS: u32 = 0;
     pub const FOUND: u32 = 1;
@@ -236,7 +236,7 @@ pub enum HashTableError {
     OldDevice(i32, i32),
     #[error("the table needs {need} bytes of device memory, {free} are free")]
     OutOfDeviceMemory { need: u64, free: u64 },
-    #[error("compiling the hash-table kernels (kernels/hashtable.cu or a design compared with it) with NVRTC failed: {0}")]
+    #[error("compiling the hash-table kernels (kernels/hashtable/ or a design compared with it) with NVRTC failed: {0}")]
     Compile(String),
     #[error("CUDA driver error: {0}")]
     Driver(String),
@@ -359,7 +359,7 @@ pub fn bucket_pair(key: u64, bucket_mask: u64) -> (u64, u64) {
 /// The overflow tag of a key: one of the 32 bits of a bucket's tag word, from bits 48..53 of
 /// `fmix64(key)` (bucket indices use at most the low 30). Before a key is placed in its b2, b1's tag
 /// word gets this tag; a lookup that misses in b1 reads b2 only when its tag is set there.
-/// kernels/hashtable.cu `overflow_tag` is the same function.
+/// kernels/hashtable/table.cuh `overflow_tag` is the same function.
 #[inline]
 pub fn overflow_tag(key: u64) -> u32 {
     1u32 << ((fmix64(key) >> 48) & 31)

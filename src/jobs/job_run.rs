@@ -552,6 +552,10 @@ impl JobRun {
             Ok(true) => {
                 s.metrics.succeeded.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(job = %id, "job succeeded");
+                // Its row as recorded, for status reads while the database is down (best effort).
+                if let Ok(Some(job)) = s.store.get(id).await {
+                    s.cache.remember_finished(&job);
+                }
                 true
             }
             Ok(false) => {
@@ -592,6 +596,13 @@ impl JobRun {
                 tracing::error!(
                     job = %id,
                     "cannot write this instance's disk ({}); the job stays queued in effect: it runs again once its lease lapses",
+                    f.message
+                );
+            }
+            JobFailure::STORE_UNAVAILABLE => {
+                tracing::warn!(
+                    job = %id,
+                    "the object store cannot be reached ({}); the job stays queued in effect: it runs again once its lease lapses",
                     f.message
                 );
             }

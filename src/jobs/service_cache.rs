@@ -11,11 +11,16 @@
 //! * Device level: see [`crate::job_cache::DeviceLevel`]; on only for backends with device memory and
 //!   `--gpu-cache-bytes` > 0.
 //!
+//! * Finished documents: the rows of succeeded jobs this instance has seen succeed or read as
+//!   succeeded, the newest [`FINISHED_JOBS`] of them, so that `GET /v1/jobs/{id}` can still answer
+//!   for them while the database cannot be reached (a succeeded job's document changes no more; it
+//!   can only be deleted). Never used while the database answers.
+//!
 //! The indexes are rebuilt from the rows at start; an entry is removed when its job is deleted or
 //! expires ([`ServiceCache::forget_job`]). Index failures (a GPU index that stops working, say) are
 //! logged and read as misses: the cache may lose speed, never a job.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use anyhow::Context;
@@ -116,10 +121,41 @@ impl DeviceLevels {
     }
 }
 
+/// How many succeeded jobs' rows [`ServiceCache`] keeps for status reads during a database outage.
+/// A row is about 1 KB (its parameters, input summary and result keys), so at most a few MB.
+pub const FINISHED_JOBS: usize = 4096;
+
+/// The rows of the newest succeeded jobs, by id; the oldest goes first once `capacity` is reached.
+struct FinishedJobs {
+    jobs: HashMap<String, Job>,
+    /// Ids in the order they came in (a forgotten id stays until its turn, then removes nothing).
+    order: VecDeque<String>,
+    capacity: usize,
+}
+
+impl FinishedJobs {
+    fn new(capacity: usize) -> Self {
+        FinishedJobs { jobs: HashMap::new(), order: VecDeque::new(), capacity }
+    }
+
+    fn insert(&mut self, job: &Job) {
+        if self.jobs.insert(job.id.clone(), job.clone()).is_some() {
+            return; // already in line
+        }
+        self.order.push_back(job.id.clone());
+        while self.order.len() > self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.jobs.remove(&old);
+            }
+        }
+    }
+}
+
 pub struct ServiceCache {
     index: Mutex<JobCache>,
     device: Option<DeviceLevels>,
     owned: Mutex<HashMap<String, Owned>>,
+    finished: Mutex<FinishedJobs>,
     store: JobStore,
     storage: Storage,
 }
@@ -148,9 +184,31 @@ impl ServiceCache {
             index: Mutex::new(index),
             device: (settings.gpu_cache_bytes > 0).then(|| DeviceLevels::new(settings.gpu_cache_bytes)),
             owned: Mutex::new(HashMap::new()),
+            finished: Mutex::new(FinishedJobs::new(FINISHED_JOBS)),
             store,
             storage,
         })
+    }
+
+    fn finished(&self) -> MutexGuard<'_, FinishedJobs> {
+        self.finished.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A job's row as just read from the database or recorded: kept if it succeeded (for
+    /// [`ServiceCache::finished_job`]), dropped otherwise.
+    pub fn remember_finished(&self, job: &Job) {
+        let mut finished = self.finished();
+        if job.status == JobStatus::Succeeded {
+            finished.insert(job);
+        } else {
+            finished.jobs.remove(&job.id);
+        }
+    }
+
+    /// The row of succeeded job `id` as this instance last saw it, if it still keeps it: for status
+    /// reads while the database cannot be reached, and only then (the database is the truth).
+    pub fn finished_job(&self, id: &str) -> Option<Job> {
+        self.finished().jobs.get(id).cloned()
     }
 
     fn index(&self) -> MutexGuard<'_, JobCache> {
@@ -378,9 +436,10 @@ impl ServiceCache {
         self.owned().insert(id.to_string(), owned);
     }
 
-    /// A job was deleted (or expired): its entries leave the indexes. Its eigen system rows went with
-    /// its row, and its files with its results.
+    /// A job was deleted (or expired): its entries leave the indexes, and its row the finished
+    /// documents. Its eigen system rows went with its row, and its files with its results.
     pub fn forget_job(&self, job_id: &str) {
+        self.finished().jobs.remove(job_id);
         let Some(owned) = self.owned().remove(job_id) else { return };
         let mut index = self.index();
         if let Some((key, h)) = owned.result {
@@ -519,6 +578,32 @@ mod tests {
         assert_eq!((s.result.entries, s.statistics.entries), (0, 0));
         here.adopt_job("no-such-job").await;
         assert_eq!(here.report().levels.result.entries, 0);
+    }
+
+    /// The finished documents keep succeeded jobs only, the newest `capacity` of them, and lose a
+    /// job when it is forgotten (deleted or expired).
+    #[tokio::test]
+    async fn finished_documents_are_bounded_and_forgotten() {
+        let (cache, store, _dir) = fixture().await;
+        let mut job = running_job(&store, "j5").await;
+        cache.remember_finished(&job);
+        assert!(cache.finished_job("j5").is_none(), "a running job is not kept");
+        job.status = JobStatus::Succeeded;
+        cache.remember_finished(&job);
+        assert_eq!(cache.finished_job("j5").map(|j| j.status), Some(JobStatus::Succeeded));
+        cache.forget_job("j5");
+        assert!(cache.finished_job("j5").is_none(), "deleted: gone");
+
+        let mut finished = FinishedJobs::new(3);
+        for n in 0..5 {
+            job.id = format!("k{n}");
+            finished.insert(&job);
+            finished.insert(&job); // read twice: still one place in line
+        }
+        let mut kept: Vec<_> = finished.jobs.keys().cloned().collect();
+        kept.sort();
+        assert_eq!(kept, ["k2", "k3", "k4"], "the newest three");
+        assert_eq!(finished.order.len(), 3);
     }
 
     /// A job canceled while it was being registered leaves nothing behind: no index entries, no

@@ -40,6 +40,13 @@ impl StorageError {
         matches!(self, StorageError::NotFound { .. })
     }
 
+    /// Whether the object store did not answer, or answered with its own failure (object_store
+    /// reports both, after its retries, as `Generic`): an outage to retry after. Its specific answers
+    /// (a refusal of our credentials, a missing object, a failed precondition) are not.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StorageError::Store { source, .. } if matches!(**source, object_store::Error::Generic { .. }))
+    }
+
     /// An object store error on `key`; the store's `NotFound` becomes [`StorageError::NotFound`],
     /// so that callers test one variant whichever store answered.
     pub(crate) fn store(store: &str, op: &'static str, key: &str, source: object_store::Error) -> StorageError {
@@ -53,9 +60,10 @@ impl StorageError {
         StorageError::Io { op, path: path.to_path_buf(), source }
     }
 
-    /// As an I/O error (for the cube readers' error type), keeping "not found" recognisable.
+    /// As an I/O error (for the cube readers' error type), keeping "not found" recognisable, and
+    /// this error inside it (`get_ref`), so that a job can tell a store outage from a bad input.
     pub fn into_io(self) -> std::io::Error {
         let kind = if self.is_not_found() { std::io::ErrorKind::NotFound } else { std::io::ErrorKind::Other };
-        std::io::Error::new(kind, self.to_string())
+        std::io::Error::new(kind, self)
     }
 }

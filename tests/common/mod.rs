@@ -1,4 +1,4 @@
-//! The in-process server the service test binaries share (tests/service.rs, tests/service_cache.rs):
+//! The in-process server the service test binaries share (tests/service/, tests/service_cache.rs):
 //! `hypermnf serve` on a free loopback port, on the CPU backend, with a client and the requests every
 //! test needs. Test-specific requests are added by each binary in its own `impl TestServer` block.
 #![allow(dead_code)] // each test binary uses a different subset

@@ -14,6 +14,7 @@ mod cublas;
 mod device;
 mod kernels;
 mod prepared;
+mod eigen_methods;
 mod solver;
 
 use std::sync::{Arc, Mutex};
@@ -38,6 +39,32 @@ pub fn device_count() -> Result<usize, BackendError> {
     device::device_count()
 }
 pub use prepared::{CudaCube, Timeline};
+pub use eigen_methods::EigenMethod;
+pub use solver::Solved as EigenSolved;
+
+/// The device's eigen step on its own (`hypermnf bench eigen`, the GPU tests): a context on one device
+/// and its cuSOLVER solver, made now, solving with any [`EigenMethod`].
+pub struct EigenBench {
+    solver: solver::DeviceEigen,
+    device_name: String,
+}
+
+impl EigenBench {
+    pub fn open(ordinal: usize) -> Result<EigenBench, BackendError> {
+        let ctx = device::open_context(ordinal)?;
+        let device_name = ctx.name().unwrap_or_else(|_| format!("CUDA device {ordinal}"));
+        Ok(EigenBench { solver: solver::DeviceEigen::new(&ctx)?, device_name })
+    }
+
+    pub fn device_name(&self) -> &str {
+        &self.device_name
+    }
+
+    /// One solve of C_D w = λ C_N w (n × n each) by `method`, with each step's device time when `timed`.
+    pub fn solve(&self, method: EigenMethod, cn: &[f64], cd: &[f64], n: usize, timed: bool) -> Result<EigenSolved, crate::mnf::eigen::SolverError> {
+        self.solver.solve_using(method, cn, cd, n, timed)
+    }
+}
 
 /// Which GPU implementation runs the passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -342,6 +369,49 @@ impl CudaBackend {
         } else {
             times[times.len() / 2]
         };
+        Ok((med, times.first().copied().unwrap_or(f64::NAN)))
+    }
+
+    /// The floor of a cube split over `backends`: `bytes` cut into one contiguous share of whole
+    /// `unit`s (lines) per device, as the split cuts a cube, every device copying its share at once
+    /// from the same page-locked memory (`bytes` must be registered for all of them:
+    /// [`CudaBackend::register_host_shared`]). Host clock from the first copy queued to the last one
+    /// done; (median, min) ms of `runs` after `warmup`.
+    pub fn time_shared_upload(backends: &[&CudaBackend], bytes: &[u8], unit: usize, warmup: usize, runs: usize) -> Result<(f64, f64), BackendError> {
+        if backends.is_empty() || unit == 0 || bytes.len() % unit != 0 {
+            return Err(BackendError::Invalid(format!("{} devices, {} bytes in units of {unit}", backends.len(), bytes.len())));
+        }
+        if let Some(b) = backends.iter().find(|b| !device::is_registered(&b.registry, bytes)) {
+            return Err(BackendError::Invalid(format!("the cube is not page-locked for device {}", b.ordinal)));
+        }
+        let units = bytes.len() / unit;
+        let d = backends.len();
+        let mut lanes = Vec::with_capacity(d);
+        for (i, b) in backends.iter().enumerate() {
+            let share = &bytes[units * i / d * unit..units * (i + 1) / d * unit];
+            b.ctx.bind_to_thread().map_err(device::cuda("cuCtxSetCurrent"))?;
+            let dst = device::DevBuf::alloc(&b.ctx, share.len().max(1))?;
+            let stream = b.ctx.new_stream().map_err(device::cuda("cuStreamCreate"))?;
+            lanes.push((b, share, dst, stream));
+        }
+        let mut times = Vec::with_capacity(runs);
+        for i in 0..warmup + runs {
+            let t = std::time::Instant::now();
+            for (b, share, dst, stream) in &lanes {
+                b.ctx.bind_to_thread().map_err(device::cuda("cuCtxSetCurrent"))?;
+                // SAFETY: `bytes` (page-locked for this context) outlives the copy, which is
+                // synchronized below before the next run or the return.
+                unsafe { device::htod_async(dst.ptr(), share, stream)? };
+            }
+            for (_, _, _, stream) in &lanes {
+                stream.synchronize().map_err(device::cuda("cuStreamSynchronize"))?;
+            }
+            if i >= warmup {
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        times.sort_by(|x, y| x.total_cmp(y));
+        let med = times.get(times.len() / 2).copied().unwrap_or(f64::NAN);
         Ok((med, times.first().copied().unwrap_or(f64::NAN)))
     }
 

@@ -30,6 +30,7 @@ use crate::mnf::eigen::{GeneralizedEigenSolver, SolverError};
 
 use super::cublas::Blas;
 use super::device::{cuda, dtoh_async, htod_async, DevBuf, PinnedBuf};
+use super::eigen_methods::{EigenMethod, MethodPlan};
 
 /// Bands the workspace is sized for (and the warm-up solve run at) when the solver is created: more
 /// than the 224 of AVIRIS, so the first job neither allocates nor loads kernels the warm-up missed.
@@ -37,7 +38,19 @@ const WARM_BANDS: usize = 256;
 
 /// Device events of one timed solve (`hypermnf::timing` at debug level): before the upload, after the
 /// upload, potrf, the two whitening trsm, syevd, the back-transform trsm, and the download.
-const TIMED_STEPS: [&str; 6] = ["h2d", "potrf", "trsm_whiten", "syevd", "trsm_back", "d2h"];
+pub(crate) const TIMED_STEPS: [&str; 6] = ["h2d", "potrf", "trsm_whiten", "eigen", "trsm_back", "d2h"];
+
+/// One solve's answer with what the benchmark reports of it.
+pub struct Solved {
+    /// Eigenvalues (ascending; the method's `pairs(n)` of them, the rest unset) and W = L⁻ᵀ V (n × n,
+    /// column-major; its first `pairs` columns set).
+    pub values: Vec<f64>,
+    pub w: Vec<f64>,
+    /// Device time of each of [`TIMED_STEPS`] (ms), when asked for.
+    pub steps_ms: Option<Vec<f32>>,
+    /// Sweeps a Jacobi solve ran.
+    pub sweeps: Option<i32>,
+}
 
 pub(crate) struct DeviceEigen {
     /// The library handles and the workspace, used by one solve at a time.
@@ -126,11 +139,13 @@ struct Workspace {
     capacity: usize,
     mats: Option<DevBuf>,
     staging: Option<PinnedBuf>,
-    /// The potrf/syevd workspace, `work_len` float64.
+    /// The potrf/eigensolver workspace, `work_len` float64.
     work: Option<DevBuf>,
     work_len: usize,
-    /// (n, potrf lwork, syevd lwork) of the last size queried.
-    lwork: Option<(usize, i32, i32)>,
+    /// (n, potrf lwork) of the last size queried.
+    lwork: Option<(usize, i32)>,
+    /// The eigensolvers' plans for the sizes and methods seen (a few: one per method and size).
+    plans: Vec<MethodPlan>,
     /// Timing events, made at the first timed solve.
     events: Vec<CudaEvent>,
 }
@@ -138,9 +153,9 @@ struct Workspace {
 const F64: usize = std::mem::size_of::<f64>();
 
 impl Workspace {
-    /// Buffers for n bands (grown if needed) and the two workspace sizes; returns (lwork potrf,
-    /// lwork syevd).
-    fn ensure(&mut self, ctx: &Arc<CudaContext>, handle: sol::cusolverDnHandle_t, n: usize) -> Result<(i32, i32), BackendError> {
+    /// Buffers for n bands (grown if needed), potrf's workspace size and the index of `method`'s plan
+    /// at n in `plans`.
+    fn ensure(&mut self, ctx: &Arc<CudaContext>, handle: sol::cusolverDnHandle_t, n: usize, method: EigenMethod) -> Result<(i32, usize), BackendError> {
         let lay = Layout { n };
         if n > self.capacity || self.mats.is_none() || self.staging.is_none() {
             let cap = Layout { n: n.max(self.capacity) };
@@ -148,52 +163,45 @@ impl Workspace {
             self.mats = None;
             self.staging = None;
             self.lwork = None;
+            self.plans.clear();
             self.mats = Some(DevBuf::alloc(ctx, cap.mats_len() * F64)?);
             self.staging = Some(PinnedBuf::alloc(ctx, cap.staging_len() * F64)?);
             self.capacity = cap.n;
         }
-        let (lp, ls) = match self.lwork {
-            Some((m, lp, ls)) if m == n => (lp, ls),
+        let lp = match self.lwork {
+            Some((m, lp)) if m == n => lp,
             _ => {
                 let ni = i32::try_from(n).map_err(|_| BackendError::Invalid(format!("{n} bands is too many for cuSOLVER")))?;
                 let mats = self.mats.as_ref().expect("allocated above");
-                let (pl, pa, pw) = (
-                    mats.at(lay.l() * F64) as *mut f64,
-                    mats.at(lay.a() * F64) as *const f64,
-                    mats.at(lay.values() * F64) as *const f64,
-                );
-                let (mut lp, mut ls) = (0i32, 0i32);
+                let pl = mats.at(lay.l() * F64) as *mut f64;
+                let mut lp = 0i32;
                 // SAFETY: a valid handle; the matrices lie in `mats` (n × n, lda = n), which the queries
                 // do not read; out-pointers to locals.
                 check("cusolverDnDpotrf_bufferSize", unsafe {
                     sol::cusolverDnDpotrf_bufferSize(handle, sol::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER, ni, pl, ni, &mut lp)
                 })?;
-                check("cusolverDnDsyevd_bufferSize", unsafe {
-                    sol::cusolverDnDsyevd_bufferSize(
-                        handle,
-                        sol::cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR,
-                        sol::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER,
-                        ni,
-                        pa,
-                        ni,
-                        pw,
-                        &mut ls,
-                    )
-                })?;
-                if lp < 0 || ls < 0 {
-                    return Err(BackendError::Cuda(format!("cuSOLVER asked for a negative workspace ({lp}, {ls})")));
+                if lp < 0 {
+                    return Err(BackendError::Cuda(format!("cuSOLVER asked for a negative workspace ({lp})")));
                 }
-                self.lwork = Some((n, lp, ls));
-                (lp, ls)
+                self.lwork = Some((n, lp));
+                lp
             }
         };
-        let need = (lp.max(ls) as usize).max(1);
+        let plan = match self.plans.iter().position(|p| p.n == n && p.method == method) {
+            Some(i) => i,
+            None => {
+                let mats = self.mats.as_ref().expect("allocated above");
+                self.plans.push(MethodPlan::new(handle, method, n, mats.at(lay.a() * F64), mats.at(lay.values() * F64))?);
+                self.plans.len() - 1
+            }
+        };
+        let need = (lp as usize).max(self.plans[plan].device_bytes.div_ceil(F64)).max(1);
         if self.work.is_none() || need > self.work_len {
             self.work = None;
             self.work = Some(DevBuf::alloc(ctx, need * F64)?);
             self.work_len = need;
         }
-        Ok((lp, ls))
+        Ok((lp, plan))
     }
 }
 
@@ -317,6 +325,12 @@ impl DeviceEigen {
     }
 
     fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
+        let timed = tracing::enabled!(target: "hypermnf::timing", tracing::Level::DEBUG);
+        self.solve_using(EigenMethod::for_bands(n), cn, cd, n, timed).map(|s| (s.values, s.w))
+    }
+
+    /// One solve by `method`, with the device time of each step when `timed`.
+    pub(crate) fn solve_using(&self, method: EigenMethod, cn: &[f64], cd: &[f64], n: usize, timed: bool) -> Result<Solved, SolverError> {
         let failed = |e: BackendError| SolverError::Failed(e.to_string());
         if n == 0 || cn.len() != n * n || cd.len() != n * n {
             return Err(SolverError::Failed(format!("bad shapes: n = {n}, C_N {} and C_D {} values", cn.len(), cd.len())));
@@ -326,8 +340,7 @@ impl DeviceEigen {
         let Inner { handle, blas, ws } = &mut *guard;
         let ctx = self.stream.context();
         ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent")).map_err(failed)?;
-        let (lwork_potrf, lwork_syevd) = ws.ensure(ctx, handle.0, n).map_err(failed)?;
-        let timed = tracing::enabled!(target: "hypermnf::timing", tracing::Level::DEBUG);
+        let (lwork_potrf, plan) = ws.ensure(ctx, handle.0, n, method).map_err(failed)?;
         if timed && ws.events.len() < TIMED_STEPS.len() + 1 {
             ws.events.clear();
             for _ in 0..=TIMED_STEPS.len() {
@@ -348,7 +361,8 @@ impl DeviceEigen {
         let mats = ws.mats.as_ref().expect("ensured");
         let work = ws.work.as_ref().expect("ensured");
         let events = if timed { &ws.events[..] } else { &[][..] };
-        let enqueued = self.enqueue(handle.0, blas, mats, work, (lwork_potrf, lwork_syevd), lay, up, down, events);
+        let plan = &mut ws.plans[plan];
+        let enqueued = self.enqueue(handle.0, blas, mats, work, lwork_potrf, plan, lay, up, down, events);
         let t_enqueued = Instant::now();
         // Synchronize even after a failed enqueue: copies already queued must not outlive this call's
         // use of the staging.
@@ -360,13 +374,14 @@ impl DeviceEigen {
         // down: W (n², column-major) | eigenvalues (n) | infos.
         let info_bits = down[nn + n].to_ne_bytes();
         let potrf_info = i32::from_ne_bytes(info_bits[..4].try_into().expect("4 bytes"));
-        let syevd_info = i32::from_ne_bytes(info_bits[4..].try_into().expect("4 bytes"));
+        let eigen_info = i32::from_ne_bytes(info_bits[4..].try_into().expect("4 bytes"));
+        let sweeps = plan.sweeps(handle.0);
         let result = if potrf_info > 0 {
             Err(SolverError::NotPositiveDefinite(potrf_info as usize))
         } else if potrf_info < 0 {
             Err(SolverError::Failed(format!("cusolverDnDpotrf: info = {potrf_info} (invalid argument)")))
-        } else if syevd_info != 0 {
-            Err(SolverError::Failed(format!("cusolverDnDsyevd: info = {syevd_info} (did not converge or invalid argument)")))
+        } else if eigen_info != 0 {
+            Err(SolverError::Failed(format!("{}: info = {eigen_info} (did not converge or invalid argument)", method.label())))
         } else {
             Ok((down[nn..nn + n].to_vec(), down[..nn].to_vec()))
         };
@@ -383,18 +398,14 @@ impl DeviceEigen {
             unpack_ms = ms(t_done, t_end),
             "eigen step on the device (host clock)"
         );
+        let mut steps_ms = None;
         if timed && events.len() > TIMED_STEPS.len() {
-            let steps: Vec<String> = TIMED_STEPS
-                .iter()
-                .enumerate()
-                .map(|(i, name)| match events[i].elapsed_ms(&events[i + 1]) {
-                    Ok(t) => format!("{name}={t:.3}"),
-                    Err(e) => format!("{name}=({e})"),
-                })
-                .collect();
-            tracing::debug!(target: "hypermnf::timing", n, device_ms = %steps.join(" "), "eigen step on the device (device clock, ms)");
+            let ms: Vec<f32> = (0..TIMED_STEPS.len()).map(|i| events[i].elapsed_ms(&events[i + 1]).unwrap_or(f32::NAN)).collect();
+            let steps: Vec<String> = TIMED_STEPS.iter().zip(&ms).map(|(name, t)| format!("{name}={t:.3}")).collect();
+            tracing::debug!(target: "hypermnf::timing", n, method = %method.label(), device_ms = %steps.join(" "), "eigen step on the device (device clock, ms)");
+            steps_ms = Some(ms);
         }
-        result
+        result.map(|(values, w)| Solved { values, w, steps_ms, sweeps })
     }
 
     /// Queues the upload, the five library calls and the download on the solver's stream. `events`
@@ -406,7 +417,8 @@ impl DeviceEigen {
         blas: &Blas,
         mats: &DevBuf,
         work: &DevBuf,
-        (lwork_potrf, lwork_syevd): (i32, i32),
+        lwork_potrf: i32,
+        plan: &mut MethodPlan,
         lay: Layout,
         up: &[f64],
         down: &mut [f64],
@@ -429,7 +441,7 @@ impl DeviceEigen {
         // SAFETY: `up` is page-locked staging that outlives the copy (the caller synchronizes before
         // releasing it); mats holds at least upload_len float64 from offset 0.
         unsafe { htod_async(mats.ptr(), as_bytes(&up[..lay.upload_len()]), stream)? };
-        // Both infos to 0, so a stale value can never be read (potrf and syevd overwrite them anyway).
+        // Both infos to 0, so a stale value can never be read (potrf and the eigensolver overwrite them).
         // SAFETY: 8 bytes at the info slot, inside mats.
         unsafe { result::memset_d8_async(pinfo, 0, F64, stream.cu_stream()) }.map_err(cuda("cuMemsetD8Async"))?;
         mark(1)?;
@@ -446,23 +458,10 @@ impl DeviceEigen {
         blas.dtrsm_lower(stream, true, false, n, pl, pa)?;
         blas.dtrsm_lower(stream, false, true, n, pl, pa)?;
         mark(3)?;
-        // SAFETY: n × n float64 at pa (lda = n), n eigenvalues at pw, lwork_syevd float64 of workspace
-        // (queried for this n), the second i32 of the info slot; all on the handle's stream. syevd reads
-        // the lower triangle only, so A needs no symmetrising.
-        check("cusolverDnDsyevd", unsafe {
-            sol::cusolverDnDsyevd(
-                handle,
-                sol::cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR,
-                lower,
-                ni,
-                pa as *mut f64,
-                ni,
-                pw as *mut f64,
-                work.ptr() as *mut f64,
-                lwork_syevd,
-                (pinfo + 4) as *mut i32,
-            )
-        })?;
+        // SAFETY: n × n float64 at pa (lda = n), n eigenvalues at pw, the plan's device workspace (the
+        // work buffer is sized for it in `ensure`), the second i32 of the info slot; all on the handle's
+        // stream. Every method reads the lower triangle only, so A needs no symmetrising.
+        unsafe { plan.enqueue(handle, pa, pw, work.ptr(), pinfo + 4)? };
         mark(4)?;
         // W = L⁻ᵀ V.
         blas.dtrsm_lower(stream, true, true, n, pl, pa)?;

@@ -3,7 +3,7 @@
 //! (`ht_insert`, `ht_find`, `ht_erase`, ...) from its module:
 //! * [`Kernels`] (`kernels/bench/hashtable_bench.cu`): the find variants measured beside `ht_find`,
 //!   the key generators and tallies, the linear-probing table and the device ceilings. They use the
-//!   types and device functions of `kernels/hashtable.cu`, so they are compiled appended to it, with
+//!   types and device functions of `kernels/hashtable/`, so they are compiled appended to it, with
 //!   the options the table was compiled with (its development knobs included).
 //! * [`DesignKernels`]: the four kernels of each published design (`kernels/bench/ht_hopscotch.cu`,
 //!   `kernels/bench/ht_slab.cu`), programs of their own, compiled with the table's options but

@@ -1,0 +1,254 @@
+//! The symmetric eigen step's alternatives in cuSOLVER: what `hypermnf bench eigen` compares and what
+//! the device solver picks from per size ([`EigenMethod::for_bands`]).
+//!
+//! Each method solves A = V Λ Vᵀ for the whitened n × n matrix A in place (V over A, Λ in `w`), on the
+//! solver's stream, with one `info` written on the device. The steps around it (potrf, the whitening
+//! and back-transform triangular solves, the copies) are the same for all of them (`solver.rs`).
+//! A [`MethodPlan`] holds what one method needs at one size between solves: its workspace sizes and
+//! the library objects (Jacobi parameters, the 64-bit API's params), so a solve at a size seen before
+//! queries and allocates nothing.
+
+use std::ffi::c_void;
+
+use cudarc::cusolver::sys as sol;
+
+use crate::backend::BackendError;
+
+/// One way of solving the symmetric eigenproblem of the whitened matrix.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum EigenMethod {
+    /// `cusolverDnDsyevd`: every pair, Householder tridiagonalisation then divide and conquer.
+    Syevd,
+    /// `cusolverDnXsyevd`: the same through the 64-bit generic API.
+    Xsyevd,
+    /// `cusolverDnDsyevdx`: the `top` largest pairs only (the components a job keeps).
+    Syevdx { top: usize },
+    /// `cusolverDnXsyevdx`: the same through the 64-bit generic API.
+    Xsyevdx { top: usize },
+    /// `cusolverDnDsyevj`: cyclic Jacobi to a tolerance (relative to ‖A‖_F) within a sweep limit.
+    Syevj { tol: f64, max_sweeps: i32 },
+    /// `cusolverDnXsyevBatched` with a batch of one (the batched API of CUDA 12.6+).
+    XsyevBatched,
+}
+
+impl EigenMethod {
+    /// The method the device solver uses at `n` bands: the fastest that held the float64 bounds of
+    /// `hypermnf bench eigen` at that size (BENCHMARKS.md, "Eigen") and returns every pair (a job's
+    /// metadata lists every eigenvalue, and denoising needs every vector).
+    pub fn for_bands(_n: usize) -> EigenMethod {
+        EigenMethod::Syevd
+    }
+
+    /// A short name for tables and JSON.
+    pub fn label(&self) -> String {
+        match self {
+            EigenMethod::Syevd => "syevd".into(),
+            EigenMethod::Xsyevd => "Xsyevd (64-bit)".into(),
+            EigenMethod::Syevdx { top } => format!("syevdx top {top}"),
+            EigenMethod::Xsyevdx { top } => format!("Xsyevdx top {top} (64-bit)"),
+            EigenMethod::Syevj { tol, max_sweeps } => format!("syevj tol {tol:.0e} sweeps {max_sweeps}"),
+            EigenMethod::XsyevBatched => "XsyevBatched (batch 1)".into(),
+        }
+    }
+
+    /// Pairs a solve returns at n bands, in ascending order of the eigenvalue in the leading columns of
+    /// V and entries of Λ (the top-k methods: the k largest).
+    pub fn pairs(&self, n: usize) -> usize {
+        match self {
+            EigenMethod::Syevdx { top } | EigenMethod::Xsyevdx { top } => (*top).min(n),
+            _ => n,
+        }
+    }
+}
+
+struct Params(sol::cusolverDnParams_t);
+impl Drop for Params {
+    fn drop(&mut self) {
+        // SAFETY: made by cusolverDnCreateParams, destroyed once.
+        unsafe {
+            sol::cusolverDnDestroyParams(self.0);
+        }
+    }
+}
+
+struct Jacobi(sol::syevjInfo_t);
+impl Drop for Jacobi {
+    fn drop(&mut self) {
+        // SAFETY: made by cusolverDnCreateSyevjInfo, destroyed once.
+        unsafe {
+            sol::cusolverDnDestroySyevjInfo(self.0);
+        }
+    }
+}
+
+fn check(what: &'static str, s: sol::cusolverStatus_t) -> Result<(), BackendError> {
+    if s == sol::cusolverStatus_t::CUSOLVER_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(BackendError::Cuda(format!("{what}: {s:?}")))
+    }
+}
+
+const R64: sol::cudaDataType = sol::cudaDataType::CUDA_R_64F;
+const VECTORS: sol::cusolverEigMode_t = sol::cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR;
+const LOWER: sol::cublasFillMode_t = sol::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER;
+const BY_INDEX: sol::cusolverEigRange_t = sol::cusolverEigRange_t::CUSOLVER_EIG_RANGE_I;
+
+/// One method at one size: its workspace needs and library objects.
+pub(crate) struct MethodPlan {
+    pub(crate) method: EigenMethod,
+    pub(crate) n: usize,
+    /// Device workspace, bytes.
+    pub(crate) device_bytes: usize,
+    /// Host workspace (the 64-bit API may ask for one).
+    host: Vec<u8>,
+    params: Option<Params>,
+    jacobi: Option<Jacobi>,
+}
+
+// SAFETY: the library objects are used by one thread at a time (the solver's Mutex).
+unsafe impl Send for MethodPlan {}
+
+impl MethodPlan {
+    /// Queries the workspace of `method` at n bands. `a` and `w` are device pointers of the right
+    /// sizes (the queries read neither).
+    pub(crate) fn new(handle: sol::cusolverDnHandle_t, method: EigenMethod, n: usize, a: u64, w: u64) -> Result<MethodPlan, BackendError> {
+        let ni = i32::try_from(n).map_err(|_| BackendError::Invalid(format!("{n} bands is too many for cuSOLVER")))?;
+        let nl = n as i64;
+        let (a, w) = (a as *mut f64, w as *mut f64);
+        let mut plan = MethodPlan { method, n, device_bytes: 0, host: Vec::new(), params: None, jacobi: None };
+        let generic = matches!(method, EigenMethod::Xsyevd | EigenMethod::Xsyevdx { .. } | EigenMethod::XsyevBatched);
+        if generic {
+            let mut p: sol::cusolverDnParams_t = std::ptr::null_mut();
+            // SAFETY: out-pointer to a local.
+            check("cusolverDnCreateParams", unsafe { sol::cusolverDnCreateParams(&mut p) })?;
+            plan.params = Some(Params(p));
+        }
+        let params = plan.params.as_ref().map_or(std::ptr::null_mut(), |p| p.0);
+        let (il, iu) = top_range(n, method.pairs(n));
+        let (mut dev, mut host) = (0usize, 0usize);
+        let mut lwork = 0i32;
+        // SAFETY (every query below): a valid handle; `a` and `w` are device buffers of n × n and n
+        // float64 that the queries do not read; out-pointers to locals.
+        match method {
+            EigenMethod::Syevd => {
+                check("cusolverDnDsyevd_bufferSize", unsafe { sol::cusolverDnDsyevd_bufferSize(handle, VECTORS, LOWER, ni, a, ni, w, &mut lwork) })?;
+            }
+            EigenMethod::Syevdx { .. } => {
+                let mut meig = 0i32;
+                check("cusolverDnDsyevdx_bufferSize", unsafe {
+                    sol::cusolverDnDsyevdx_bufferSize(handle, VECTORS, BY_INDEX, LOWER, ni, a, ni, 0.0, 0.0, il as i32, iu as i32, &mut meig, w, &mut lwork)
+                })?;
+            }
+            EigenMethod::Syevj { tol, max_sweeps } => {
+                let mut info: sol::syevjInfo_t = std::ptr::null_mut();
+                check("cusolverDnCreateSyevjInfo", unsafe { sol::cusolverDnCreateSyevjInfo(&mut info) })?;
+                plan.jacobi = Some(Jacobi(info));
+                check("cusolverDnXsyevjSetTolerance", unsafe { sol::cusolverDnXsyevjSetTolerance(info, tol) })?;
+                check("cusolverDnXsyevjSetMaxSweeps", unsafe { sol::cusolverDnXsyevjSetMaxSweeps(info, max_sweeps) })?;
+                check("cusolverDnDsyevj_bufferSize", unsafe { sol::cusolverDnDsyevj_bufferSize(handle, VECTORS, LOWER, ni, a, ni, w, &mut lwork, info) })?;
+            }
+            EigenMethod::Xsyevd => {
+                check("cusolverDnXsyevd_bufferSize", unsafe {
+                    sol::cusolverDnXsyevd_bufferSize(handle, params, VECTORS, LOWER, nl, R64, a as *const c_void, nl, R64, w as *const c_void, R64, &mut dev, &mut host)
+                })?;
+            }
+            EigenMethod::Xsyevdx { .. } => {
+                let (mut vl, mut vu, mut meig) = (0f64, 0f64, 0i64);
+                check("cusolverDnXsyevdx_bufferSize", unsafe {
+                    sol::cusolverDnXsyevdx_bufferSize(
+                        handle, params, VECTORS, BY_INDEX, LOWER, nl, R64, a as *const c_void, nl,
+                        &mut vl as *mut f64 as *mut c_void, &mut vu as *mut f64 as *mut c_void, il, iu, &mut meig,
+                        R64, w as *const c_void, R64, &mut dev, &mut host,
+                    )
+                })?;
+            }
+            EigenMethod::XsyevBatched => {
+                check("cusolverDnXsyevBatched_bufferSize", unsafe {
+                    sol::cusolverDnXsyevBatched_bufferSize(handle, params, VECTORS, LOWER, nl, R64, a as *const c_void, nl, R64, w as *const c_void, R64, &mut dev, &mut host, 1)
+                })?;
+            }
+        }
+        if lwork < 0 {
+            return Err(BackendError::Cuda(format!("cuSOLVER asked for a negative workspace ({lwork})")));
+        }
+        plan.device_bytes = dev.max(lwork as usize * std::mem::size_of::<f64>());
+        plan.host = vec![0u8; host];
+        Ok(plan)
+    }
+
+    /// Queues the eigensolve of the n × n matrix at `a` (overwritten by V), eigenvalues to `w`,
+    /// `info` (one i32) on the device, `work` of at least `device_bytes`.
+    ///
+    /// # Safety
+    /// `a`, `w`, `work` and `info` are device allocations of the sizes above, on the handle's stream,
+    /// alive until the stream has run this call.
+    pub(crate) unsafe fn enqueue(&mut self, handle: sol::cusolverDnHandle_t, a: u64, w: u64, work: u64, info: u64) -> Result<(), BackendError> {
+        let n = self.n;
+        let (ni, nl) = (n as i32, n as i64);
+        let (a, w, info) = (a as *mut f64, w as *mut f64, info as *mut i32);
+        let params = self.params.as_ref().map_or(std::ptr::null_mut(), |p| p.0);
+        let (il, iu) = top_range(n, self.method.pairs(n));
+        let lwork_f64 = (self.device_bytes / std::mem::size_of::<f64>()) as i32;
+        let (host_ptr, host_len) = (self.host.as_mut_ptr() as *mut c_void, self.host.len());
+        match self.method {
+            EigenMethod::Syevd => check("cusolverDnDsyevd", sol::cusolverDnDsyevd(handle, VECTORS, LOWER, ni, a, ni, w, work as *mut f64, lwork_f64, info)),
+            EigenMethod::Syevdx { .. } => {
+                // meig is written on the host: this call waits for the device.
+                let mut meig = 0i32;
+                check("cusolverDnDsyevdx", sol::cusolverDnDsyevdx(handle, VECTORS, BY_INDEX, LOWER, ni, a, ni, 0.0, 0.0, il as i32, iu as i32, &mut meig, w, work as *mut f64, lwork_f64, info))
+            }
+            EigenMethod::Syevj { .. } => {
+                let jacobi = self.jacobi.as_ref().expect("made with the plan").0;
+                check("cusolverDnDsyevj", sol::cusolverDnDsyevj(handle, VECTORS, LOWER, ni, a, ni, w, work as *mut f64, lwork_f64, info, jacobi))
+            }
+            EigenMethod::Xsyevd => check(
+                "cusolverDnXsyevd",
+                sol::cusolverDnXsyevd(handle, params, VECTORS, LOWER, nl, R64, a as *mut c_void, nl, R64, w as *mut c_void, R64, work as *mut c_void, self.device_bytes, host_ptr, host_len, info),
+            ),
+            EigenMethod::Xsyevdx { .. } => {
+                let (mut vl, mut vu, mut meig) = (0f64, 0f64, 0i64);
+                check(
+                    "cusolverDnXsyevdx",
+                    sol::cusolverDnXsyevdx(
+                        handle, params, VECTORS, BY_INDEX, LOWER, nl, R64, a as *mut c_void, nl,
+                        &mut vl as *mut f64 as *mut c_void, &mut vu as *mut f64 as *mut c_void, il, iu, &mut meig,
+                        R64, w as *mut c_void, R64, work as *mut c_void, self.device_bytes, host_ptr, host_len, info,
+                    ),
+                )
+            }
+            EigenMethod::XsyevBatched => check(
+                "cusolverDnXsyevBatched",
+                sol::cusolverDnXsyevBatched(handle, params, VECTORS, LOWER, nl, R64, a as *mut c_void, nl, R64, w as *mut c_void, R64, work as *mut c_void, self.device_bytes, host_ptr, host_len, info, 1),
+            ),
+        }
+    }
+
+    /// The number of Jacobi sweeps the last solve ran (Jacobi only).
+    pub(crate) fn sweeps(&self, handle: sol::cusolverDnHandle_t) -> Option<i32> {
+        let jacobi = self.jacobi.as_ref()?;
+        let mut s = 0i32;
+        // SAFETY: a valid handle and info; out-pointer to a local.
+        let ok = unsafe { sol::cusolverDnXsyevjGetSweeps(handle, jacobi.0, &mut s) } == sol::cusolverStatus_t::CUSOLVER_STATUS_SUCCESS;
+        ok.then_some(s)
+    }
+}
+
+/// The 1-based ascending index range of the `k` largest of n eigenvalues.
+fn top_range(n: usize, k: usize) -> (i64, i64) {
+    ((n - k.min(n)) as i64 + 1, n as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_top_range_selects_the_largest_eigenvalues() {
+        assert_eq!(top_range(224, 10), (215, 224));
+        assert_eq!(top_range(5, 5), (1, 5));
+        assert_eq!(top_range(5, 9), (1, 5));
+        assert_eq!(EigenMethod::Syevdx { top: 10 }.pairs(224), 10);
+        assert_eq!(EigenMethod::Syevd.pairs(224), 224);
+    }
+}
