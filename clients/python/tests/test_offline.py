@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -106,6 +107,16 @@ def test_query_and_json_spelling_of_every_parameter() -> None:
 def test_href_body() -> None:
     upload = build_upload("file:///data/x.hdr", Params.build(4, None, None, True, None, None, None, None))
     assert json.loads(upload.kwargs["content"]) == {"input": {"href": "file:///data/x.hdr"}, "params": {"components": 4, "inverse": True}}
+
+
+def test_ortho_is_sent_only_when_asked() -> None:
+    p = Params.build(4, None, None, False, None, None, None, None)
+    assert "ortho" not in p.to_json()
+    o = dataclasses.replace(p, ortho=True)
+    assert o.to_json() == {"components": 4, "ortho": True}
+    assert o.to_query() == {"components": "4", "ortho": "true"}
+    upload = build_upload("file:///data/granule.nc", o)
+    assert json.loads(upload.kwargs["content"])["params"] == {"components": 4, "ortho": True}
 
 
 def test_envi_upload_is_streamed_from_disk() -> None:
