@@ -82,13 +82,13 @@ pub(super) fn read_dataset(path: &Path, ds: &Dataset) -> Result<Cube, CubeError>
         }
         linear.push(Linear { scale, offset });
     }
-    let mut meta = CubeMeta::default();
-    meta.source_interleave = match ds.metadata_item("INTERLEAVE", "IMAGE_STRUCTURE").as_deref() {
+    let source_interleave = match ds.metadata_item("INTERLEAVE", "IMAGE_STRUCTURE").as_deref() {
         Some("BAND") => Some(Interleave::Bsq),
         Some("LINE") => Some(Interleave::Bil),
         Some("PIXEL") => Some(Interleave::Bip),
         _ => None,
     };
+    let mut meta = CubeMeta { source_interleave, ..Default::default() };
     spectral(ds, bands, &mut meta, path)?;
     if meta.wavelength.is_none() {
         if let Some(header) = sidecar_header(path, lines, samples, bands)? {
