@@ -201,6 +201,7 @@ fn content_length(h: &HeaderMap) -> Option<u64> {
 async fn create_npy(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req: Request, token: &str) -> ApiResult<Response> {
     let params = params::from_query(query)?;
     check_backend(ctx, &params)?;
+    super::formats::refuse_ortho(&params, "a .npy cube")?;
     let canonical = params::canonical(&params);
     let claimed_sha = hex_digest_header(req.headers(), CONTENT_SHA256, "X-Content-SHA256")?;
     let claimed_cube = hex_digest_header(req.headers(), CUBE_DIGEST, "X-Cube-Digest")?;
@@ -278,6 +279,7 @@ async fn run_on_resident(ctx: &ApiContext, caller: &Caller, cube: [u8; 32], para
 /// A job from `.npy` bytes already in memory (the OGC API's inline values), through the same checks
 /// and digests as a `.npy` body.
 pub async fn create_from_npy_bytes(ctx: &ApiContext, caller: &Caller, bytes: bytes::Bytes, params: MnfParams) -> ApiResult<Created> {
+    super::formats::refuse_ortho(&params, "a .npy cube")?;
     if bytes.len() as u64 > ctx.config.max_upload_bytes {
         return Err(Error::too_large(format!(
             "the cube ({} bytes) exceeds the limit of {} bytes; {}",
@@ -454,13 +456,15 @@ async fn create_href(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req
 }
 
 /// A job from files already on this instance's disk: a completed resumable upload (`api::tus`), its
-/// `.npy` (`InputKind::Npy`), or its ENVI header and data file (`InputKind::Envi`, in that order). They
+/// `.npy` (`InputKind::Npy`), or its ENVI header and data file (`InputKind::Envi`, in that order, and
+/// the GLT file of the EMIT granule it was decoded from, if any: `formats::GLT_FILE`). They
 /// are linked into scratch under an upload's names (no copy), then checked, digested and enqueued as
 /// `create_multipart` does, which moves them into the job's input. The caller removes its own names
 /// of the files once this succeeded; a refusal leaves them as they were.
 pub(crate) async fn create_from_files(ctx: &ApiContext, caller: &Caller, kind: InputKind, files: &[&Path], params: MnfParams) -> ApiResult<Created> {
-    let names: &[&str] = if kind == InputKind::Envi { &["cube.hdr", "cube.img"] } else { &["cube.npy"] };
-    if files.len() != names.len() || kind == InputKind::Href {
+    let names: &[&str] = if kind == InputKind::Envi { &["cube.hdr", "cube.img", super::formats::GLT_FILE] } else { &["cube.npy"] };
+    let glt = usize::from(kind == InputKind::Envi);
+    if !(names.len() - glt..=names.len()).contains(&files.len()) || kind == InputKind::Href {
         return Err(Error::internal(anyhow::anyhow!("create_from_files: {} file(s) for a {kind:?} input", files.len())));
     }
     let token = format!("upload-{}", uuid::Uuid::now_v7());
@@ -483,6 +487,7 @@ pub(super) async fn decode_and_validate(ctx: &ApiContext, owner: &str, kind: Inp
     let storage = ctx.runner.storage.clone();
     let t = std::time::Instant::now();
     let rt = tokio::runtime::Handle::current();
+    let location_of_glt = location.clone();
     let cube = tokio::task::spawn_blocking(move || crate::jobs::input::load_cube(kind, &location, &storage, &rt))
         .await
         .map_err(Error::internal)?
@@ -494,6 +499,7 @@ pub(super) async fn decode_and_validate(ctx: &ApiContext, owner: &str, kind: Inp
         })?;
     tracing::debug!(secs = t.elapsed().as_secs_f64(), "input decoded");
     admit(ctx, &params, cube.lines(), cube.samples(), cube.bands(), cube.meta.bbl.as_deref())?;
+    super::formats::check_ortho(ctx, &params, kind, &location_of_glt, &cube.meta).await?;
     let params = super::systems::bind(ctx, owner, params, cube.bands(), cube.meta.wavelength.as_deref()).await?;
     Ok((Arc::new(cube), params))
 }
@@ -693,7 +699,7 @@ fn new_job(
 /// job: queued, or claimed by this instance when `early` already computes it. A live job of the same
 /// owner and digest that was inserted meanwhile is answered instead (and `early` dropped).
 pub(super) async fn insert_stored(ctx: &ApiContext, new: NewJob, token: Option<&str>, early: Option<EarlyRun>) -> ApiResult<Created> {
-    let location = new.input_location.clone();
+    let (location, new_id) = (new.input_location.clone(), new.id.clone());
     // The input is in its final place before the row exists: a queued job always has its input.
     if let Some(token) = token {
         let dir = ctx.runner.storage.scratch_dir(token)?;
@@ -706,6 +712,8 @@ pub(super) async fn insert_stored(ctx: &ApiContext, new: NewJob, token: Option<&
         // The files were synced where they were written; their new names too before the row, so
         // that an accepted job keeps its input through a power cut.
         ctx.runner.storage.sync_names(&location).await?;
+        // An EMIT upload's GLT outlives the upload (removed once the job has run): its COG needs it.
+        super::formats::store_glt(ctx, &dir, &new.id).await?;
     }
     let inserted = match &early {
         Some(_) => ctx.runner.store.insert_claimed(new, &ctx.runner.lease).await?,
@@ -723,6 +731,7 @@ pub(super) async fn insert_stored(ctx: &ApiContext, new: NewJob, token: Option<&
         Inserted::Existing(job) => {
             if token.is_some() {
                 let _ = ctx.runner.storage.delete_prefix(&location).await;
+                let _ = ctx.runner.storage.delete_prefix(&super::formats::glt_prefix(&new_id)).await;
             }
             ApiMetrics::add(&ctx.metrics.cache_hits, 1);
             Created::existing(job)
@@ -866,7 +875,7 @@ pub async fn cancel_or_delete(ctx: &ApiContext, job: Job) -> ApiResult<Removal> 
 /// entries.
 pub async fn purge_files(ctx: &ApiContext, job: &Job) {
     ctx.runner.cache.forget_job(&job.id);
-    let mut prefixes = vec![format!("results/{}", job.id)];
+    let mut prefixes = vec![format!("results/{}", job.id), super::formats::glt_prefix(&job.id)];
     if job.input_kind != InputKind::Href {
         prefixes.push(job.input_location.clone());
     }
@@ -924,6 +933,9 @@ pub async fn result(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): 
     } else {
         (product::COMPONENTS_NPY, product::COMPONENTS_HDR, product::COMPONENTS_IMG, id.clone())
     };
+    if !cog {
+        super::formats::refuse_sensor_download(&job)?;
+    }
     if denoised && !job.results.contains_key(npy) {
         return Err(Error::new(StatusCode::CONFLICT, "no_denoised", "this job did not compute the inverse (ask with inverse=true)"));
     }
