@@ -155,6 +155,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         backend: args.backend,
         statistics_from: None,
         statistics_sha256: None,
+        ortho: args.ortho,
     };
     // Fail on a bad output name before the work, not after it.
     match args.out.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {

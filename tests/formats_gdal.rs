@@ -267,6 +267,68 @@ if d.GetProjection() and src != "-":
 print(json.dumps(out))
 "#;
 
+/// A DESIS L2A product as DLR's product description lays it out and EnMAP-Box's DESIS import reads it:
+/// `…-SPECTRAL_IMAGE.tif`, 235 int16 bands, pixel-interleaved and compressed, in UTM, with no spectral
+/// metadata of its own, and beside it `…-SPECTRAL_IMAGE.hdr`, an ENVI header with the wavelengths, fwhm,
+/// per-band gains and offsets and the no-data value. No real DESIS granule is available here.
+const DESIS: &str = r#"
+import sys
+import numpy as np
+from osgeo import gdal, osr
+out = sys.argv[1]
+lines, samples, bands = 7, 5, 235
+rng = np.random.default_rng(235)
+v = rng.integers(0, 10000, size=(bands, lines, samples), dtype=np.int16)
+v[:, 0, 0] = -32768
+ds = gdal.GetDriverByName("GTiff").Create(out + ".tif", samples, lines, bands, gdal.GDT_Int16, ["INTERLEAVE=PIXEL", "COMPRESS=DEFLATE"])
+ds.SetGeoTransform((399960.0, 30.0, 0.0, 4500000.0, 0.0, -30.0))
+srs = osr.SpatialReference(); srs.ImportFromEPSG(32633)
+ds.SetProjection(srs.ExportToWkt())
+for b in range(bands):
+    ds.GetRasterBand(b + 1).WriteArray(v[b])
+ds = None
+wl = [401.275 + 2.553 * i for i in range(bands)]
+fwhm = [2.5 + 0.001 * i for i in range(bands)]
+gain = [0.0001 * (1 + i % 3) for i in range(bands)]
+offset = [0.001 * (i % 2) for i in range(bands)]
+lst = lambda xs: "{" + ", ".join(repr(x) for x in xs) + "}"
+with open(out + ".hdr", "w") as f:
+    f.write("ENVI\ndescription = {DESIS L2A surface reflectance}\n")
+    f.write(f"samples = {samples}\nlines = {lines}\nbands = {bands}\nheader offset = 0\nfile type = TIFF\n")
+    f.write("data type = 2\ninterleave = bip\nbyte order = 0\nwavelength units = Nanometers\n")
+    f.write(f"wavelength = {lst(wl)}\nfwhm = {lst(fwhm)}\n")
+    f.write(f"data gain values = {lst(gain)}\ndata offset values = {lst(offset)}\ndata ignore value = -32768\n")
+phys = np.where(v == -32768, -32768.0, v.astype(np.float64) * np.array(gain)[:, None, None] + np.array(offset)[:, None, None])
+np.save(out + "-expected.npy", phys.astype(np.float32).transpose(1, 2, 0))
+"#;
+
+#[test]
+fn desis_layout_reads_its_spectra_gains_and_nodata_from_the_envi_header_beside_it() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let stem = dir.path().join("DESIS-HSI-L2A-DT0000000000_001-20200101T000000-V0215-SPECTRAL_IMAGE");
+    py_run(&py, DESIS, &[&stem]);
+    let tif = stem.with_extension("tif");
+    let c = cube::open(&tif).unwrap();
+    assert_eq!((c.lines(), c.samples(), c.bands()), (7, 5, 235));
+    assert_eq!(c.dtype(), DataType::F32, "int16 with gains reads as float32");
+    let wl = c.meta.wavelengths_nm().unwrap();
+    assert_eq!(wl.len(), 235);
+    assert!((wl[0] - 401.275).abs() < 1e-9 && (wl[234] - (401.275 + 2.553 * 234.0)).abs() < 1e-9, "{} .. {}", wl[0], wl[234]);
+    assert_eq!(c.meta.fwhm.as_ref().map(Vec::len), Some(235));
+    assert_eq!(c.meta.ignore_value, Some(-32768.0));
+    assert!(c.meta.map_info.as_deref().is_some_and(|m| m.starts_with("UTM")), "{:?}", c.meta.map_info);
+    // Every sample is stored × gain + offset of its band, the no-data pixel left as it is.
+    let expected = cube::open(&dir.path().join(format!("{}-expected.npy", stem.file_name().unwrap().to_string_lossy()))).unwrap();
+    same_samples(&expected, &c, "DESIS");
+    // The header describes the raster: one of another size is refused, naming both.
+    let hdr = stem.with_extension("hdr");
+    let text = std::fs::read_to_string(&hdr).unwrap().replace("lines = 7", "lines = 8");
+    std::fs::write(&hdr, text).unwrap();
+    let e = cube::open(&tif).unwrap_err().to_string();
+    assert!(e.contains("8 x 5 x 235") && e.contains("7 x 5 x 235"), "{e}");
+}
+
 fn run_cli(args: &[&std::ffi::OsStr]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_hypermnf")).args(["run", "--backend", "cpu", "--components", "5"]).args(args).output().unwrap()
 }
@@ -481,5 +543,192 @@ async fn the_service_reads_gdal_hrefs_and_serves_cog_results() {
     let body = serde_json::json!({"input": {"href": format!("file://{}", l.dir.join("emit_rdn.nc").display())}});
     let r = srv.client.post(srv.url("/v1/jobs")).json(&body).send().await.unwrap();
     assert_eq!(r.status(), reqwest::StatusCode::PAYLOAD_TOO_LARGE);
+    srv.stop().await;
+}
+
+/// Two GeoTIFFs' pixels (NaN equal to NaN), geotransforms and CRS compared.
+const SAME_RASTER: &str = r#"
+import sys, json
+import numpy as np
+from osgeo import gdal, osr
+a, b = gdal.Open(sys.argv[1]), gdal.Open(sys.argv[2])
+print(json.dumps({
+    "same_pixels": bool(np.array_equal(a.ReadAsArray(), b.ReadAsArray(), equal_nan=True)),
+    "gt": [list(a.GetGeoTransform()), list(b.GetGeoTransform())],
+    "same_crs": bool(osr.SpatialReference(wkt=a.GetProjection()).IsSame(osr.SpatialReference(wkt=b.GetProjection()))),
+    "size": [[a.RasterXSize, a.RasterYSize, a.RasterCount], [b.RasterXSize, b.RasterYSize, b.RasterCount]],
+    "geometry": a.GetMetadataItem("HYPERMNF_GEOMETRY"),
+}))
+"#;
+
+/// `ortho=true` in the service: the COG of an EMIT granule, by `file://` href and by upload, is the one
+/// `hypermnf run --ortho` writes (pixels, geotransform, CRS); `ortho` is part of the job's identity; it
+/// is refused (422) without a GLT, and the job's sensor-geometry downloads are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ortho_in_the_service_gives_the_clis_orthorectified_cog() {
+    let Some(l) = layouts() else { return };
+    let py = python().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let nc = l.dir.join("emit_rdn.nc");
+    let cli = work.path().join("cli.tif");
+    let r = run_cli(&[nc.as_os_str(), "--ortho".as_ref(), "--out".as_ref(), cli.as_os_str()]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(tmp.path());
+    args.input_roots = vec![l.dir.canonicalize().unwrap()];
+    let srv = common::TestServer::start(args).await;
+    let href = format!("file://{}", nc.display());
+    let by_href = |ortho: bool| serde_json::json!({"input": {"href": href}, "params": {"components": 5, "backend": "cpu", "ortho": ortho}});
+    let cog_of = |id: String, name: &str| {
+        let (srv, path) = (&srv, work.path().join(name));
+        async move {
+            let done = srv.wait(&id).await;
+            assert_eq!(done["status"], "succeeded", "{done}");
+            assert_eq!(done["params"]["ortho"], true, "{done}");
+            let r = srv.client.get(srv.url(&format!("/v1/jobs/{id}/result?format=cog"))).send().await.unwrap();
+            assert_eq!(r.status(), reqwest::StatusCode::OK);
+            std::fs::write(&path, r.bytes().await.unwrap()).unwrap();
+            path
+        }
+    };
+    let same_as_cli = |cog: &Path| -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(&py_run(&py, SAME_RASTER, &[cog, &cli])).unwrap();
+        assert_eq!(v["same_pixels"], true, "{v}");
+        assert_eq!(v["gt"][0], v["gt"][1], "{v}");
+        assert_eq!(v["same_crs"], true, "{v}");
+        assert_eq!(v["size"][0], v["size"][1], "{v}");
+        assert!(v["geometry"].as_str().unwrap().contains("orthorectified"), "{v}");
+        v
+    };
+
+    // By href.
+    let r = srv.client.post(srv.url("/v1/jobs")).json(&by_href(true)).send().await.unwrap();
+    let (s, j) = (r.status(), r.json::<serde_json::Value>().await.unwrap());
+    assert_eq!(s, reqwest::StatusCode::ACCEPTED, "{j}");
+    let ortho_id = j["id"].as_str().unwrap().to_string();
+    let cog = cog_of(ortho_id.clone(), "href.tif").await;
+    same_as_cli(&cog);
+    assert_eq!(check_cog(&py, &cog, Path::new("-"))["errors"], serde_json::json!([]), "a valid COG");
+    // Its .npy and ENVI downloads (sensor geometry) are refused rather than given as the result.
+    for format in ["npy", "envi"] {
+        let r = srv.client.get(srv.url(&format!("/v1/jobs/{ortho_id}/result?format={format}"))).send().await.unwrap();
+        let (s, j) = (r.status(), r.json::<serde_json::Value>().await.unwrap());
+        assert_eq!((s, j["code"].as_str()), (reqwest::StatusCode::UNPROCESSABLE_ENTITY, Some("ortho_needs_cog")), "{format}: {j}");
+    }
+    // The same request is the same job; without ortho it is another, whose COG stays in sensor geometry.
+    let r = srv.client.post(srv.url("/v1/jobs")).json(&by_href(true)).send().await.unwrap();
+    let (s, j) = (r.status(), r.json::<serde_json::Value>().await.unwrap());
+    assert_eq!((s, j["id"].as_str()), (reqwest::StatusCode::OK, Some(ortho_id.as_str())), "{j}");
+    let r = srv.client.post(srv.url("/v1/jobs")).json(&by_href(false)).send().await.unwrap();
+    let (s, j) = (r.status(), r.json::<serde_json::Value>().await.unwrap());
+    assert_eq!(s, reqwest::StatusCode::ACCEPTED, "a job of its own: {j}");
+    assert_ne!(j["id"].as_str(), Some(ortho_id.as_str()));
+    assert!(j["params"].get("ortho").is_none(), "ortho=false is the default, left out of the params: {j}");
+    let sensor_id = j["id"].as_str().unwrap().to_string();
+    assert_eq!(srv.wait(&sensor_id).await["status"], "succeeded");
+    let r = srv.client.get(srv.url(&format!("/v1/jobs/{sensor_id}/result?format=cog"))).send().await.unwrap();
+    let sensor = work.path().join("sensor.tif");
+    std::fs::write(&sensor, r.bytes().await.unwrap()).unwrap();
+    let v = check_cog(&py, &sensor, Path::new("-"));
+    assert_eq!(v["gt"], serde_json::Value::Null, "sensor geometry, no CRS: {v}");
+    assert!(v["md"]["HYPERMNF_GEOMETRY"].as_str().unwrap().contains("sensor geometry"), "{v}");
+
+    // By upload: the GLT is kept with the job (the upload itself is removed once the job has run).
+    // The same cube and parameters would be answered by the href's job: it goes first.
+    let r = srv.client.delete(srv.url(&format!("/v1/jobs/{ortho_id}"))).send().await.unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let bytes = std::fs::read(&nc).unwrap();
+    let r = srv
+        .client
+        .post(srv.url("/v1/jobs?components=5&backend=cpu&ortho=true"))
+        .header("content-type", "application/x-netcdf")
+        .body(bytes.clone())
+        .send()
+        .await
+        .unwrap();
+    let (s, j) = (r.status(), r.json::<serde_json::Value>().await.unwrap());
+    assert_eq!(s, reqwest::StatusCode::ACCEPTED, "{j}");
+    let upload_id = j["id"].as_str().unwrap().to_string();
+    let cog = cog_of(upload_id.clone(), "upload.tif").await;
+    same_as_cli(&cog);
+    assert!(tmp.path().join(format!("objects/geometry/{upload_id}/glt.tif")).is_file(), "the GLT kept with the job");
+    // Deleting the job deletes its GLT.
+    let r = srv.client.delete(srv.url(&format!("/v1/jobs/{upload_id}"))).send().await.unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    assert!(!tmp.path().join(format!("objects/geometry/{upload_id}")).exists(), "the GLT went with the job");
+
+    // No GLT: 422, nothing created.
+    let tif = format!("file://{}", l.dir.join("cube.tif").display());
+    let r = srv.client.post(srv.url("/v1/jobs")).json(&serde_json::json!({"input": {"href": tif}, "params": {"ortho": true}})).send().await.unwrap();
+    let (s, j) = (r.status(), r.json::<serde_json::Value>().await.unwrap());
+    assert_eq!((s, j["code"].as_str()), (reqwest::StatusCode::UNPROCESSABLE_ENTITY, Some("ortho_needs_glt")), "{j}");
+    let h5 = std::fs::read(l.dir.join("neon_refl.h5")).unwrap();
+    let r = srv.client.post(srv.url("/v1/jobs?ortho=true")).header("content-type", "application/x-hdf5").body(h5).send().await.unwrap();
+    let (s, j) = (r.status(), r.json::<serde_json::Value>().await.unwrap());
+    assert_eq!((s, j["code"].as_str()), (reqwest::StatusCode::UNPROCESSABLE_ENTITY, Some("ortho_needs_glt")), "{j}");
+    let npy = work.path().join("c.npy");
+    hypermnf::cube::npy::write_f32(&npy, &[4, 4, 3], &[1.0; 48]).unwrap();
+    let r = srv.client.post(srv.url("/v1/jobs?ortho=true")).header("content-type", "application/x-npy").body(std::fs::read(&npy).unwrap()).send().await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::UNPROCESSABLE_ENTITY);
+    // The OGC process takes ortho, and only with GeoTIFF outputs.
+    let exec = |outputs: serde_json::Value| serde_json::json!({"inputs": {"cube": {"href": href}, "components": 5, "backend": "cpu", "ortho": true}, "outputs": outputs, "response": "document"});
+    let r = srv.client.post(srv.url("/processes/mnf/execution")).json(&exec(serde_json::json!({}))).send().await.unwrap();
+    let (s, j) = (r.status(), r.json::<serde_json::Value>().await.unwrap());
+    assert!(s.is_client_error() && j.to_string().contains("ortho=true gives the result as a Cloud-Optimized GeoTIFF"), "{s} {j}");
+    let cog_out = serde_json::json!({"components": {"transmissionMode": "reference", "format": {"mediaType": "image/tiff; application=geotiff; profile=cloud-optimized"}}});
+    let r = srv.client.post(srv.url("/processes/mnf/execution")).json(&exec(cog_out)).send().await.unwrap();
+    let (s, j) = (r.status(), r.json::<serde_json::Value>().await.unwrap());
+    assert!(s.is_success(), "{s} {j}");
+    let r = srv.client.get(j["components"]["href"].as_str().unwrap_or_else(|| panic!("{j}"))).send().await.unwrap();
+    let ogc = work.path().join("ogc.tif");
+    std::fs::write(&ogc, r.bytes().await.unwrap()).unwrap();
+    same_as_cli(&ogc);
+    srv.stop().await;
+}
+
+/// A pooled batch of EMIT NetCDF granules by `file://` reference: GDAL reads each whole file where it
+/// is, at submit (to check it) and in the run; every member's components are, byte for byte, what
+/// `hypermnf run --system` writes with the batch's system file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_batch_of_netcdf_granules_by_file_reference() {
+    let Some(l) = layouts() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = hypermnf::config::ServeArgs::with_data_dir(tmp.path());
+    args.input_roots = vec![l.dir.canonicalize().unwrap()];
+    let srv = common::TestServer::start(args).await;
+    let files = [l.dir.join("emit_rdn.nc"), l.dir.join("emit_rfl.nc")];
+    let inputs: Vec<serde_json::Value> = files.iter().map(|f| serde_json::json!({"href": format!("file://{}", f.display())})).collect();
+    let body = serde_json::json!({"inputs": inputs, "statistics": "pooled", "params": {"components": 4, "backend": "cpu"}});
+    let r = srv.client.post(srv.url("/v1/batches")).json(&body).send().await.unwrap();
+    let (s, b) = (r.status(), r.json::<serde_json::Value>().await.unwrap());
+    assert_eq!(s, reqwest::StatusCode::CREATED, "{b}");
+    let id = b["id"].as_str().unwrap().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(150);
+    let b = loop {
+        let (_, b) = srv.get_json(&format!("/v1/batches/{id}")).await;
+        if b["jobs"].as_array().unwrap().iter().all(|j| matches!(j["status"].as_str(), Some("succeeded" | "failed" | "canceled"))) {
+            break b;
+        }
+        assert!(std::time::Instant::now() < deadline, "the batch did not finish: {b}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(b["status"], "succeeded", "{b}");
+    let (s, system) = srv.get_bytes(&format!("/v1/batches/{id}/system")).await;
+    assert_eq!(s, reqwest::StatusCode::OK, "{}", String::from_utf8_lossy(&system));
+    let work = tempfile::tempdir().unwrap();
+    let system_path = work.path().join("system.json");
+    std::fs::write(&system_path, &system).unwrap();
+    for (i, job) in b["jobs"].as_array().unwrap().iter().enumerate() {
+        let out = work.path().join(format!("m{i}.npy"));
+        let o = Command::new(env!("CARGO_BIN_EXE_hypermnf"))
+            .args(["run", files[i].to_str().unwrap(), "--out", out.to_str().unwrap(), "--components", "4", "--backend", "cpu", "--system", system_path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let (s, got) = srv.get_bytes(&format!("/v1/jobs/{}/result", job["id"].as_str().unwrap())).await;
+        assert_eq!(s, reqwest::StatusCode::OK);
+        assert!(got == std::fs::read(&out).unwrap(), "member {i} differs from hypermnf run --system");
+    }
     srv.stop().await;
 }

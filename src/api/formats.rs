@@ -9,6 +9,11 @@
 //!   reader gave, as the ENVI writer carries it) and submitted as a multipart ENVI upload is
 //!   (`intake::create_from_files`): from there on it is an ordinary stored input, digested, cached and read
 //!   by the workers without GDAL;
+//! - `ortho=true` (an EMIT granule): the COG result on the granule's north-up grid, its GLT applied as
+//!   `hypermnf run --ortho` applies it. The GLT is read from the file of a `file://` href; an upload's
+//!   is written beside the decoded pair (`GLT_FILE`) and kept with the job (`jobs::geometry`), since the
+//!   upload is removed once the job has run. Refused (422), never ignored, where there is no GLT or the
+//!   result is asked for in another format;
 //! - on a build without GDAL, both answer 415 naming the feature.
 
 use axum::extract::Request;
@@ -17,6 +22,7 @@ use axum::response::Response;
 use super::error::{ApiResult, Error};
 use super::ApiContext;
 use crate::cube::sniff::GdalFormat;
+use crate::jobs::geometry::GLT_FILE;
 use crate::jobs::Job;
 
 /// The GDAL format of an upload's media type (its parameters ignored), if it is one.
@@ -44,6 +50,9 @@ pub(super) async fn create_upload(
         return Err(Error::from(crate::cube::needs_gdal(std::path::Path::new("the upload"), format)));
     }
     let params = super::params::from_query(query)?;
+    if params.ortho && format != GdalFormat::NetCdf {
+        return Err(no_glt("a HDF5 or GeoTIFF upload"));
+    }
     let dir = ctx.runner.storage.scratch_dir(token)?;
     let ext = match format {
         GdalFormat::NetCdf => "nc",
@@ -54,9 +63,81 @@ pub(super) async fn create_upload(
     let limit = ctx.config.max_upload_bytes;
     let received = receive(req, &upload, limit).await?;
     super::metrics::ApiMetrics::add(&ctx.metrics.bytes_in, received);
-    let (hdr, img) = (dir.join("decoded.hdr"), dir.join("decoded.img"));
-    decode_to_envi(upload, hdr.clone(), limit, format).await?;
-    super::intake::create_from_files(ctx, caller, crate::jobs::InputKind::Envi, &[&hdr, &img], params).await
+    let (hdr, img, glt) = (dir.join("decoded.hdr"), dir.join("decoded.img"), dir.join(GLT_FILE));
+    let glt = decode_to_envi(upload, hdr.clone(), limit, format, params.ortho.then_some(glt)).await?;
+    let mut files = vec![hdr.as_path(), img.as_path()];
+    files.extend(glt.as_deref());
+    super::intake::create_from_files(ctx, caller, crate::jobs::InputKind::Envi, &files, params).await
+}
+
+/// The 422 of `ortho=true` on `what`, which has no GLT.
+fn no_glt(what: &str) -> Error {
+    Error::unprocessable(
+        "ortho_needs_glt",
+        format!(
+            "ortho=true applies an EMIT granule's geometry lookup table (location/glt_x, glt_y) to the COG result, \
+             and {what} has none: give an EMIT NetCDF granule by file:// href or upload it as application/x-netcdf"
+        ),
+    )
+}
+
+/// Refuses `ortho=true` for an input that cannot have a GLT (`what` names it).
+pub(crate) fn refuse_ortho(params: &crate::mnf::MnfParams, what: &str) -> ApiResult<()> {
+    match params.ortho {
+        true => Err(no_glt(what)),
+        false => Ok(()),
+    }
+}
+
+/// `ortho=true` needs the GLT where the COG will be made from: the EMIT granule of a `file://` href
+/// (its metadata names the GLT the file holds), or the GLT file decoded beside an upload at `location`.
+pub(super) async fn check_ortho(
+    ctx: &ApiContext,
+    params: &crate::mnf::MnfParams,
+    kind: crate::jobs::InputKind,
+    location: &str,
+    meta: &crate::cube::CubeMeta,
+) -> ApiResult<()> {
+    use crate::jobs::InputKind;
+    if !params.ortho {
+        return Ok(());
+    }
+    if !cfg!(feature = "gdal") {
+        return Err(Error::from(crate::cube::needs_gdal(std::path::Path::new("ortho=true"), GdalFormat::Tiff)));
+    }
+    let granule = meta.extra_value(GLT_KEY).is_some();
+    let has = match kind {
+        InputKind::Href => granule && !location.starts_with('{'),
+        InputKind::Envi => granule && ctx.runner.storage.size(&format!("{location}/{GLT_FILE}")).await.is_ok(),
+        InputKind::Npy => false,
+    };
+    match has {
+        true => Ok(()),
+        false => Err(no_glt("this input")),
+    }
+}
+
+/// The metadata key of a cube read from an EMIT granule with a GLT.
+#[cfg(feature = "gdal")]
+const GLT_KEY: &str = crate::cube::gdal::emit::GLT_KEY;
+#[cfg(not(feature = "gdal"))]
+const GLT_KEY: &str = "emit glt";
+
+/// The parameters a job was made with.
+fn job_params(job: &Job) -> ApiResult<crate::mnf::MnfParams> {
+    serde_json::from_str(&job.params).map_err(|e| Error::internal(anyhow::anyhow!("job {}: its params do not parse: {e}", job.id)))
+}
+
+/// An `ortho=true` job's result is the orthorectified COG: its `.npy` or ENVI download (in sensor
+/// geometry) is refused rather than given as if it were that.
+pub(super) fn refuse_sensor_download(job: &Job) -> ApiResult<()> {
+    if job_params(job)?.ortho {
+        return Err(Error::unprocessable(
+            "ortho_needs_cog",
+            "this job was made with ortho=true, whose result is a GeoTIFF on the granule's north-up grid: ask format=cog",
+        ));
+    }
+    Ok(())
 }
 
 /// Streams the body into `path`, at most `limit` bytes.
@@ -81,9 +162,17 @@ async fn receive(req: Request, path: &std::path::Path, limit: u64) -> ApiResult<
     Ok(n)
 }
 
+/// Decodes the upload into the ENVI pair at `hdr`, and, with `glt`, the EMIT granule's GLT into that
+/// file (None when the upload has none: `check_ortho` refuses the job then). Returns the GLT file.
 #[cfg(feature = "gdal")]
-async fn decode_to_envi(upload: std::path::PathBuf, hdr: std::path::PathBuf, limit: u64, format: GdalFormat) -> ApiResult<()> {
-    tokio::task::spawn_blocking(move || -> ApiResult<()> {
+async fn decode_to_envi(
+    upload: std::path::PathBuf,
+    hdr: std::path::PathBuf,
+    limit: u64,
+    format: GdalFormat,
+    glt: Option<std::path::PathBuf>,
+) -> ApiResult<Option<std::path::PathBuf>> {
+    tokio::task::spawn_blocking(move || -> ApiResult<Option<std::path::PathBuf>> {
         // The reader's messages name the file: the client's upload, not this server's scratch path.
         let scrub = |e: crate::cube::CubeError| Error::from(scrubbed(e, &upload.display().to_string()));
         let claimed = crate::cube::gdal::claimed_bytes(&upload).map_err(scrub)?;
@@ -93,9 +182,17 @@ async fn decode_to_envi(upload: std::path::PathBuf, hdr: std::path::PathBuf, lim
         let cube = crate::cube::gdal::read(&upload, format).map_err(scrub)?;
         let order = cube.byte_order();
         crate::cube::envi::write_cube(&hdr, &cube, crate::cube::Interleave::Bip, order).map_err(Error::internal)?;
+        let glt = match glt {
+            Some(path) if cube.meta.extra_value(GLT_KEY).is_some() => {
+                let table = crate::cube::gdal::emit::read_glt(&upload, cube.lines(), cube.samples()).map_err(scrub)?;
+                crate::cube::gdal::emit::write_glt_file(&table, &path).map_err(Error::internal)?;
+                Some(path)
+            }
+            _ => None,
+        };
         // The decoded pair is what the job keeps; the upload itself is not needed any more.
         let _ = std::fs::remove_file(&upload);
-        Ok(())
+        Ok(glt)
     })
     .await
     .map_err(Error::internal)?
@@ -118,7 +215,13 @@ fn scrubbed(e: crate::cube::CubeError, path: &str) -> crate::cube::CubeError {
 }
 
 #[cfg(not(feature = "gdal"))]
-async fn decode_to_envi(upload: std::path::PathBuf, _: std::path::PathBuf, _: u64, format: GdalFormat) -> ApiResult<()> {
+async fn decode_to_envi(
+    upload: std::path::PathBuf,
+    _: std::path::PathBuf,
+    _: u64,
+    format: GdalFormat,
+    _: Option<std::path::PathBuf>,
+) -> ApiResult<Option<std::path::PathBuf>> {
     Err(Error::from(crate::cube::needs_gdal(&upload, format)))
 }
 
@@ -167,6 +270,10 @@ async fn build_cog(ctx: &ApiContext, job: &Job, npy_key: &str, denoised: bool, c
     let md_bytes = storage.get_bytes(md_key).await?;
     let md: crate::mnf::result::Metadata = serde_json::from_slice(&md_bytes).map_err(Error::internal)?;
     let npy = storage.local_copy(npy_key).await?;
+    let ortho = match job_params(job)?.ortho {
+        true => Some(glt_source(ctx, job).await?),
+        false => None,
+    };
     let token = format!("cog-{}", uuid::Uuid::now_v7());
     let dir = storage.scratch_dir(&token)?;
     let out = dir.join("result.tif");
@@ -177,7 +284,16 @@ async fn build_cog(ctx: &ApiContext, job: &Job, npy_key: &str, denoised: bool, c
         let source = crate::output::cog::source_meta(&md);
         let k = md.components;
         let meta = if denoised { crate::output::cog::denoised_meta(&md, k, &source) } else { crate::output::cog::components_meta(&md, k) };
-        crate::output::cog::write(&o, &values, cube.lines(), cube.samples(), cube.bands(), meta, &source, &crate::output::cog::Grid::Source)
+        let glt = match &ortho {
+            Some(GltSource::Granule(p)) => Some(crate::cube::gdal::emit::read_glt(p, cube.lines(), cube.samples())?),
+            Some(GltSource::Stored(f)) => Some(crate::cube::gdal::emit::read_glt_file(f.path(), cube.lines(), cube.samples())?),
+            None => None,
+        };
+        let grid = match &glt {
+            Some(glt) => crate::output::cog::Grid::Ortho(glt),
+            None => crate::output::cog::Grid::Source,
+        };
+        crate::output::cog::write(&o, &values, cube.lines(), cube.samples(), cube.bands(), meta, &source, &grid)
     })
     .await
     .map_err(Error::internal)?
@@ -188,6 +304,23 @@ async fn build_cog(ctx: &ApiContext, job: &Job, npy_key: &str, denoised: bool, c
     };
     storage.remove_scratch(&token);
     r
+}
+
+/// Where an `ortho=true` job's GLT is read from.
+#[cfg(feature = "gdal")]
+enum GltSource {
+    /// The EMIT granule a `file://` href named.
+    Granule(std::path::PathBuf),
+    /// The GLT file kept with the job (an upload).
+    Stored(crate::storage::LocalFile),
+}
+
+#[cfg(feature = "gdal")]
+async fn glt_source(ctx: &ApiContext, job: &Job) -> ApiResult<GltSource> {
+    match job.input_kind {
+        crate::jobs::InputKind::Href => Ok(GltSource::Granule(job.input_location.clone().into())),
+        _ => Ok(GltSource::Stored(ctx.runner.storage.local_copy(&format!("{}/{GLT_FILE}", crate::jobs::geometry::glt_prefix(&job.id))).await?)),
+    }
 }
 
 #[cfg(not(feature = "gdal"))]

@@ -46,13 +46,15 @@ pub(super) fn content_length(h: &HeaderMap) -> Option<u64> {
 }
 
 /// A job from files already on this instance's disk: a completed resumable upload (`api::tus`), its
-/// `.npy` (`InputKind::Npy`), or its ENVI header and data file (`InputKind::Envi`, in that order). They
+/// `.npy` (`InputKind::Npy`), or its ENVI header and data file (`InputKind::Envi`, in that order, and
+/// the GLT file of the EMIT granule it was decoded from, if any: `jobs::geometry::GLT_FILE`). They
 /// are linked into scratch under an upload's names (no copy), then checked, digested and enqueued as
 /// a multipart upload is (`envi_upload`), which moves them into the job's input. The caller removes its own names
 /// of the files once this succeeded; a refusal leaves them as they were.
 pub(crate) async fn create_from_files(ctx: &ApiContext, caller: &Caller, kind: InputKind, files: &[&Path], params: MnfParams) -> ApiResult<Created> {
-    let names: &[&str] = if kind == InputKind::Envi { &["cube.hdr", "cube.img"] } else { &["cube.npy"] };
-    if files.len() != names.len() || kind == InputKind::Href {
+    let names: &[&str] = if kind == InputKind::Envi { &["cube.hdr", "cube.img", crate::jobs::geometry::GLT_FILE] } else { &["cube.npy"] };
+    let glt = usize::from(kind == InputKind::Envi);
+    if !(names.len() - glt..=names.len()).contains(&files.len()) || kind == InputKind::Href {
         return Err(Error::internal(anyhow::anyhow!("create_from_files: {} file(s) for a {kind:?} input", files.len())));
     }
     let (token, _scratch) = ScratchGuard::new(ctx);
@@ -74,6 +76,7 @@ pub(super) async fn decode_and_validate(ctx: &ApiContext, owner: &str, kind: Inp
     let storage = ctx.runner.storage.clone();
     let t = std::time::Instant::now();
     let rt = tokio::runtime::Handle::current();
+    let location_of_glt = location.clone();
     let cube = tokio::task::spawn_blocking(move || crate::jobs::input::load_cube(kind, &location, &storage, &rt))
         .await
         .map_err(Error::internal)?
@@ -85,6 +88,7 @@ pub(super) async fn decode_and_validate(ctx: &ApiContext, owner: &str, kind: Inp
         })?;
     tracing::debug!(secs = t.elapsed().as_secs_f64(), "input decoded");
     admit(ctx, &params, cube.lines(), cube.samples(), cube.bands(), cube.meta.bbl.as_deref())?;
+    super::formats::check_ortho(ctx, &params, kind, &location_of_glt, &cube.meta).await?;
     let params = super::systems::bind(ctx, owner, params, cube.bands(), cube.meta.wavelength.as_deref()).await?;
     Ok((Arc::new(cube), params))
 }

@@ -264,6 +264,9 @@ pub async fn result(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): 
     } else {
         (product::COMPONENTS_NPY, product::COMPONENTS_HDR, product::COMPONENTS_IMG, id.clone())
     };
+    if !cog {
+        super::formats::refuse_sensor_download(&job)?;
+    }
     if denoised && !job.results.contains_key(npy) {
         return Err(Error::new(StatusCode::CONFLICT, "no_denoised", "this job did not compute the inverse (ask with inverse=true)"));
     }

@@ -16,10 +16,10 @@ pub fn from_query(query: Option<&str>) -> Result<MnfParams, Error> {
             // NaN is a no-data value (float products written by GDAL, xarray and rasterio use it).
             "ignore_value" if v.eq_ignore_ascii_case("nan") => Value::String("nan".into()),
             "snr" | "ignore_value" => number(&k, &v, false)?,
-            "inverse" => match v.as_ref() {
+            "inverse" | "ortho" => match v.as_ref() {
                 "true" | "1" => Value::Bool(true),
                 "false" | "0" => Value::Bool(false),
-                _ => return Err(invalid(format!("inverse must be true or false, not {v:?}"))),
+                _ => return Err(invalid(format!("{k} must be true or false, not {v:?}"))),
             },
             "bad_bands" | "noise_window" => {
                 let items: Result<Vec<Value>, Error> =

@@ -65,6 +65,12 @@ pub fn input_files(path: &Path) -> Result<Vec<std::path::PathBuf>, CubeError> {
     match path.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref() {
         Some("hdr") => Ok(vec![path.to_path_buf(), envi::data_file(path)?]),
         Some("npy") => Ok(vec![path.to_path_buf()]),
+        // A GeoTIFF's reader also reads the ENVI header beside it, if any (DESIS products keep their
+        // spectral metadata there).
+        _ if sniff::gdal_format(path) == Some(sniff::GdalFormat::Tiff) => {
+            let beside = ["hdr", "HDR"].into_iter().map(|e| path.with_extension(e)).filter(|p| p.is_file());
+            Ok(std::iter::once(path.to_path_buf()).chain(beside.take(1)).collect())
+        }
         _ if sniff::gdal_format(path).is_some() => Ok(vec![path.to_path_buf()]),
         _ => Err(not_a_cube_file(path)),
     }

@@ -19,7 +19,8 @@
 //!   started while the upload is synced, when a worker is idle; `upload_to_device`: its cube sent to
 //!   the device while the upload arrives (following `upload_progress`); `resident_run`: a job run on
 //!   a cube still on a device, without its body;
-//! * `batch`, `systems`: batches with pooled statistics, and the eigen systems a job may be given.
+//! * `batch`, `systems`: batches with pooled statistics, and the eigen systems a job may be given;
+//!   `geometry`: the GLT an `ortho=true` job keeps from its EMIT upload.
 //!
 //! The database is the only durable state: a job accepted with 202 is a row, synced, whose input is
 //! already on disk, so a process or a machine that dies loses nothing; the next start puts its
@@ -28,6 +29,7 @@
 pub mod backends;
 pub mod batch;
 pub mod early_start;
+pub mod geometry;
 pub mod input;
 pub mod job_failure;
 pub mod job_run;

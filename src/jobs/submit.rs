@@ -64,7 +64,7 @@ pub async fn enqueue(runner: &Runner, new: NewJob, scratch_token: Option<&str>) 
 /// the job: queued, or claimed by this instance when `early` already computes it. A live job of the
 /// same owner and digest that was inserted meanwhile is answered instead (and `early` dropped).
 pub async fn insert_stored(runner: &Runner, new: NewJob, scratch_token: Option<&str>, early: Option<EarlyRun>) -> Result<Inserted, PersistError> {
-    let location = new.input_location.clone();
+    let (location, new_id) = (new.input_location.clone(), new.id.clone());
     // The input is in its final place before the row exists: a queued job always has its input.
     if let Some(token) = scratch_token {
         let dir = runner.storage.scratch_dir(token)?;
@@ -77,6 +77,8 @@ pub async fn insert_stored(runner: &Runner, new: NewJob, scratch_token: Option<&
         // The files were synced where they were written; their new names too before the row, so
         // that an accepted job keeps its input through a power cut.
         runner.storage.sync_names(&location).await?;
+        // An EMIT upload's GLT outlives the upload (removed once the job has run): its COG needs it.
+        super::geometry::store_glt(&runner.storage, &dir, &new_id).await?;
     }
     let inserted = match &early {
         Some(_) => runner.store.insert_claimed(new, &runner.lease).await?,
@@ -90,6 +92,7 @@ pub async fn insert_stored(runner: &Runner, new: NewJob, scratch_token: Option<&
         Inserted::Existing(_) => {
             if scratch_token.is_some() {
                 let _ = runner.storage.delete_prefix(&location).await;
+                let _ = runner.storage.delete_prefix(&super::geometry::glt_prefix(&new_id)).await;
             }
         }
     }

@@ -35,7 +35,7 @@ pub async fn cancel_or_delete(runner: &Runner, job: Job) -> Result<Removal, Stor
 /// entries.
 pub async fn purge_files(runner: &Runner, job: &Job) {
     runner.cache.forget_job(&job.id);
-    let mut prefixes = vec![format!("results/{}", job.id)];
+    let mut prefixes = vec![format!("results/{}", job.id), super::geometry::glt_prefix(&job.id)];
     if job.input_kind != InputKind::Href {
         prefixes.push(job.input_location.clone());
     }

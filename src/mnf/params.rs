@@ -168,6 +168,16 @@ pub struct MnfParams {
     /// another system.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub statistics_sha256: Option<String>,
+    /// The service only: the COG result of an EMIT granule on its GLT's north-up grid (`ortho=true`,
+    /// as `hypermnf run --ortho` writes it). The MNF is the same; the result file is not, so it is part
+    /// of the job's identity (its canonical text, and so its cache digest). Left out of the canonical
+    /// text when false, so that the digests of jobs without it are unchanged.
+    #[serde(skip_serializing_if = "is_false")]
+    pub ortho: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A no-data value in JSON: a number, or the string `"nan"` (any case) for NaN, which JSON numbers

@@ -100,6 +100,10 @@ pub struct SourceInfo {
     pub map_info: Option<String>,
     /// ENVI `coordinate system string` (WKT), verbatim.
     pub coordinate_system_string: Option<String>,
+    /// An EMIT granule's GLT grid (`{rows, cols}`, its `emit glt` key): the input is in sensor
+    /// geometry, which a COG made later from the stored result says (`output::cog::source_meta`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emit_glt: Option<String>,
 }
 
 impl SourceInfo {
@@ -112,6 +116,8 @@ impl SourceInfo {
             description: meta.description.clone(),
             map_info: meta.map_info.clone(),
             coordinate_system_string: meta.extra_value("coordinate system string").filter(|v| !v.is_empty()).map(str::to_string),
+            // `cube::gdal::emit::GLT_KEY` (read from a granule, or from the ENVI header of one decoded).
+            emit_glt: meta.extra_value("emit glt").filter(|v| !v.is_empty()).map(str::to_string),
         }
     }
 }

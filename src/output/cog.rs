@@ -139,5 +139,8 @@ pub fn source_meta(md: &Metadata) -> CubeMeta {
     if let Some(cs) = &s.coordinate_system_string {
         meta.extra.push((georef::CS_KEY.into(), format!("{{{cs}}}")));
     }
+    if let Some(glt) = &s.emit_glt {
+        meta.extra.push((emit::GLT_KEY.into(), format!("{{{glt}}}")));
+    }
     meta
 }

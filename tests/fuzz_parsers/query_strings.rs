@@ -18,7 +18,7 @@ fn query_value() -> impl Strategy<Value = String> {
 
 fn query() -> impl Strategy<Value = String> {
     let key = prop_oneof![
-        6 => prop::sample::select(vec!["components", "snr", "noise", "inverse", "bad_bands", "ignore_value", "noise_window", "backend"]).prop_map(String::from),
+        6 => prop::sample::select(vec!["components", "snr", "noise", "inverse", "bad_bands", "ignore_value", "noise_window", "backend", "ortho"]).prop_map(String::from),
         1 => prop::sample::select(vec!["colour", "", "components%00", "COMPONENTS", "components[]", "snr "]).prop_map(String::from),
         1 => "[a-z_%0-9]{1,10}",
     ];

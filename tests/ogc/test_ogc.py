@@ -88,7 +88,7 @@ def test_processes_and_the_mnf_description(processes):
     mnf = processes.process("mnf")
     assert mnf["id"] == "mnf" and mnf["version"]
     assert set(mnf["inputs"]) == {"cube", "statistics", "components", "snr", "noise", "inverse", "bad_bands",
-                                  "ignore_value", "noise_window", "backend"}
+                                  "ignore_value", "noise_window", "backend", "ortho"}
     assert mnf["inputs"]["cube"]["minOccurs"] == 1 and mnf["inputs"]["cube"]["maxOccurs"] > 1
     assert mnf["inputs"]["statistics"]["schema"]["enum"] == ["each", "pooled"]
     assert set(mnf["outputs"]) == {"components", "denoised", "metadata"}

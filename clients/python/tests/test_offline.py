@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
+import os
 import sys
 
 import numpy as np
@@ -105,6 +107,16 @@ def test_query_and_json_spelling_of_every_parameter() -> None:
 def test_href_body() -> None:
     upload = build_upload("file:///data/x.hdr", Params.build(4, None, None, True, None, None, None, None))
     assert json.loads(upload.kwargs["content"]) == {"input": {"href": "file:///data/x.hdr"}, "params": {"components": 4, "inverse": True}}
+
+
+def test_ortho_is_sent_only_when_asked() -> None:
+    p = Params.build(4, None, None, False, None, None, None, None)
+    assert "ortho" not in p.to_json()
+    o = dataclasses.replace(p, ortho=True)
+    assert o.to_json() == {"components": 4, "ortho": True}
+    assert o.to_query() == {"components": "4", "ortho": "true"}
+    upload = build_upload("file:///data/granule.nc", o)
+    assert json.loads(upload.kwargs["content"])["params"] == {"components": 4, "ortho": True}
 
 
 def test_envi_upload_is_streamed_from_disk() -> None:
@@ -437,27 +449,69 @@ def test_a_spectral_python_bip_image_is_sent_from_its_memory_map() -> None:
     assert prepared.ignore_value is None and prepared.bad_bands == []
 
 
-def test_cog_to_xarray_takes_x_y_and_the_crs_from_the_geotiff(tmp_path) -> None:
-    """A GeoTIFF result as hypermnf writes it (bands `MNF k`, MNF_EIGENVALUES, a UTM CRS, a rotated
-    geotransform); needs GDAL's Python bindings (or rasterio) to write and read it, skipped without."""
+def _geotiff_module(name: str):
+    """rasterio or osgeo.gdal, to write a test GeoTIFF. Missing, the test is skipped, unless
+    HYPERMNF_REQUIRE_GDAL_PY=1 (scripts/ci-python.sh, which installs rasterio with the test extra)
+    requires at least one of them: then the test fails rather than skips when neither is there."""
     pytest.importorskip("xarray")
-    gdal = pytest.importorskip("osgeo.gdal")
+    try:
+        __import__(name)
+        return sys.modules[name]
+    except ImportError:
+        pass
+    if os.environ.get("HYPERMNF_REQUIRE_GDAL_PY") == "1" and not any(_importable(m) for m in ("rasterio", "osgeo.gdal")):
+        pytest.fail("HYPERMNF_REQUIRE_GDAL_PY=1 but neither rasterio nor osgeo (GDAL's Python bindings) is installed")
+    pytest.skip(f"{name} is not installed")
+
+
+def _importable(name: str) -> bool:
+    try:
+        __import__(name)
+        return True
+    except ImportError:
+        return False
+
+
+def _write_geotiff(writer: str, path: str, values: np.ndarray, gt: tuple, epsg: int, tags: dict) -> None:
+    """values (line, sample, component) as a float32 GeoTIFF with bands `MNF k`, written with `writer`."""
+    lines, samples, k = values.shape
+    if writer == "rasterio":
+        rasterio = _geotiff_module("rasterio")
+        from rasterio.crs import CRS
+        from rasterio.transform import Affine
+
+        with rasterio.open(path, "w", driver="GTiff", width=samples, height=lines, count=k, dtype="float32",
+                           crs=CRS.from_epsg(epsg), transform=Affine.from_gdal(*gt)) as ds:
+            ds.update_tags(**tags)
+            for b in range(k):
+                ds.write(values[:, :, b], b + 1)
+                ds.set_band_description(b + 1, f"MNF {b + 1}")
+        return
+    gdal = _geotiff_module("osgeo.gdal")
     from osgeo import osr
 
-    path = str(tmp_path / "mnf.tif")
-    values = np.arange(3 * 4 * 2, dtype=np.float32).reshape(3, 4, 2)  # (line, sample, component)
-    ds = gdal.GetDriverByName("GTiff").Create(path, 4, 3, 2, gdal.GDT_Float32)
-    gt = (500000.0, 30.0, 3.0, 4000000.0, 2.0, -30.0)
+    ds = gdal.GetDriverByName("GTiff").Create(path, samples, lines, k, gdal.GDT_Float32)
     ds.SetGeoTransform(gt)
     srs = osr.SpatialReference()
-    srs.ImportFromEPSG(32633)
+    srs.ImportFromEPSG(epsg)
     ds.SetProjection(srs.ExportToWkt())
-    ds.SetMetadata({"MNF_EIGENVALUES": "9,5", "MNF_SNR": "8,4"})
-    for k in range(2):
-        band = ds.GetRasterBand(k + 1)
-        band.WriteArray(values[:, :, k])
-        band.SetDescription(f"MNF {k + 1}")
+    ds.SetMetadata(tags)
+    for b in range(k):
+        band = ds.GetRasterBand(b + 1)
+        band.WriteArray(values[:, :, b])
+        band.SetDescription(f"MNF {b + 1}")
     ds = None
+
+
+@pytest.mark.parametrize("writer", ["rasterio", "osgeo"])
+def test_cog_to_xarray_takes_x_y_and_the_crs_from_the_geotiff(tmp_path, writer: str) -> None:
+    """A GeoTIFF result as hypermnf writes it (bands `MNF k`, MNF_EIGENVALUES, a UTM CRS, a rotated
+    geotransform), written with rasterio or GDAL's bindings (each case skipped without its module, unless
+    HYPERMNF_REQUIRE_GDAL_PY=1 and neither is there) and read back with whichever cog_to_xarray finds."""
+    path = str(tmp_path / "mnf.tif")
+    values = np.arange(3 * 4 * 2, dtype=np.float32).reshape(3, 4, 2)  # (line, sample, component)
+    gt = (500000.0, 30.0, 3.0, 4000000.0, 2.0, -30.0)
+    _write_geotiff(writer, path, values, gt, 32633, {"MNF_EIGENVALUES": "9,5", "MNF_SNR": "8,4"})
     da = hypermnf.cog_to_xarray(path)
     assert da.dims == ("line", "sample", "component")
     np.testing.assert_array_equal(da.values, values)

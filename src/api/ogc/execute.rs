@@ -39,7 +39,7 @@ pub const SYNC_MAX_INPUT_BYTES: u64 = 64 << 20;
 pub const SYNC_WAIT_MAX: Duration = Duration::from_secs(300);
 
 /// The parameters, under their native names, that are process inputs.
-const PARAM_INPUTS: [&str; 8] = ["components", "snr", "noise", "inverse", "bad_bands", "ignore_value", "noise_window", "backend"];
+const PARAM_INPUTS: [&str; 9] = ["components", "snr", "noise", "inverse", "bad_bands", "ignore_value", "noise_window", "backend", "ortho"];
 
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -233,6 +233,13 @@ fn parse_request(body: &[u8]) -> OgcResult<Execution> {
         }
     }
     let params = params::from_json(Value::Object(params))?;
+    // ortho=true makes the result a GeoTIFF on the granule's grid: every array output must be one.
+    if params.ortho && (outputs.is_empty() || outputs.iter().any(|o| o.output != Output::Metadata && !o.cog)) {
+        return Err(invalid(format!(
+            "ortho=true gives the result as a Cloud-Optimized GeoTIFF: ask the components (and denoised) output as {} by reference",
+            crate::api::formats::COG_MEDIA_TYPE
+        )));
+    }
     if outputs.is_empty() {
         // None named: all the job makes, by value.
         outputs = Output::ALL

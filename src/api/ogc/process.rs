@@ -72,6 +72,9 @@ pub fn description(base: &BaseUrl) -> Value {
             json!({"type": "string", "enum": ["mean-filter", "shift-difference"], "default": "mean-filter"})),
         "inverse": literal("Inverse", "Also compute the denoised cube (output `denoised`); requesting that output sets it.",
             json!({"type": "boolean", "default": false})),
+        "ortho": literal("Orthorectify", "EMIT granules only: the GeoTIFF outputs on the granule's north-up grid, its geometry lookup \
+            table (GLT) applied; without it they stay in sensor geometry with no CRS. Needs the outputs as GeoTIFF by reference.",
+            json!({"type": "boolean", "default": false})),
         "bad_bands": literal("Bad bands", "0-based bands to exclude, beside the header's bbl and constant bands.",
             json!({"type": "array", "items": {"type": "integer", "minimum": 0}})),
         "ignore_value": literal("No-data value", "Pixels holding this value in any band are left out (overrides the header's data ignore value). \

@@ -182,3 +182,65 @@ pub fn read_glt(path: &Path, lines: usize, samples: usize) -> Result<Glt, CubeEr
     }
     Ok(Glt { rows, cols, cells, geotransform, wkt })
 }
+
+/// The metadata item of a GLT file that keeps the granule's WKT as the granule gave it.
+const WKT_ITEM: &str = "EMIT_SPATIAL_REF";
+
+/// The GLT as a file of its own: a two-band Int32 GeoTIFF (band 1 glt_x, band 2 glt_y, EMIT's 1-based
+/// values, 0 where no pixel falls) on the grid's geotransform and CRS. The service keeps it beside a
+/// job whose EMIT upload it decoded to ENVI (`ortho=true`): the decoded pair has no place for it, and
+/// the upload itself is gone once the job has run.
+pub fn write_glt_file(glt: &Glt, path: &Path) -> Result<(), CubeError> {
+    use gdal::Metadata as _;
+    let e = |e: gdal::errors::GdalError| CubeError::io(path, std::io::Error::other(format!("writing the GLT: {}", md::one_line(&e.to_string()))));
+    let driver = gdal::DriverManager::get_driver_by_name("GTiff").map_err(e)?;
+    let mut ds = driver.create_with_band_type::<i32, _>(path, glt.cols, glt.rows, 2).map_err(e)?;
+    ds.set_geo_transform(&glt.geotransform).map_err(e)?;
+    ds.set_projection(&glt.wkt).map_err(e)?;
+    // The granule's WKT verbatim (GeoTIFF's keys would give an equivalent CRS in other words).
+    ds.set_metadata_item(WKT_ITEM, &glt.wkt, "").map_err(e)?;
+    for band in 0..2 {
+        let values: Vec<i32> = glt
+            .cells
+            .iter()
+            .map(|c| match c {
+                Some((line, sample)) => 1 + if band == 0 { *sample as i32 } else { *line as i32 },
+                None => 0,
+            })
+            .collect();
+        let mut b = ds.rasterband(band + 1).map_err(e)?;
+        b.write((0, 0), (glt.cols, glt.rows), &mut gdal::raster::Buffer::new((glt.cols, glt.rows), values)).map_err(e)?;
+    }
+    ds.close().map_err(e)?;
+    Ok(())
+}
+
+/// Reads a GLT written by [`write_glt_file`], checked against the sensor geometry it indexes.
+pub fn read_glt_file(path: &Path, lines: usize, samples: usize) -> Result<Glt, CubeError> {
+    use gdal::Metadata as _;
+    let e = |e: gdal::errors::GdalError| CubeError::io(path, std::io::Error::other(format!("reading the GLT: {}", md::one_line(&e.to_string()))));
+    let ds = gdal::Dataset::open(path).map_err(e)?;
+    let (cols, rows) = ds.raster_size();
+    if ds.raster_count() != 2 {
+        return Err(CubeError::Header(format!("{}: a GLT file has 2 bands, not {}", path.display(), ds.raster_count())));
+    }
+    let read = |band: usize| -> Result<Vec<i32>, CubeError> {
+        let b = ds.rasterband(band).map_err(e)?;
+        Ok(b.read_as::<i32>((0, 0), (cols, rows), (cols, rows), None).map_err(e)?.into_shape_and_vec().1)
+    };
+    let (xs, ys) = (read(1)?, read(2)?);
+    let mut cells = Vec::with_capacity(rows * cols);
+    for (&x, &y) in xs.iter().zip(&ys) {
+        if x <= 0 || y <= 0 {
+            cells.push(None);
+            continue;
+        }
+        let (sample, line) = ((x - 1) as usize, (y - 1) as usize);
+        if sample >= samples || line >= lines {
+            return Err(CubeError::Header(format!("{}: the GLT points outside the {lines} x {samples} granule", path.display())));
+        }
+        cells.push(Some((line as u32, sample as u32)));
+    }
+    let wkt = ds.metadata_item(WKT_ITEM, "").unwrap_or_else(|| ds.projection());
+    Ok(Glt { rows, cols, cells, geotransform: ds.geo_transform().map_err(e)?, wkt })
+}

@@ -6,7 +6,13 @@
 //!   3.6's ENVI driver);
 //! - or ENVI-style lists in the `ENVI` domain: `wavelength = {...}`, `fwhm`, `bbl`, `wavelength_units`;
 //! - or GDAL ≥ 3.10's `IMAGERY` domain: `CENTRAL_WAVELENGTH_UM`, `FWHM_UM` (micrometres).
-//! - nodata, scale and offset per band (physical = stored × scale + offset).
+//! - nodata, scale and offset per band (physical = stored × scale + offset);
+//! - or, where the TIFF itself gives no wavelengths, an ENVI header beside it (`X.hdr` beside `X.tif`):
+//!   DESIS products (L1B/L1C radiance, L2A reflectance; 235 bands, int16, pixel-interleaved) keep their
+//!   `wavelength`, `fwhm` and `data gain values` / `data offset values` there, as DLR's product
+//!   specification describes and EnMAP-Box's DESIS import reads them. Its gains and offsets apply where
+//!   the TIFF's bands have no scale and offset of their own, its `data ignore value` where they have no
+//!   nodata. Checked against that description, not against a real DESIS granule.
 
 use std::path::Path;
 
@@ -76,15 +82,21 @@ pub(super) fn read_dataset(path: &Path, ds: &Dataset) -> Result<Cube, CubeError>
         }
         linear.push(Linear { scale, offset });
     }
-    let dtype = converted_type(source_type, &linear);
-    let mut meta = CubeMeta { ignore_value: fill.filter(|f| !f.is_nan()), ..Default::default() };
-    meta.source_interleave = match ds.metadata_item("INTERLEAVE", "IMAGE_STRUCTURE").as_deref() {
+    let source_interleave = match ds.metadata_item("INTERLEAVE", "IMAGE_STRUCTURE").as_deref() {
         Some("BAND") => Some(Interleave::Bsq),
         Some("LINE") => Some(Interleave::Bil),
         Some("PIXEL") => Some(Interleave::Bip),
         _ => None,
     };
+    let mut meta = CubeMeta { source_interleave, ..Default::default() };
     spectral(ds, bands, &mut meta, path)?;
+    if meta.wavelength.is_none() {
+        if let Some(header) = sidecar_header(path, lines, samples, bands)? {
+            beside(&header, &mut meta, &mut linear, &mut fill, path)?;
+        }
+    }
+    meta.ignore_value = fill.filter(|f| !f.is_nan());
+    let dtype = converted_type(source_type, &linear);
     if linear.iter().any(|l| !l.is_identity()) {
         let s: Vec<String> = linear.iter().map(|l| format!("{}", l.scale)).collect();
         let o: Vec<String> = linear.iter().map(|l| format!("{}", l.offset)).collect();
@@ -194,6 +206,70 @@ fn spectral(ds: &Dataset, bands: usize, meta: &mut CubeMeta, path: &Path) -> Res
     }
     if let Some(d) = ds.description().ok().filter(|d| !d.is_empty() && d != &path.display().to_string()) {
         meta.description = Some(d);
+    }
+    Ok(())
+}
+
+/// The ENVI header beside the raster `path` (`X.hdr` or `X.HDR` beside `X.tif`), if there is one; it
+/// must describe a raster of the TIFF's size.
+fn sidecar_header(path: &Path, lines: usize, samples: usize, bands: usize) -> Result<Option<crate::cube::envi::EnviHeader>, CubeError> {
+    let Some(hdr) = ["hdr", "HDR"].into_iter().map(|e| path.with_extension(e)).find(|p| p.is_file()) else {
+        return Ok(None);
+    };
+    let text = std::fs::read(&hdr).map_err(|e| CubeError::io(&hdr, e))?;
+    let header = crate::cube::envi::parse_header(&String::from_utf8_lossy(&text))
+        .map_err(|e| CubeError::Header(format!("{}: the ENVI header beside the raster: {e}", hdr.display())))?;
+    if (header.lines, header.samples, header.bands) != (lines, samples, bands) {
+        return Err(CubeError::Header(format!(
+            "{}: describes {} x {} x {}, but the raster beside it is {lines} x {samples} x {bands}",
+            hdr.display(),
+            header.lines,
+            header.samples,
+            header.bands
+        )));
+    }
+    Ok(Some(header))
+}
+
+/// Takes the spectral metadata, gains and offsets, and no-data value of the ENVI header beside the
+/// raster (DESIS) where the TIFF gave none of its own.
+fn beside(
+    header: &crate::cube::envi::EnviHeader,
+    meta: &mut CubeMeta,
+    linear: &mut [Linear],
+    fill: &mut Option<f64>,
+    path: &Path,
+) -> Result<(), CubeError> {
+    let h = &header.meta;
+    meta.wavelength = h.wavelength.clone();
+    meta.wavelength_units = h.wavelength_units.clone();
+    meta.fwhm = h.fwhm.clone();
+    if meta.bbl.is_none() {
+        meta.bbl = h.bbl.clone();
+    }
+    if meta.band_names.is_none() {
+        meta.band_names = h.band_names.clone();
+    }
+    if fill.is_none() {
+        *fill = h.ignore_value;
+    }
+    let list = |key: &str| -> Result<Option<Vec<f64>>, CubeError> {
+        let Some(v) = h.extra_value(key) else { return Ok(None) };
+        let values: Result<Vec<f64>, _> = v.trim().trim_start_matches('{').trim_end_matches('}').split(',').map(|x| x.trim().parse::<f64>()).collect();
+        match values {
+            Ok(values) if values.len() == linear.len() && values.iter().all(|x| x.is_finite()) => Ok(Some(values)),
+            _ => Err(CubeError::Header(format!("{}: the ENVI header beside it has {key} that are not {} numbers", path.display(), linear.len()))),
+        }
+    };
+    let (gains, offsets) = (list("data gain values")?, list("data offset values")?);
+    if (gains.is_some() || offsets.is_some()) && linear.iter().all(|l| l.is_identity()) {
+        for (i, l) in linear.iter_mut().enumerate() {
+            let scale = gains.as_ref().map_or(1.0, |g| g[i]);
+            if scale == 0.0 {
+                return Err(CubeError::Header(format!("{}: the ENVI header beside it gives band {} a gain of 0", path.display(), i + 1)));
+            }
+            *l = Linear { scale, offset: offsets.as_ref().map_or(0.0, |o| o[i]) };
+        }
     }
     Ok(())
 }

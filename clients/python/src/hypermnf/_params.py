@@ -41,6 +41,8 @@ class Params:
     backend: Optional[str] = None
     # A job or system id whose eigen system the job projects with (``hypermnf.systems``).
     statistics_from: Optional[str] = None
+    # An EMIT granule's GeoTIFF result on its north-up grid (the granule's GLT applied).
+    ortho: bool = False
 
     @classmethod
     def build(
@@ -95,6 +97,8 @@ class Params:
             out["backend"] = self.backend
         if self.statistics_from is not None:
             out["statistics_from"] = self.statistics_from
+        if self.ortho:
+            out["ortho"] = True
         return out
 
     def to_query(self) -> Dict[str, str]:

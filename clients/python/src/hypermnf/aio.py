@@ -74,6 +74,7 @@ class AsyncClient:
         noise_window: Optional[Sequence[int]] = None,
         backend: Optional[str] = None,
         statistics_from: Optional[str] = None,
+        ortho: bool = False,
     ) -> "AsyncJob":
         """Creates a job that reduces ``cube`` (see :meth:`hypermnf.Client.submit`) and returns it."""
         prepared, params = await asyncio.to_thread(
@@ -81,6 +82,8 @@ class AsyncClient:
         )
         if statistics_from is not None:
             params = dataclasses.replace(params, statistics_from=str(statistics_from))
+        if ortho:
+            params = dataclasses.replace(params, ortho=True)
         for attempt in range(_ATTEMPTS):
             upload = await asyncio.to_thread(build_upload, prepared, params)  # hashes the digest off the loop
             with upload.files:

@@ -103,6 +103,7 @@ class Client:
         backend: Optional[str] = None,
         progress: bool = True,
         statistics_from: Optional[str] = None,
+        ortho: bool = False,
     ) -> Job:
         """Creates a job that reduces ``cube``, and returns it without waiting.
 
@@ -130,6 +131,9 @@ class Client:
                 bytes) is sent.
             statistics_from: project with the eigen system of this job or imported system (an id) instead of
                 computing one (see :meth:`apply`).
+            ortho: an EMIT NetCDF granule only (by ``"file://..."`` href): its GeoTIFF result
+                (``job.download(..., format="cog")``) on the granule's north-up grid, its geometry lookup
+                table applied; the ``.npy`` and ENVI downloads are refused then (the server answers 422).
 
         Returns:
             The :class:`Job`. An identical earlier request (same cube and parameters) returns that job,
@@ -142,6 +146,8 @@ class Client:
         prepared, params = prepare_submission(cube, components, snr, noise, inverse, bad_bands, ignore_value, noise_window, backend)
         if statistics_from is not None:
             params = dataclasses.replace(params, statistics_from=str(statistics_from))
+        if ortho:
+            params = dataclasses.replace(params, ortho=True)
         with ExitStack() as stack:
             resumable = self._resumable(prepared, stack)
             if resumable is not None:
