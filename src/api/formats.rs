@@ -51,7 +51,7 @@ pub(super) async fn create_upload(
     }
     let params = super::params::from_query(query)?;
     if params.ortho && format != GdalFormat::NetCdf {
-        return Err(no_glt("a HDF5 or GeoTIFF upload"));
+        return Err(super::ortho::no_glt("a HDF5 or GeoTIFF upload"));
     }
     let dir = ctx.runner.storage.scratch_dir(token)?;
     let ext = match format {
@@ -69,59 +69,6 @@ pub(super) async fn create_upload(
     files.extend(glt.as_deref());
     super::intake::create_from_files(ctx, caller, crate::jobs::InputKind::Envi, &files, params).await
 }
-
-/// The 422 of `ortho=true` on `what`, which has no GLT.
-fn no_glt(what: &str) -> Error {
-    Error::unprocessable(
-        "ortho_needs_glt",
-        format!(
-            "ortho=true applies an EMIT granule's geometry lookup table (location/glt_x, glt_y) to the COG result, \
-             and {what} has none: give an EMIT NetCDF granule by file:// href or upload it as application/x-netcdf"
-        ),
-    )
-}
-
-/// Refuses `ortho=true` for an input that cannot have a GLT (`what` names it).
-pub(crate) fn refuse_ortho(params: &crate::mnf::MnfParams, what: &str) -> ApiResult<()> {
-    match params.ortho {
-        true => Err(no_glt(what)),
-        false => Ok(()),
-    }
-}
-
-/// `ortho=true` needs the GLT where the COG will be made from: the EMIT granule of a `file://` href
-/// (its metadata names the GLT the file holds), or the GLT file decoded beside an upload at `location`.
-pub(super) async fn check_ortho(
-    ctx: &ApiContext,
-    params: &crate::mnf::MnfParams,
-    kind: crate::jobs::InputKind,
-    location: &str,
-    meta: &crate::cube::CubeMeta,
-) -> ApiResult<()> {
-    use crate::jobs::InputKind;
-    if !params.ortho {
-        return Ok(());
-    }
-    if !cfg!(feature = "gdal") {
-        return Err(Error::from(crate::cube::needs_gdal(std::path::Path::new("ortho=true"), GdalFormat::Tiff)));
-    }
-    let granule = meta.extra_value(GLT_KEY).is_some();
-    let has = match kind {
-        InputKind::Href => granule && !location.starts_with('{'),
-        InputKind::Envi => granule && ctx.runner.storage.size(&format!("{location}/{GLT_FILE}")).await.is_ok(),
-        InputKind::Npy => false,
-    };
-    match has {
-        true => Ok(()),
-        false => Err(no_glt("this input")),
-    }
-}
-
-/// The metadata key of a cube read from an EMIT granule with a GLT.
-#[cfg(feature = "gdal")]
-const GLT_KEY: &str = crate::cube::gdal::emit::GLT_KEY;
-#[cfg(not(feature = "gdal"))]
-const GLT_KEY: &str = "emit glt";
 
 /// The parameters a job was made with.
 fn job_params(job: &Job) -> ApiResult<crate::mnf::MnfParams> {
@@ -163,7 +110,7 @@ async fn receive(req: Request, path: &std::path::Path, limit: u64) -> ApiResult<
 }
 
 /// Decodes the upload into the ENVI pair at `hdr`, and, with `glt`, the EMIT granule's GLT into that
-/// file (None when the upload has none: `check_ortho` refuses the job then). Returns the GLT file.
+/// file (None when the upload has none: `ortho::check_ortho` refuses the job then). Returns the GLT file.
 #[cfg(feature = "gdal")]
 async fn decode_to_envi(
     upload: std::path::PathBuf,
@@ -183,7 +130,7 @@ async fn decode_to_envi(
         let order = cube.byte_order();
         crate::cube::envi::write_cube(&hdr, &cube, crate::cube::Interleave::Bip, order).map_err(Error::internal)?;
         let glt = match glt {
-            Some(path) if cube.meta.extra_value(GLT_KEY).is_some() => {
+            Some(path) if cube.meta.extra_value(super::ortho::GLT_KEY).is_some() => {
                 let table = crate::cube::gdal::emit::read_glt(&upload, cube.lines(), cube.samples()).map_err(scrub)?;
                 crate::cube::gdal::emit::write_glt_file(&table, &path).map_err(Error::internal)?;
                 Some(path)

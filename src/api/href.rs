@@ -144,7 +144,7 @@ pub(crate) enum Checking {
 pub(crate) async fn check_reference(ctx: &ApiContext, owner: &str, r: &Reference, params: MnfParams) -> ApiResult<Checking> {
     // The COG of an ortho job is made from the GLT where the job's input is; a reference's is not
     // read again after the job (a granule is gigabytes).
-    super::formats::refuse_ortho(&params, "an s3:// or https:// reference")?;
+    super::ortho::refuse_ortho(&params, "an s3:// or https:// reference")?;
     let name = r.file_name();
     let format = Format::of_name(&name)
         .ok_or_else(|| Error::unprocessable("unsupported", "the href must name an ENVI header (.hdr), a NumPy array (.npy), or NetCDF, HDF5 or GeoTIFF"))?;

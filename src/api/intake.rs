@@ -88,7 +88,7 @@ pub(super) async fn decode_and_validate(ctx: &ApiContext, owner: &str, kind: Inp
         })?;
     tracing::debug!(secs = t.elapsed().as_secs_f64(), "input decoded");
     admit(ctx, &params, cube.lines(), cube.samples(), cube.bands(), cube.meta.bbl.as_deref())?;
-    super::formats::check_ortho(ctx, &params, kind, &location_of_glt, &cube.meta).await?;
+    super::ortho::check_ortho(ctx, &params, kind, &location_of_glt, &cube.meta).await?;
     let params = super::systems::bind(ctx, owner, params, cube.bands(), cube.meta.wavelength.as_deref()).await?;
     Ok((Arc::new(cube), params))
 }

@@ -16,6 +16,7 @@ pub mod lingering_close;
 pub mod metrics;
 pub mod multipart;
 pub mod npy_upload;
+mod ortho;
 pub mod ogc;
 pub mod params;
 pub mod preview;

@@ -46,7 +46,7 @@ fn hex_digest_header(h: &HeaderMap, name: &str, display: &str) -> ApiResult<Opti
 pub(super) async fn create(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req: Request, token: &str) -> ApiResult<Response> {
     let params = params::from_query(query)?;
     check_backend(ctx, &params)?;
-    super::formats::refuse_ortho(&params, "a .npy cube")?;
+    super::ortho::refuse_ortho(&params, "a .npy cube")?;
     let canonical = params::canonical(&params);
     let claimed_sha = hex_digest_header(req.headers(), CONTENT_SHA256, "X-Content-SHA256")?;
     let claimed_cube = hex_digest_header(req.headers(), CUBE_DIGEST, "X-Cube-Digest")?;
@@ -116,7 +116,7 @@ async fn run_on_resident(ctx: &ApiContext, caller: &Caller, cube: [u8; 32], para
 /// A job from `.npy` bytes already in memory (the OGC API's inline values), through the same checks
 /// and digests as a `.npy` body.
 pub async fn create_from_npy_bytes(ctx: &ApiContext, caller: &Caller, bytes: bytes::Bytes, params: MnfParams) -> ApiResult<Created> {
-    super::formats::refuse_ortho(&params, "a .npy cube")?;
+    super::ortho::refuse_ortho(&params, "a .npy cube")?;
     if bytes.len() as u64 > ctx.config.max_upload_bytes {
         return Err(Error::too_large(format!(
             "the cube ({} bytes) exceeds the limit of {} bytes; {}",
