@@ -119,6 +119,12 @@ impl std::fmt::Display for SolverError {
 pub trait GeneralizedEigenSolver: Send + Sync {
     fn name(&self) -> &'static str;
     fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError>;
+    /// Whether [`solve_with`] gives it a problem of n bands: a solver slower than the host's at some
+    /// sizes declines them (the device's, at few bands), so every path (a job, a pooled batch) picks
+    /// the same solver for the same size and gives the same bits.
+    fn takes(&self, _n: usize) -> bool {
+        true
+    }
 }
 
 /// Eigenvalues (descending) and the transform W (n × n, row-major; column c = component c).
@@ -145,7 +151,7 @@ pub fn solve_with(
     device: Option<&dyn GeneralizedEigenSolver>,
 ) -> Result<EigenPairs, MnfError> {
     let n = whitening.n;
-    if let Some(d) = device {
+    if let Some(d) = device.filter(|d| d.takes(n)) {
         let t = std::time::Instant::now();
         match d.solve(&whitening.cn, cd, n) {
             Ok((values, w)) if values.len() == n && w.len() == n * n => {
@@ -396,6 +402,29 @@ mod tests {
             let w = li.transpose() * e.eigenvectors;
             Ok((e.eigenvalues.as_slice().to_vec(), w.as_slice().to_vec()))
         }
+    }
+
+    /// A solver that declines a size is never called for it: the host solves, with the host's bits.
+    #[test]
+    fn a_solver_that_declines_a_size_leaves_it_to_the_host() {
+        struct Declining;
+        impl GeneralizedEigenSolver for Declining {
+            fn name(&self) -> &'static str {
+                "declining test solver"
+            }
+            fn solve(&self, _: &[f64], _: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
+                panic!("called for {n} bands, which it declines")
+            }
+            fn takes(&self, n: usize) -> bool {
+                n > 16
+            }
+        }
+        let n = 12;
+        let (cd, cn) = random_pair(n, 78);
+        let host = solve(&NoiseWhitening::new(cn.clone(), n).unwrap(), &cd).unwrap();
+        let got = solve_with(&NoiseWhitening::deferred(cn, n), &cd, Some(&Declining)).unwrap();
+        assert_eq!(bits(&host.eigenvalues), bits(&got.eigenvalues));
+        assert_eq!(bits(&host.transform), bits(&got.transform));
     }
 
     /// A failing device solver falls back to the host: the same bits as the host path, and a C_N that

@@ -32,9 +32,13 @@ pub enum EigenMethod {
 }
 
 impl EigenMethod {
-    /// The method the device solver uses at `n` bands: the fastest that held the float64 bounds of
-    /// `hypermnf bench eigen` at that size (BENCHMARKS.md, "Eigen") and returns every pair (a job's
-    /// metadata lists every eigenvalue, and denoising needs every vector).
+    /// The method the device solver uses at `n` bands. It must return every pair (a job's metadata
+    /// lists every eigenvalue, and denoising needs every vector), which leaves syevd in either API,
+    /// the batched API and Jacobi. In `hypermnf bench eigen` (BENCHMARKS.md, "Eigen") the batched API
+    /// was the fastest at every size by 0.5–1.5 %, within the spread of one run, and Jacobi 2–3×
+    /// slower; syevd stays, since `cusolverDnXsyevBatched` needs a libcusolver of CUDA 12.6 or later
+    /// (where it is missing the whole device solver would be lost to the host). Below
+    /// `HOST_FASTER_UP_TO` bands the host solves instead (`DeviceEigen::takes`).
     pub fn for_bands(_n: usize) -> EigenMethod {
         EigenMethod::Syevd
     }

@@ -482,4 +482,12 @@ impl GeneralizedEigenSolver for DeviceEigen {
     fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
         DeviceEigen::solve(self, cn, cd, n)
     }
+    fn takes(&self, n: usize) -> bool {
+        n > HOST_FASTER_UP_TO
+    }
 }
+
+/// Band counts up to which the host's faer solves the whole eigen step faster than the device round
+/// trip (`hypermnf bench eigen` on an H100: at 64 bands faer takes 0.29–0.44 ms and the device step
+/// 0.76–0.87 ms, at 128 bands faer 2.2–3.2 ms and the device 1.66–1.84 ms; BENCHMARKS.md, "Eigen").
+const HOST_FASTER_UP_TO: usize = 96;
