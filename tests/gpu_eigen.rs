@@ -1,4 +1,4 @@
-//! The device eigen step by each cuSOLVER eigensolver (`hypermnf bench eigen`'s rows) against the host
+//! The device eigen step by each cuSOLVER eigensolver and our own kernels (`hypermnf bench eigen`'s rows) against the host
 //! float64 reference (faer), on random pairs with real data's conditioning and on the covariances of
 //! synthetic cubes; and a singular noise covariance refused by every one of them as it is today.
 //! Every test needs a CUDA device: ignored elsewhere, run on the GPU host with `--include-ignored`.
@@ -15,7 +15,7 @@ fn seed() -> u64 {
 }
 
 /// The solvers a job could be given: every pair (syevd in both APIs, the batched API, Jacobi to
-/// float64 accuracy) and the top-k one.
+/// float64 accuracy, our own kernels) and the top-k one.
 fn methods(k: usize) -> Vec<EigenMethod> {
     vec![
         EigenMethod::Syevd,
@@ -24,6 +24,7 @@ fn methods(k: usize) -> Vec<EigenMethod> {
         EigenMethod::Syevdx { top: k },
         EigenMethod::Xsyevdx { top: k },
         EigenMethod::Syevj { tol: 1e-14, max_sweeps: 30 },
+        EigenMethod::Own,
     ]
 }
 

@@ -292,7 +292,7 @@ fn device_solver(ordinal: usize) -> Option<(String, crate::backend::cuda::EigenB
     }
 }
 
-/// Every cuSOLVER eigensolver, in the whole device step.
+/// Every cuSOLVER eigensolver and our own kernels, in the whole device step.
 fn device_rows(solver: &crate::backend::cuda::EigenBench, p: &Problem, reference: &eigen::EigenPairs, args: &Args) -> Vec<Row> {
     use crate::backend::cuda::EigenMethod;
     let k = args.components.min(p.n);
@@ -305,6 +305,7 @@ fn device_rows(solver: &crate::backend::cuda::EigenBench, p: &Problem, reference
         EigenMethod::Syevj { tol: 1e-14, max_sweeps: 30 },
         EigenMethod::Syevj { tol: 1e-10, max_sweeps: 15 },
         EigenMethod::Syevj { tol: 1e-7, max_sweeps: 10 },
+        EigenMethod::Own,
     ];
     methods
         .iter()

@@ -13,6 +13,7 @@ const NOISE: &str = include_str!("../../../kernels/noise.cu");
 const COVARIANCE: &str = include_str!("../../../kernels/covariance.cu");
 const TRANSFORM: &str = include_str!("../../../kernels/transform.cu");
 const REORDER: &str = include_str!("../../../kernels/reorder.cu");
+const EIGEN: &str = include_str!("../../../kernels/eigen.cu");
 
 /// The whole program as NVRTC sees it: common.cuh first, then the kernels with their
 /// `#include "common.cuh"` lines removed (NVRTC is given no include path).
@@ -56,8 +57,8 @@ fn cache_dir() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("hypermnf"))
 }
 
-/// The cache file for this source and architecture.
-fn cache_path(src: &str, arch: &str) -> Option<PathBuf> {
+/// The cache file for this program's source and architecture.
+fn cache_path(program: &str, src: &str, arch: &str) -> Option<PathBuf> {
     let mut h = Sha256::new();
     h.update(src.as_bytes());
     for o in options(arch) {
@@ -65,7 +66,7 @@ fn cache_path(src: &str, arch: &str) -> Option<PathBuf> {
         h.update(o.as_bytes());
     }
     let digest = hex::encode(&h.finalize()[..12]);
-    cache_dir().map(|d| d.join(format!("kernels-{arch}-{digest}.ptx")))
+    cache_dir().map(|d| d.join(format!("{program}-{arch}-{digest}.ptx")))
 }
 
 /// Where the PTX came from (for logs and the benchmark's cold/warm start note).
@@ -75,10 +76,21 @@ pub(crate) enum PtxOrigin {
     Compiled,
 }
 
-/// PTX for `arch` (e.g. "compute_90"), from the disk cache or freshly compiled (then cached).
+/// PTX of the pipeline's kernels for `arch` (e.g. "compute_90"), from the disk cache or freshly
+/// compiled (then cached).
 pub(crate) fn load_ptx(arch: &str) -> Result<(Ptx, PtxOrigin, Option<PathBuf>), BackendError> {
-    let src = program_source();
-    let path = cache_path(&src, arch);
+    load_program_ptx("kernels", &program_source(), arch)
+}
+
+/// PTX of the eigen step's own kernels (kernels/eigen.cu), a program of their own: only the eigen
+/// bench and its tests load it, so the pipeline's compile does not grow with it.
+pub(crate) fn load_eigen_ptx(arch: &str) -> Result<(Ptx, PtxOrigin, Option<PathBuf>), BackendError> {
+    load_program_ptx("eigen", EIGEN, arch)
+}
+
+/// PTX of one program (`name` keys its cache files) from the cache or compiled.
+fn load_program_ptx(name: &str, src: &str, arch: &str) -> Result<(Ptx, PtxOrigin, Option<PathBuf>), BackendError> {
+    let path = cache_path(name, src, arch);
     if let Some(p) = &path {
         if let Ok(text) = std::fs::read_to_string(p) {
             if text.contains(".entry") {
@@ -86,7 +98,7 @@ pub(crate) fn load_ptx(arch: &str) -> Result<(Ptx, PtxOrigin, Option<PathBuf>), 
             }
         }
     }
-    let ptx = compile(&src, arch)?;
+    let ptx = compile(src, arch)?;
     if let Some(p) = &path {
         store(p, &ptx.to_src());
     }
@@ -167,13 +179,23 @@ mod tests {
     }
 
     #[test]
-    fn cache_key_depends_on_source_and_arch() {
-        let a = cache_path("x", "compute_90");
-        let b = cache_path("y", "compute_90");
-        let c = cache_path("x", "compute_80");
+    fn cache_key_depends_on_program_source_and_arch() {
+        let a = cache_path("kernels", "x", "compute_90");
+        let b = cache_path("kernels", "y", "compute_90");
+        let c = cache_path("kernels", "x", "compute_80");
+        let d = cache_path("eigen", "x", "compute_90");
         if a.is_some() {
             assert_ne!(a, b);
             assert_ne!(a, c);
+            assert_ne!(a, d);
         }
+    }
+
+    #[test]
+    fn the_eigen_program_has_its_kernels_and_no_includes() {
+        for k in ["eig_tridiagonalize", "eig_squares", "eig_bisect", "eig_vectors", "eig_back_transform"] {
+            assert!(EIGEN.contains(&format!("void {k}(")) || EIGEN.contains(&format!(") {k}(")), "{k} missing from kernels/eigen.cu");
+        }
+        assert!(!EIGEN.lines().any(|l| l.trim_start().starts_with("#include")), "NVRTC is given no include path");
     }
 }

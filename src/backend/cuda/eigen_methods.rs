@@ -9,9 +9,12 @@
 //! queries and allocates nothing.
 
 use std::ffi::c_void;
+use std::sync::Arc;
 
 use cudarc::cusolver::sys as sol;
+use cudarc::driver::CudaStream;
 
+use super::own_eigen::OwnEigen;
 use crate::backend::BackendError;
 
 /// One way of solving the symmetric eigenproblem of the whitened matrix.
@@ -29,6 +32,9 @@ pub enum EigenMethod {
     Syevj { tol: f64, max_sweeps: i32 },
     /// `cusolverDnXsyevBatched` with a batch of one (the batched API of CUDA 12.6+).
     XsyevBatched,
+    /// Our own kernels (kernels/eigen.cu, `own_eigen.rs`): one-block Householder tridiagonalisation,
+    /// Sturm multisection, twisted-factorisation vectors, back-transform.
+    Own,
 }
 
 impl EigenMethod {
@@ -52,6 +58,7 @@ impl EigenMethod {
             EigenMethod::Xsyevdx { top } => format!("Xsyevdx top {top} (64-bit)"),
             EigenMethod::Syevj { tol, max_sweeps } => format!("syevj tol {tol:.0e} sweeps {max_sweeps}"),
             EigenMethod::XsyevBatched => "XsyevBatched (batch 1)".into(),
+            EigenMethod::Own => "own kernels (one-block tridiagonal)".into(),
         }
     }
 
@@ -108,6 +115,7 @@ pub(crate) struct MethodPlan {
     host: Vec<u8>,
     params: Option<Params>,
     jacobi: Option<Jacobi>,
+    own: Option<Arc<OwnEigen>>,
 }
 
 // SAFETY: the library objects are used by one thread at a time (the solver's Mutex).
@@ -115,12 +123,19 @@ unsafe impl Send for MethodPlan {}
 
 impl MethodPlan {
     /// Queries the workspace of `method` at n bands. `a` and `w` are device pointers of the right
-    /// sizes (the queries read neither).
-    pub(crate) fn new(handle: sol::cusolverDnHandle_t, method: EigenMethod, n: usize, a: u64, w: u64) -> Result<MethodPlan, BackendError> {
+    /// sizes (the queries read neither). `own` gives the own kernels, loaded when `method` is `Own`.
+    pub(crate) fn new(
+        handle: sol::cusolverDnHandle_t,
+        method: EigenMethod,
+        n: usize,
+        a: u64,
+        w: u64,
+        own: impl FnOnce() -> Result<Arc<OwnEigen>, BackendError>,
+    ) -> Result<MethodPlan, BackendError> {
         let ni = i32::try_from(n).map_err(|_| BackendError::Invalid(format!("{n} bands is too many for cuSOLVER")))?;
         let nl = n as i64;
         let (a, w) = (a as *mut f64, w as *mut f64);
-        let mut plan = MethodPlan { method, n, device_bytes: 0, host: Vec::new(), params: None, jacobi: None };
+        let mut plan = MethodPlan { method, n, device_bytes: 0, host: Vec::new(), params: None, jacobi: None, own: None };
         let generic = matches!(method, EigenMethod::Xsyevd | EigenMethod::Xsyevdx { .. } | EigenMethod::XsyevBatched);
         if generic {
             let mut p: sol::cusolverDnParams_t = std::ptr::null_mut();
@@ -167,6 +182,13 @@ impl MethodPlan {
                     )
                 })?;
             }
+            EigenMethod::Own => {
+                if n > OwnEigen::MAX_BANDS {
+                    return Err(BackendError::Invalid(format!("the own eigen kernels take at most {} bands, not {n}", OwnEigen::MAX_BANDS)));
+                }
+                plan.own = Some(own()?);
+                dev = OwnEigen::workspace_bytes(n);
+            }
             EigenMethod::XsyevBatched => {
                 check("cusolverDnXsyevBatched_bufferSize", unsafe {
                     sol::cusolverDnXsyevBatched_bufferSize(handle, params, VECTORS, LOWER, nl, R64, a as *const c_void, nl, R64, w as *const c_void, R64, &mut dev, &mut host, 1)
@@ -182,13 +204,18 @@ impl MethodPlan {
     }
 
     /// Queues the eigensolve of the n × n matrix at `a` (overwritten by V), eigenvalues to `w`,
-    /// `info` (one i32) on the device, `work` of at least `device_bytes`.
+    /// `info` (one i32) on the device, `work` of at least `device_bytes`. `stream` is the handle's
+    /// (the own kernels are launched on it; they never fail, and leave `info` as it was set: 0).
     ///
     /// # Safety
     /// `a`, `w`, `work` and `info` are device allocations of the sizes above, on the handle's stream,
     /// alive until the stream has run this call.
-    pub(crate) unsafe fn enqueue(&mut self, handle: sol::cusolverDnHandle_t, a: u64, w: u64, work: u64, info: u64) -> Result<(), BackendError> {
+    pub(crate) unsafe fn enqueue(&mut self, handle: sol::cusolverDnHandle_t, stream: &CudaStream, a: u64, w: u64, work: u64, info: u64) -> Result<(), BackendError> {
         let n = self.n;
+        if let Some(own) = &self.own {
+            // SAFETY: as the caller vouches; `work` holds `device_bytes` = the kernels' workspace.
+            return unsafe { own.enqueue(stream, n, a, w, work) };
+        }
         let (ni, nl) = (n as i32, n as i64);
         let (a, w, info) = (a as *mut f64, w as *mut f64, info as *mut i32);
         let params = self.params.as_ref().map_or(std::ptr::null_mut(), |p| p.0);
@@ -221,6 +248,7 @@ impl MethodPlan {
                     ),
                 )
             }
+            EigenMethod::Own => unreachable!("the own kernels were launched above"),
             EigenMethod::XsyevBatched => check(
                 "cusolverDnXsyevBatched",
                 sol::cusolverDnXsyevBatched(handle, params, VECTORS, LOWER, nl, R64, a as *mut c_void, nl, R64, w as *mut c_void, R64, work as *mut c_void, self.device_bytes, host_ptr, host_len, info, 1),

@@ -15,6 +15,7 @@ mod device;
 mod kernels;
 mod prepared;
 mod eigen_methods;
+mod own_eigen;
 mod solver;
 
 use std::sync::{Arc, Mutex};

@@ -31,6 +31,7 @@ use crate::mnf::eigen::{GeneralizedEigenSolver, SolverError};
 use super::cublas::Blas;
 use super::device::{cuda, dtoh_async, htod_async, DevBuf, PinnedBuf};
 use super::eigen_methods::{EigenMethod, MethodPlan};
+use super::own_eigen::OwnEigen;
 
 /// Bands the workspace is sized for (and the warm-up solve run at) when the solver is created: more
 /// than the 224 of AVIRIS, so the first job neither allocates nor loads kernels the warm-up missed.
@@ -148,6 +149,8 @@ struct Workspace {
     plans: Vec<MethodPlan>,
     /// Timing events, made at the first timed solve.
     events: Vec<CudaEvent>,
+    /// The own eigen kernels, loaded at the first `EigenMethod::Own` solve.
+    own: Option<Arc<OwnEigen>>,
 }
 
 const F64: usize = std::mem::size_of::<f64>();
@@ -191,7 +194,14 @@ impl Workspace {
             Some(i) => i,
             None => {
                 let mats = self.mats.as_ref().expect("allocated above");
-                self.plans.push(MethodPlan::new(handle, method, n, mats.at(lay.a() * F64), mats.at(lay.values() * F64))?);
+                let own = &mut self.own;
+                let load = || -> Result<Arc<OwnEigen>, BackendError> {
+                    if own.is_none() {
+                        *own = Some(Arc::new(OwnEigen::load(ctx)?));
+                    }
+                    Ok(own.clone().expect("loaded above"))
+                };
+                self.plans.push(MethodPlan::new(handle, method, n, mats.at(lay.a() * F64), mats.at(lay.values() * F64), load)?);
                 self.plans.len() - 1
             }
         };
@@ -461,7 +471,7 @@ impl DeviceEigen {
         // SAFETY: n × n float64 at pa (lda = n), n eigenvalues at pw, the plan's device workspace (the
         // work buffer is sized for it in `ensure`), the second i32 of the info slot; all on the handle's
         // stream. Every method reads the lower triangle only, so A needs no symmetrising.
-        unsafe { plan.enqueue(handle, pa, pw, work.ptr(), pinfo + 4)? };
+        unsafe { plan.enqueue(handle, stream, pa, pw, work.ptr(), pinfo + 4)? };
         mark(4)?;
         // W = L⁻ᵀ V.
         blas.dtrsm_lower(stream, true, true, n, pl, pa)?;

@@ -1,0 +1,163 @@
+//! The symmetric eigen step by kernels of our own (kernels/eigen.cu): Householder tridiagonalisation
+//! in one thread block (the packed matrix in its shared memory up to 238 bands on an H100, in an L2-
+//! resident scratch above), every eigenvalue by Sturm multisection, every eigenvector of the
+//! tridiagonal matrix by one twisted factorisation, and the reflectors applied back.
+//!
+//! `EigenMethod::Own` in `hypermnf bench eigen` and the GPU eigen tests; the job's device solver keeps
+//! syevd (`EigenMethod::for_bands` says why): one block is bounded by one SM's latency, and measured
+//! against syevd it is slower at every size but the smallest.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
+
+use super::compile::{self, PtxOrigin};
+use super::device::cuda;
+use crate::backend::BackendError;
+
+/// Threads of the tridiagonalisation's one block, and warps (columns) a back-transform block takes:
+/// as `EIG_THREADS` and `EIG_BT_COLS` in kernels/eigen.cu.
+const TRIDIAG_THREADS: u32 = 1024;
+const BACK_COLS: u32 = 4;
+
+/// The kernels, loaded on one context.
+pub(crate) struct OwnEigen {
+    _module: Arc<CudaModule>,
+    tridiagonalize: CudaFunction,
+    squares: CudaFunction,
+    bisect: CudaFunction,
+    vectors: CudaFunction,
+    back_transform: CudaFunction,
+    /// Dynamic shared memory a block may opt in to (bytes).
+    smem_optin: usize,
+}
+
+/// Where one solve's scratch lies in the workspace (float64 offsets).
+struct Scratch {
+    packed: usize,
+    d: usize,
+    e: usize,
+    tau: usize,
+    e2: usize,
+    lu: usize,
+    len: usize,
+}
+
+impl Scratch {
+    fn of(n: usize) -> Scratch {
+        let packed = 0;
+        let d = packed + n * (n + 1) / 2;
+        let e = d + n;
+        let tau = e + n;
+        let e2 = tau + n;
+        let lu = e2 + n;
+        Scratch { packed, d, e, tau, e2, lu, len: lu + 2 * n * n }
+    }
+}
+
+impl OwnEigen {
+    /// The largest problem the kernels take: the back-transform keeps four columns of n float64 in
+    /// the default 48 KB of shared memory (beyond ~1500 bands it would need an opt-in), and the
+    /// packed scratch's 32-bit indices stay far from overflow.
+    pub(crate) const MAX_BANDS: usize = 1024;
+
+    /// Compiles (or loads from the PTX cache) and loads kernels/eigen.cu on `ctx`.
+    pub(crate) fn load(ctx: &Arc<CudaContext>) -> Result<OwnEigen, BackendError> {
+        let (major, minor) = ctx.compute_capability().map_err(cuda("cuDeviceGetAttribute"))?;
+        let arch = format!("compute_{major}{minor}");
+        let (ptx, origin, path) = compile::load_eigen_ptx(&arch)?;
+        let module = match ctx.load_module(ptx) {
+            Ok(m) => m,
+            Err(e) if origin == PtxOrigin::Cache => {
+                tracing::warn!("cached eigen PTX did not load ({e}); recompiling");
+                if let Some(p) = &path {
+                    compile::forget(p);
+                }
+                let (ptx, _, _) = compile::load_eigen_ptx(&arch)?;
+                ctx.load_module(ptx).map_err(cuda("cuModuleLoadData"))?
+            }
+            Err(e) => return Err(BackendError::Cuda(format!("cuModuleLoadData: {e}"))),
+        };
+        let f = |name: &str| module.load_function(name).map_err(|e| BackendError::Cuda(format!("kernel {name}: {e}")));
+        let smem_optin = ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .map_err(cuda("cuDeviceGetAttribute"))?
+            .max(0) as usize;
+        let tridiagonalize = f("eig_tridiagonalize")?;
+        tridiagonalize
+            .set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem_optin as i32,
+            )
+            .map_err(cuda("cuFuncSetAttribute"))?;
+        Ok(OwnEigen {
+            tridiagonalize,
+            squares: f("eig_squares")?,
+            bisect: f("eig_bisect")?,
+            vectors: f("eig_vectors")?,
+            back_transform: f("eig_back_transform")?,
+            smem_optin,
+            _module: module,
+        })
+    }
+
+    /// Device workspace of a solve at n bands, in bytes.
+    pub(crate) fn workspace_bytes(n: usize) -> usize {
+        Scratch::of(n).len * std::mem::size_of::<f64>()
+    }
+
+    /// Whether the packed matrix of n bands fits the tridiagonalisation block's shared memory (with
+    /// the reflector, the product and four scalars beside it).
+    fn in_shared(&self, n: usize) -> bool {
+        Self::shared_bytes(n, true) <= self.smem_optin
+    }
+
+    fn shared_bytes(n: usize, packed: bool) -> usize {
+        (2 * n + 4 + if packed { n * (n + 1) / 2 } else { 0 }) * std::mem::size_of::<f64>()
+    }
+
+    /// Queues the solve of the n × n matrix at `a` (lower triangle read; overwritten by V, column-
+    /// major), the eigenvalues ascending to `w`, on `stream`.
+    ///
+    /// # Safety
+    /// `a` (n² float64), `w` (n) and `work` (`workspace_bytes(n)`) are device allocations of this
+    /// module's context that stay alive, and are touched by nothing else, until `stream` has run
+    /// the kernels.
+    pub(crate) unsafe fn enqueue(&self, stream: &CudaStream, n: usize, a: u64, w: u64, work: u64) -> Result<(), BackendError> {
+        if n == 0 || n > Self::MAX_BANDS {
+            return Err(BackendError::Invalid(format!("the own eigen kernels take 1 to {} bands, not {n}", Self::MAX_BANDS)));
+        }
+        let s = Scratch::of(n);
+        let at = |off: usize| work + (off * std::mem::size_of::<f64>()) as u64;
+        let (packed, d, e, tau, e2, lu) = (at(s.packed), at(s.d), at(s.e), at(s.tau), at(s.e2), at(s.lu));
+        let ni = n as i32;
+        let shared = self.in_shared(n);
+        let in_shared = i32::from(shared);
+        let cfg = |blocks: usize, threads: u32, smem: usize| LaunchConfig {
+            grid_dim: (blocks.max(1) as u32, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: smem as u32,
+        };
+        // SAFETY (each launch): the parameters are those of the kernel in kernels/eigen.cu, in order
+        // (device pointers as u64, int as i32); every pointer lies in the allocations the caller
+        // vouches for, sized by `Scratch::of(n)`; the dynamic shared memory is what the kernel indexes
+        // (the tridiagonalisation's within the opt-in set at load).
+        let mut b = stream.launch_builder(&self.tridiagonalize);
+        b.arg(&a).arg(&ni).arg(&packed).arg(&in_shared).arg(&d).arg(&e).arg(&tau);
+        unsafe { b.launch(cfg(1, TRIDIAG_THREADS, Self::shared_bytes(n, shared))) }.map_err(cuda("eig_tridiagonalize"))?;
+        let mut b = stream.launch_builder(&self.squares);
+        b.arg(&e).arg(&ni).arg(&e2);
+        unsafe { b.launch(cfg(n.div_ceil(128), 128, 0)) }.map_err(cuda("eig_squares"))?;
+        let mut b = stream.launch_builder(&self.bisect);
+        b.arg(&d).arg(&e).arg(&e2).arg(&ni).arg(&w);
+        unsafe { b.launch(cfg((n * 32).div_ceil(128), 128, 0)) }.map_err(cuda("eig_bisect"))?;
+        let mut b = stream.launch_builder(&self.vectors);
+        b.arg(&d).arg(&e).arg(&w).arg(&ni).arg(&a).arg(&lu);
+        unsafe { b.launch(cfg(n.div_ceil(64), 64, 0)) }.map_err(cuda("eig_vectors"))?;
+        let mut b = stream.launch_builder(&self.back_transform);
+        b.arg(&packed).arg(&tau).arg(&ni).arg(&a);
+        let back_smem = BACK_COLS as usize * n * std::mem::size_of::<f64>();
+        unsafe { b.launch(cfg(n.div_ceil(BACK_COLS as usize), BACK_COLS * 32, back_smem)) }.map_err(cuda("eig_back_transform"))?;
+        Ok(())
+    }
+}
