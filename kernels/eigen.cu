@@ -1,5 +1,5 @@
 // The symmetric eigenproblem of the whitened n × n matrix A = Q T Qᵀ = V Λ Vᵀ in float64, in four
-// kernels that replace cuSOLVER's syevd in the device eigen step (`EigenMethod::Tridiagonal`):
+// kernels: the device eigen step's alternative to cuSOLVER's syevd (`EigenMethod::Own`, own_eigen.rs).
 //
 //   1. eig_tridiagonalize: Householder reduction to tridiagonal T (LAPACK dsytd2, lower) by ONE block
 //      of 1024 threads, with A's lower triangle packed in shared memory when it fits (n ≤ 238 on a
@@ -12,8 +12,8 @@
 //      MRRR's single-vector step), one thread per eigenvector: O(n) each.
 //   4. eig_back_transform: V = Q Z, the reflectors applied to the eigenvectors, a warp per column.
 //
-// Why not cuSOLVER: syevd's divide and conquer launches dozens of kernels and host round trips; at
-// 224 bands the whole step is a few hundred microseconds of arithmetic.
+// Why: syevd takes ~1.8 ms at 224 bands on an H100 for a few tens of MFLOP; these kernels measure how
+// close one block's latency-bound reduction and three parallel kernels come.
 //
 // Packed lower storage: element (i, j), i ≥ j, at j·(2n − j + 1)/2 + (i − j).
 
@@ -35,6 +35,12 @@ __device__ __forceinline__ double eig_warp_sum(double v) {
 // a: n × n column-major (lower triangle read). packed: n(n+1)/2 doubles of global scratch, used when
 // the packed matrix does not fit shared memory (in_shared == 0), and always written at the end (the
 // reflectors for eig_back_transform). d (n), e (n − 1), tau (n − 2) out.
+//
+// Each step k has three phases between barriers: the reflector (warp 0), p = tau · A22 v (a warp per
+// row), and the rank-2 update A22 −= v wᵀ + w vᵀ (a warp per column). Measured on an H100 at 224
+// bands, neither building the next reflector during the update (look-ahead, one barrier less) nor
+// reducing a warp's rows together made the step faster: it is bound by shared-memory traffic and the
+// block's latency, not by the reflector's serial chain.
 extern "C" __global__ void __launch_bounds__(EIG_THREADS) eig_tridiagonalize(
     const double* __restrict__ a, int n, double* packed, int in_shared,
     double* __restrict__ d, double* __restrict__ e, double* __restrict__ tau)
@@ -42,8 +48,8 @@ extern "C" __global__ void __launch_bounds__(EIG_THREADS) eig_tridiagonalize(
     extern __shared__ double eig_smem[];
     double* v = eig_smem;          // n: the reflector
     double* p = v + n;             // n: tau · A22 · v
-    double* scal = p + n;          // 4: tau, K (for w = p − K v)
-    double* m = in_shared ? scal + 4 : packed;
+    double* scal = p + n;          // 2: tau of this step (one slot unused, for alignment)
+    double* m = in_shared ? scal + 2 : packed;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const long long total = (long long)n * (n + 1) / 2;
 
@@ -56,10 +62,10 @@ extern "C" __global__ void __launch_bounds__(EIG_THREADS) eig_tridiagonalize(
 
     for (int k = 0; k < n - 2; ++k) {
         const int r0 = k + 1;            // first row of the trailing block
-        const long long ck = eig_packed(n, r0, k);  // A[k+1, k]
+        const int ck = (int)eig_packed(n, r0, k);  // A[k+1, k]
         // 1. The reflector from A[k+1:n, k] (warp 0): H = I − tau v vᵀ, v[0] = 1, H x = beta e1.
         if (warp == 0) {
-            double alpha = m[ck];
+            const double alpha = m[ck];
             double s = 0.0;
             for (int i = r0 + 1 + lane; i < n; i += 32) { double x = m[ck + (i - r0)]; s += x * x; }
             s = eig_warp_sum(s);
@@ -93,19 +99,20 @@ extern "C" __global__ void __launch_bounds__(EIG_THREADS) eig_tridiagonalize(
             __syncthreads();
             continue;
         }
-        // 2. p = t · A22 v: a warp per row, lanes along the row (lower part by rows, upper by column).
+        // 2. p = t · A22 v: a warp per row, lanes along the row (the lower part along row i, the
+        // upper along column i).
         for (int i = r0 + warp; i < n; i += EIG_WARPS) {
             double s = 0.0;
-            // Row i of the lower part: (i, j) sits at off(j) + i − j, and off(j + 32) − off(j) is
-            // 32n − 32j − 496, so the index moves by integer adds only.
+            // (i, j) sits at off(j) + i − j, and off(j + 32) − off(j) = 32n − 32j − 496: the index
+            // moves by integer adds only.
             int j = r0 + lane;
             int at = (int)eig_packed(n, i, j);
             for (; j <= i; j += 32) {
                 s += m[at] * v[j];
-                at += 32 * n - 32 * j - 496 - 32;
+                at += 32 * n - 32 * j - 528;
             }
-            const int ci = (int)eig_packed(n, i, i);
-            for (int j = i + 1 + lane; j < n; j += 32) s += m[ci + (j - i)] * v[j];
+            const int ci = (int)eig_packed(n, i, i) - i;
+            for (int jj = i + 1 + lane; jj < n; jj += 32) s += m[ci + jj] * v[jj];
             s = eig_warp_sum(s);
             if (lane == 0) p[i] = t * s;
         }
@@ -262,28 +269,45 @@ extern "C" __global__ void eig_vectors(const double* __restrict__ d, const doubl
 
 // V = Q Z = H_0 H_1 ⋯ H_{n−3} Z in place over z (n × n, column-major), a warp per column, the column
 // in shared memory. packed holds the reflectors as eig_tridiagonalize left them (v_k[k+1] = 1,
-// v_k[i] at (i, k) for i > k + 1). Blocks of EIG_BT_COLS warps; shared memory EIG_BT_COLS · n doubles.
-#define EIG_BT_COLS 4
+// v_k[i] at (i, k) for i > k + 1). The block stages EIG_BT_PANEL reflectors at a time into shared
+// memory with coalesced loads, so each step reads its reflector at shared-memory latency instead of
+// L2's. Blocks of EIG_BT_COLS warps; shared memory (EIG_BT_COLS + EIG_BT_PANEL) · n doubles.
+#define EIG_BT_COLS 8
+#define EIG_BT_PANEL 8
 extern "C" __global__ void __launch_bounds__(EIG_BT_COLS * 32) eig_back_transform(
     const double* __restrict__ packed, const double* __restrict__ tau, int n, double* __restrict__ z)
 {
     extern __shared__ double eig_cols[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int c = blockIdx.x * EIG_BT_COLS + warp;
-    if (c >= n) return;
     double* zc = eig_cols + warp * n;
+    double* panel = eig_cols + EIG_BT_COLS * n;   // panel[r * n + i]: reflector k0 − r, row i
     double* col = z + (long long)c * n;
-    for (int i = lane; i < n; i += 32) zc[i] = col[i];
-    __syncwarp();
-    for (int k = n - 3; k >= 0; --k) {
-        const double t = tau[k];
-        if (t == 0.0) continue;
-        const long long ck = eig_packed(n, k + 1, k);
-        double s = 0.0;
-        for (int i = k + 1 + lane; i < n; i += 32) s += (i == k + 1 ? 1.0 : packed[ck + (i - k - 1)]) * zc[i];
-        s = t * eig_warp_sum(s);
-        for (int i = k + 1 + lane; i < n; i += 32) zc[i] -= s * (i == k + 1 ? 1.0 : packed[ck + (i - k - 1)]);
-        __syncwarp();
+    if (c < n)
+        for (int i = lane; i < n; i += 32) zc[i] = col[i];
+    for (int k0 = n - 3; k0 >= 0; k0 -= EIG_BT_PANEL) {
+        const int count = min(EIG_BT_PANEL, k0 + 1);
+        __syncthreads();   // the previous panel is no longer read
+        for (int r = warp; r < count; r += EIG_BT_COLS) {
+            const int k = k0 - r;
+            const long long ck = eig_packed(n, k + 1, k);
+            for (int i = k + 1 + lane; i < n; i += 32) panel[r * n + i] = (i == k + 1) ? 1.0 : packed[ck + (i - k - 1)];
+        }
+        __syncthreads();
+        if (c < n) {
+            for (int r = 0; r < count; ++r) {
+                const int k = k0 - r;
+                const double t = tau[k];
+                if (t == 0.0) continue;
+                const double* vk = panel + r * n;
+                double s = 0.0;
+                for (int i = k + 1 + lane; i < n; i += 32) s += vk[i] * zc[i];
+                s = t * eig_warp_sum(s);
+                for (int i = k + 1 + lane; i < n; i += 32) zc[i] -= s * vk[i];
+                __syncwarp();
+            }
+        }
     }
-    for (int i = lane; i < n; i += 32) col[i] = zc[i];
+    if (c < n)
+        for (int i = lane; i < n; i += 32) col[i] = zc[i];
 }

@@ -15,10 +15,12 @@ use super::compile::{self, PtxOrigin};
 use super::device::cuda;
 use crate::backend::BackendError;
 
-/// Threads of the tridiagonalisation's one block, and warps (columns) a back-transform block takes:
-/// as `EIG_THREADS` and `EIG_BT_COLS` in kernels/eigen.cu.
+/// Threads of the tridiagonalisation's one block, warps (columns) a back-transform block takes and
+/// reflectors it stages at a time: as `EIG_THREADS`, `EIG_BT_COLS` and `EIG_BT_PANEL` in
+/// kernels/eigen.cu.
 const TRIDIAG_THREADS: u32 = 1024;
-const BACK_COLS: u32 = 4;
+const BACK_COLS: u32 = 8;
+const BACK_PANEL: usize = 8;
 
 /// The kernels, loaded on one context.
 pub(crate) struct OwnEigen {
@@ -56,9 +58,8 @@ impl Scratch {
 }
 
 impl OwnEigen {
-    /// The largest problem the kernels take: the back-transform keeps four columns of n float64 in
-    /// the default 48 KB of shared memory (beyond ~1500 bands it would need an opt-in), and the
-    /// packed scratch's 32-bit indices stay far from overflow.
+    /// The largest problem the kernels take: the back-transform keeps 16 rows of n float64 in shared
+    /// memory (128 KB at 1024 bands), and the packed scratch's 32-bit indices stay far from overflow.
     pub(crate) const MAX_BANDS: usize = 1024;
 
     /// Compiles (or loads from the PTX cache) and loads kernels/eigen.cu on `ctx`.
@@ -83,19 +84,24 @@ impl OwnEigen {
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
             .map_err(cuda("cuDeviceGetAttribute"))?
             .max(0) as usize;
-        let tridiagonalize = f("eig_tridiagonalize")?;
-        tridiagonalize
-            .set_attribute(
+        // Both kernels may take more than the default 48 KB of dynamic shared memory.
+        let opt_in = |name: &str| -> Result<CudaFunction, BackendError> {
+            let func = f(name)?;
+            func.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 smem_optin as i32,
             )
             .map_err(cuda("cuFuncSetAttribute"))?;
+            Ok(func)
+        };
+        let tridiagonalize = opt_in("eig_tridiagonalize")?;
+        let back_transform = opt_in("eig_back_transform")?;
         Ok(OwnEigen {
             tridiagonalize,
             squares: f("eig_squares")?,
             bisect: f("eig_bisect")?,
             vectors: f("eig_vectors")?,
-            back_transform: f("eig_back_transform")?,
+            back_transform,
             smem_optin,
             _module: module,
         })
@@ -107,13 +113,13 @@ impl OwnEigen {
     }
 
     /// Whether the packed matrix of n bands fits the tridiagonalisation block's shared memory (with
-    /// the reflector, the product and four scalars beside it).
+    /// the reflector, the product and two scalars beside it).
     fn in_shared(&self, n: usize) -> bool {
         Self::shared_bytes(n, true) <= self.smem_optin
     }
 
     fn shared_bytes(n: usize, packed: bool) -> usize {
-        (2 * n + 4 + if packed { n * (n + 1) / 2 } else { 0 }) * std::mem::size_of::<f64>()
+        (2 * n + 2 + if packed { n * (n + 1) / 2 } else { 0 }) * std::mem::size_of::<f64>()
     }
 
     /// Queues the solve of the n × n matrix at `a` (lower triangle read; overwritten by V, column-
@@ -156,7 +162,10 @@ impl OwnEigen {
         unsafe { b.launch(cfg(n.div_ceil(64), 64, 0)) }.map_err(cuda("eig_vectors"))?;
         let mut b = stream.launch_builder(&self.back_transform);
         b.arg(&packed).arg(&tau).arg(&ni).arg(&a);
-        let back_smem = BACK_COLS as usize * n * std::mem::size_of::<f64>();
+        let back_smem = (BACK_COLS as usize + BACK_PANEL) * n * std::mem::size_of::<f64>();
+        if back_smem > self.smem_optin {
+            return Err(BackendError::Invalid(format!("the own eigen back-transform needs {back_smem} bytes of shared memory at {n} bands")));
+        }
         unsafe { b.launch(cfg(n.div_ceil(BACK_COLS as usize), BACK_COLS * 32, back_smem)) }.map_err(cuda("eig_back_transform"))?;
         Ok(())
     }
