@@ -44,7 +44,7 @@ fn check(bench: &EigenBench, p: &Problem, k: usize) {
 fn every_device_eigensolver_matches_the_host_float64_reference() {
     let bench = EigenBench::open(0).expect("a CUDA device with cuSOLVER");
     let s = seed();
-    for n in [24, 224, 425] {
+    for n in [24, 128, 224, 425] {
         check(&bench, &random_problem(n, s.wrapping_add(n as u64)), 10);
     }
     for n in [64, 285] {
