@@ -132,18 +132,28 @@ pub async fn create_batch(ctx: &ApiContext, caller: &Caller, hrefs: &[String], p
 
 /// Checks one input as `POST /v1/jobs` checks an href, without digesting its samples (a member's
 /// digest is taken from what its run reads): a `file://` cube is decoded (mapped), an `s3://` or
-/// `https://` one has its header read.
+/// `https://` one has its header read, or, a NetCDF, HDF5 or GeoTIFF object, is read whole into
+/// scratch and decoded (the scratch removed again before the next input).
 async fn prepare(ctx: &ApiContext, caller: &Caller, href: &str, params: &MnfParams) -> ApiResult<Prepared> {
     if let Some(r) = Reference::parse(href).map_err(href::refused)? {
         return match href::check_reference(ctx, &caller.owner, &r, params.clone()).await? {
             href::Checking::Done(c) => {
                 Ok(Prepared { params: c.params, kind: InputKind::Href, location: c.stored.to_location(), input: c.input, wavelength: c.wavelength })
             }
-            // GDAL needs the whole file to say what it holds; a single job reads it at submit.
-            href::Checking::Gdal(..) => Err(Error::unprocessable(
-                "unsupported",
-                "a NetCDF, HDF5 or GeoTIFF reference cannot be part of a batch yet: submit it as a job of its own, or convert it to ENVI",
-            )),
+            // GDAL needs the whole file to say what it holds: it is read and decoded here, as for a
+            // single job, and read again by the member's run. Its digest is not taken here (the
+            // member's is its batch's own); the run remembers it for later requests, as a single
+            // job's run does.
+            href::Checking::Gdal(object, version, params) => {
+                let (cube, params, stored) = href::decode_gdal_object(ctx, &caller.owner, &object, version, params).await?;
+                Ok(Prepared {
+                    params,
+                    kind: InputKind::Href,
+                    location: stored.to_location(),
+                    input: intake::input_summary(&cube),
+                    wavelength: cube.meta.wavelength.clone(),
+                })
+            }
         };
     }
     let path = href::resolve_href(href, &ctx.input_roots)?;

@@ -70,6 +70,14 @@ impl Error {
             other => other,
         }
     }
+    /// The same error with `path` (a file of this server's, which the client must not see) named
+    /// `name` in its message; internal errors are left as they are.
+    pub fn naming(self, path: &str, name: &str) -> Error {
+        match self {
+            Error::Client { status, code, message } => Error::Client { status, code, message: message.replace(path, name) },
+            other => other,
+        }
+    }
     pub fn status(&self) -> StatusCode {
         match self {
             Error::Client { status, .. } => *status,

@@ -121,7 +121,7 @@ async fn decode_to_envi(
 ) -> ApiResult<Option<std::path::PathBuf>> {
     tokio::task::spawn_blocking(move || -> ApiResult<Option<std::path::PathBuf>> {
         // The reader's messages name the file: the client's upload, not this server's scratch path.
-        let scrub = |e: crate::cube::CubeError| Error::from(scrubbed(e, &upload.display().to_string()));
+        let scrub = |e: crate::cube::CubeError| Error::from(e).naming(&upload.display().to_string(), "the upload");
         let claimed = crate::cube::gdal::claimed_bytes(&upload).map_err(scrub)?;
         if claimed > limit {
             return Err(Error::too_large(format!("the file's arrays hold up to {claimed} bytes of samples, beyond this server's limit of {limit} bytes")));
@@ -143,22 +143,6 @@ async fn decode_to_envi(
     })
     .await
     .map_err(Error::internal)?
-}
-
-/// `e` with `path` replaced by "the upload" in its message.
-#[cfg(feature = "gdal")]
-fn scrubbed(e: crate::cube::CubeError, path: &str) -> crate::cube::CubeError {
-    use crate::cube::CubeError as E;
-    let s = |m: String| m.replace(path, "the upload");
-    match e {
-        E::Io { path: p, source } => E::Io { path: s(p), source },
-        E::Header(m) => E::Header(s(m)),
-        E::Unsupported(m) => E::Unsupported(s(m)),
-        E::SizeMismatch(m) => E::SizeMismatch(s(m)),
-        E::TooLarge(m) => E::TooLarge(s(m)),
-        E::Npy(m) => E::Npy(s(m)),
-        E::NeedsGdal(m) => E::NeedsGdal(s(m)),
-    }
 }
 
 #[cfg(not(feature = "gdal"))]

@@ -4,18 +4,20 @@
 //! or two): the worker reads the cube (`jobs::remote_input`).
 
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use axum::http::StatusCode;
 use sha2::{Digest, Sha256};
 
 use super::auth::Caller;
 use super::error::{ApiResult, Error};
-use super::intake::{admit, answer, decode_and_validate, digest_and_summary, enqueue_at};
+use super::intake::{admit, answer, decode_and_validate, digest_and_summary, enqueue_at, ScratchGuard};
 use super::job_view::Created;
 use crate::jobs::submit::{self, CubeKey};
 use super::metrics::ApiMetrics;
 use super::upload::{self, SMALL_BODY_MAX};
 use super::{params, ApiContext};
+use crate::cube::Cube;
 use crate::jobs::{InputKind, InputSummary, NewJob};
 use crate::mnf::MnfParams;
 use crate::reference::fetch::Format;
@@ -305,32 +307,42 @@ async fn envi_reference(
     Ok((Stored { object: version, data: Some(data) }, input, h.meta.bbl.clone(), h.meta.wavelength.clone()))
 }
 
-/// A NetCDF, HDF5 or GeoTIFF object (a `gdal` build): GDAL needs the whole file to say what it holds,
-/// so it is read into scratch here, decoded and digested as a `file://` href's file is, and its
-/// digest remembered; the worker reads it again.
+/// A NetCDF, HDF5 or GeoTIFF object (a `gdal` build) as a single job: decoded at submit
+/// ([`decode_gdal_object`]) and digested as a `file://` href's file is, its digest remembered (a later
+/// request of the same objects finds the cube's jobs, as an upload's would); the worker reads it again.
 async fn gdal_reference(ctx: &ApiContext, caller: &Caller, object: &Object, version: ObjectVersion, params: MnfParams) -> ApiResult<Created> {
-    let token = format!("ref-{}", uuid::Uuid::now_v7());
-    let storage = ctx.runner.storage.clone();
-    let dir = storage.scratch_dir(&token)?;
-    let result = async {
-        let name = Format::of_name(&object.href()).and_then(|f| match f {
-            Format::Gdal(ext) => Some(format!("cube.{ext}")),
-            _ => None,
-        });
-        let name = name.ok_or_else(|| Error::internal(anyhow::anyhow!("not a GDAL format")))?;
-        let path = crate::reference::fetch::download(object, &version, dir.join(name)).await.map_err(|e| match e {
-            crate::reference::fetch::LoadError::Reference(r) => refused(r),
-            crate::reference::fetch::LoadError::Cube(c) => Error::from(c),
-        })?;
-        let location = path.to_str().ok_or_else(|| Error::internal(anyhow::anyhow!("scratch path is not UTF-8")))?.to_string();
-        let (cube, params) = decode_and_validate(ctx, &caller.owner, InputKind::Href, location, params).await?;
-        let (key, input) = digest_and_summary(&cube).await?;
-        let stored = Stored { object: version, data: None };
-        let carried = key.carried.map(hex::encode);
-        ctx.runner.store.remember_reference(&stored.memo_key(), &hex::encode(key.content), carried.as_deref()).await?;
-        enqueue_at(ctx, caller, key, input, params, InputKind::Href, None, stored.to_location(), None).await
-    }
-    .await;
-    storage.remove_scratch(&token);
-    result
+    let (cube, params, stored) = decode_gdal_object(ctx, &caller.owner, object, version, params).await?;
+    let (key, input) = digest_and_summary(&cube).await?;
+    let carried = key.carried.map(hex::encode);
+    ctx.runner.store.remember_reference(&stored.memo_key(), &hex::encode(key.content), carried.as_deref()).await?;
+    enqueue_at(ctx, caller, key, input, params, InputKind::Href, None, stored.to_location(), None).await
+}
+
+/// Reads a NetCDF, HDF5 or GeoTIFF object whole into scratch (GDAL needs the whole file to say what it
+/// holds), decodes it and checks the parameters against it as a `file://` href's file is checked. The
+/// scratch is removed before this returns, however it ends: GDAL's readers hold the decoded cube in
+/// memory. Returns the cube, the bound parameters and the object as the job records it. Shared by
+/// single jobs and batches.
+pub(crate) async fn decode_gdal_object(
+    ctx: &ApiContext,
+    owner: &str,
+    object: &Object,
+    version: ObjectVersion,
+    params: MnfParams,
+) -> ApiResult<(Arc<Cube>, MnfParams, Stored)> {
+    let name = match Format::of_name(&object.href()) {
+        Some(Format::Gdal(ext)) => format!("cube.{ext}"),
+        _ => return Err(Error::internal(anyhow::anyhow!("{} is not a GDAL format", object.href()))),
+    };
+    // The guard also covers a request dropped mid-way (its client gone), not only a refusal.
+    let (token, _scratch) = ScratchGuard::with_prefix(ctx, "ref");
+    let dir = ctx.runner.storage.scratch_dir(&token)?;
+    let path = crate::reference::fetch::download(object, &version, dir.join(name)).await.map_err(|e| match e {
+        crate::reference::fetch::LoadError::Reference(r) => refused(r),
+        crate::reference::fetch::LoadError::Cube(c) => Error::from(c),
+    })?;
+    let location = path.to_str().ok_or_else(|| Error::internal(anyhow::anyhow!("scratch path is not UTF-8")))?.to_string();
+    // The reader's messages name the file: the client's reference, not this server's scratch path.
+    let (cube, params) = decode_and_validate(ctx, owner, InputKind::Href, location.clone(), params).await.map_err(|e| e.naming(&location, &version.href))?;
+    Ok((cube, params, Stored { object: version, data: None }))
 }

@@ -29,7 +29,12 @@ pub(super) struct ScratchGuard {
 impl ScratchGuard {
     /// A fresh upload token, and its guard.
     pub(super) fn new(ctx: &ApiContext) -> (String, ScratchGuard) {
-        let token = format!("upload-{}", uuid::Uuid::now_v7());
+        Self::with_prefix(ctx, "upload")
+    }
+
+    /// A fresh token `<prefix>-<uuid>` (what the scratch holds it for), and its guard.
+    pub(super) fn with_prefix(ctx: &ApiContext, prefix: &str) -> (String, ScratchGuard) {
+        let token = format!("{prefix}-{}", uuid::Uuid::now_v7());
         (token.clone(), ScratchGuard { storage: ctx.runner.storage.clone(), token })
     }
 }

@@ -5,7 +5,12 @@
 
 /// The GPU test binaries' helpers (tests/gpu*.rs).
 pub mod gpu;
+/// An https server of the test's own, for `https://` references.
+pub mod https_site;
+/// The test S3 server (Garage), for `s3://` references.
+pub mod s3;
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
@@ -143,4 +148,16 @@ pub fn pooled_moments_reference(cubes: &[hypermnf::cube::Cube]) -> (Vec<f64>, Ve
     let (mean, cd) = cov(&pixels);
     let (_, cn) = cov(&residuals);
     (mean, cd, cn)
+}
+
+/// What a server's scratch areas hold (the data directory's, and its object store's): empty once every
+/// request has ended.
+pub fn scratch_entries(data_dir: &Path) -> Vec<PathBuf> {
+    let mut left = Vec::new();
+    for d in [data_dir.join("objects/scratch"), data_dir.join("scratch")] {
+        if let Ok(entries) = std::fs::read_dir(&d) {
+            left.extend(entries.filter_map(|e| e.ok()).map(|e| e.path()));
+        }
+    }
+    left
 }
