@@ -195,6 +195,13 @@ fn pipeline_matches_cpu_on_edge_cases() {
             };
             assert_pipeline_matches(&format!("{route:?} k={k}"), &cube, &params, &g);
         }
+        // 120 bands: the device eigen step by the own kernels (97–144 bands), with the inverse.
+        let mut sp = SyntheticSpec::small(41, 37, 120);
+        sp.seed = rng.random();
+        sp.dtype = DataType::F32;
+        let cube = synthetic::generate(&sp);
+        let params = MnfParams { components: Some(12), inverse: true, ..Default::default() };
+        assert_pipeline_matches(&format!("{route:?} 120 bands (own eigen kernels)"), &cube, &params, &g);
         // 425 bands (AVIRIS-NG): k = 10 uses constant memory, k = 40 (425·40 > 16320 floats) global.
         let mut sp = SyntheticSpec::small(33, 31, 425);
         sp.seed = rng.random();

@@ -17,6 +17,10 @@ use cudarc::driver::CudaStream;
 use super::own_eigen::OwnEigen;
 use crate::backend::BackendError;
 
+/// Band counts up to which the own kernels are the device method (`EigenMethod::for_bands`): below
+/// the measured crossover with syevd (between 128 and 160 bands on an H100).
+pub(crate) const OWN_FASTER_UP_TO: usize = 144;
+
 /// One way of solving the symmetric eigenproblem of the whitened matrix.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum EigenMethod {
@@ -40,13 +44,20 @@ pub enum EigenMethod {
 impl EigenMethod {
     /// The method the device solver uses at `n` bands. It must return every pair (a job's metadata
     /// lists every eigenvalue, and denoising needs every vector), which leaves syevd in either API,
-    /// the batched API and Jacobi. In `hypermnf bench eigen` (BENCHMARKS.md, "Eigen") the batched API
-    /// was the fastest at every size by 0.5–1.5 %, within the spread of one run, and Jacobi 2–3×
-    /// slower; syevd stays, since `cusolverDnXsyevBatched` needs a libcusolver of CUDA 12.6 or later
-    /// (where it is missing the whole device solver would be lost to the host). Below
-    /// `HOST_FASTER_UP_TO` bands the host solves instead (`DeviceEigen::takes`).
-    pub fn for_bands(_n: usize) -> EigenMethod {
-        EigenMethod::Syevd
+    /// the batched API, Jacobi and our own kernels. In `hypermnf bench eigen` on an H100 (BENCHMARKS.md,
+    /// "Eigen") the own kernels take the whole device step in 0.79 ms at 96 bands and 1.10 ms at 128,
+    /// against syevd's 1.31–1.47 and 1.66–1.84 ms, tie at 160 and lose above (2.6 against 2.0–2.3 ms at
+    /// 224): their one block is bound by one SM. So they take sizes up to [`OWN_FASTER_UP_TO`] and
+    /// syevd the rest. Among the cuSOLVER methods the batched API was the fastest by 0.5–1.5 %, within
+    /// a run's spread, and Jacobi 2–3× slower; syevd stays, since `cusolverDnXsyevBatched` needs a
+    /// libcusolver of CUDA 12.6 or later (where it is missing the whole device solver would be lost to
+    /// the host). Up to `HOST_FASTER_UP_TO` bands the host solves instead (`DeviceEigen::takes`).
+    pub fn for_bands(n: usize) -> EigenMethod {
+        if n <= OWN_FASTER_UP_TO {
+            EigenMethod::Own
+        } else {
+            EigenMethod::Syevd
+        }
     }
 
     /// A short name for tables and JSON.
@@ -282,5 +293,7 @@ mod tests {
         assert_eq!(top_range(5, 9), (1, 5));
         assert_eq!(EigenMethod::Syevdx { top: 10 }.pairs(224), 10);
         assert_eq!(EigenMethod::Syevd.pairs(224), 224);
+        assert_eq!(EigenMethod::for_bands(120), EigenMethod::Own);
+        assert_eq!(EigenMethod::for_bands(224), EigenMethod::Syevd);
     }
 }

@@ -1,6 +1,7 @@
 //! The generalized eigenproblem of the MNF on the device: C_N = L Lᵀ by cuSOLVER's `potrf`,
 //! A = L⁻¹ C_D L⁻ᵀ by two cuBLAS triangular solves, A = V Λ Vᵀ by cuSOLVER's `syevd` (float64, divide
-//! and conquer), W = L⁻ᵀ V by a third triangular solve.
+//! and conquer) or, up to 144 bands, by our own kernels (`own_eigen.rs`; `EigenMethod::for_bands`),
+//! W = L⁻ᵀ V by a third triangular solve.
 //!
 //! Why on the device: at 224 bands this host step (faer, one core) took ~9 ms on the H100's host,
 //! longer than all the device work of a 299 MB cube, and nothing can overlap it (the projection needs
@@ -30,7 +31,7 @@ use crate::mnf::eigen::{GeneralizedEigenSolver, SolverError};
 
 use super::cublas::Blas;
 use super::device::{cuda, dtoh_async, htod_async, DevBuf, PinnedBuf};
-use super::eigen_methods::{EigenMethod, MethodPlan};
+use super::eigen_methods::{EigenMethod, MethodPlan, OWN_FASTER_UP_TO};
 use super::own_eigen::OwnEigen;
 
 /// Bands the workspace is sized for (and the warm-up solve run at) when the solver is created: more
@@ -57,6 +58,9 @@ pub(crate) struct DeviceEigen {
     /// The library handles and the workspace, used by one solve at a time.
     inner: Mutex<Inner>,
     stream: Arc<CudaStream>,
+    /// Whether the own eigen kernels loaded and solved the warm-up: where they did not, the sizes
+    /// they would take go to syevd.
+    own_usable: bool,
 }
 
 struct Inner {
@@ -309,6 +313,7 @@ impl DeviceEigen {
                 ws: Workspace::default(),
             }),
             stream,
+            own_usable: false,
         };
         // One solve now, at more bands than most cubes have: the workspace is allocated, cuBLAS
         // allocates its own (32 MiB on sm_90) and cuSOLVER loads its kernels at first use (lazy module
@@ -331,12 +336,28 @@ impl DeviceEigen {
             SolverError::NotPositiveDefinite(k) => BackendError::Cuda(format!("warm-up solve: potrf info = {k}")),
             SolverError::Failed(m) => BackendError::Cuda(format!("warm-up solve: {m}")),
         })?;
+        // And one by the own kernels at the largest size they take (their NVRTC program compiles or
+        // comes from the PTX cache here, not in a job).
+        let own = OWN_FASTER_UP_TO;
+        let (cn, cd) = (leading(&cn, n, own), leading(&cd, n, own));
+        let mut solver = solver;
+        solver.own_usable = match solver.solve_using(EigenMethod::Own, &cn, &cd, own, false) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::info!("own eigen kernels unavailable, syevd takes every size: {e}");
+                false
+            }
+        };
         Ok(solver)
     }
 
     fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
         let timed = tracing::enabled!(target: "hypermnf::timing", tracing::Level::DEBUG);
-        self.solve_using(EigenMethod::for_bands(n), cn, cd, n, timed).map(|s| (s.values, s.w))
+        let method = match EigenMethod::for_bands(n) {
+            EigenMethod::Own if !self.own_usable => EigenMethod::Syevd,
+            m => m,
+        };
+        self.solve_using(method, cn, cd, n, timed).map(|s| (s.values, s.w))
     }
 
     /// One solve by `method`, with the device time of each step when `timed`.
@@ -487,7 +508,7 @@ impl DeviceEigen {
 
 impl GeneralizedEigenSolver for DeviceEigen {
     fn name(&self) -> &'static str {
-        "cuSOLVER potrf + cuBLAS trsm + cuSOLVER syevd (device)"
+        "cuSOLVER potrf + cuBLAS trsm + syevd or the own kernels (device)"
     }
     fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
         DeviceEigen::solve(self, cn, cd, n)
@@ -495,6 +516,12 @@ impl GeneralizedEigenSolver for DeviceEigen {
     fn takes(&self, n: usize) -> bool {
         n > HOST_FASTER_UP_TO
     }
+}
+
+/// The leading m × m block of a row-major n × n matrix (a positive definite matrix's leading block
+/// is positive definite).
+fn leading(a: &[f64], n: usize, m: usize) -> Vec<f64> {
+    (0..m).flat_map(|i| a[i * n..i * n + m].iter().copied()).collect()
 }
 
 /// Band counts up to which the host's faer solves the whole eigen step faster than the device round
