@@ -31,7 +31,7 @@ use crate::mnf::eigen::{GeneralizedEigenSolver, SolverError};
 
 use super::cublas::Blas;
 use super::device::{cuda, dtoh_async, htod_async, DevBuf, PinnedBuf};
-use super::eigen_methods::{EigenMethod, MethodPlan, OWN_FASTER_UP_TO};
+use super::eigen_methods::{EigenMethod, MethodPlan};
 use super::own_eigen::OwnEigen;
 
 /// Bands the workspace is sized for (and the warm-up solve run at) when the solver is created: more
@@ -58,9 +58,10 @@ pub(crate) struct DeviceEigen {
     /// The library handles and the workspace, used by one solve at a time.
     inner: Mutex<Inner>,
     stream: Arc<CudaStream>,
-    /// Whether the own eigen kernels loaded and solved the warm-up: where they did not, the sizes
-    /// they would take go to syevd.
-    own_usable: bool,
+    /// Cleared when the own eigen kernels fail to load or run: the sizes they would take then go to
+    /// syevd. They load at their first solve, not in the warm-up, so that a process that never meets
+    /// their sizes (`hypermnf run` on a 224-band cube) does not pay for their compile and load.
+    own_usable: std::sync::atomic::AtomicBool,
 }
 
 struct Inner {
@@ -313,7 +314,7 @@ impl DeviceEigen {
                 ws: Workspace::default(),
             }),
             stream,
-            own_usable: false,
+            own_usable: std::sync::atomic::AtomicBool::new(true),
         };
         // One solve now, at more bands than most cubes have: the workspace is allocated, cuBLAS
         // allocates its own (32 MiB on sm_90) and cuSOLVER loads its kernels at first use (lazy module
@@ -336,28 +337,24 @@ impl DeviceEigen {
             SolverError::NotPositiveDefinite(k) => BackendError::Cuda(format!("warm-up solve: potrf info = {k}")),
             SolverError::Failed(m) => BackendError::Cuda(format!("warm-up solve: {m}")),
         })?;
-        // And one by the own kernels at the largest size they take (their NVRTC program compiles or
-        // comes from the PTX cache here, not in a job).
-        let own = OWN_FASTER_UP_TO;
-        let (cn, cd) = (leading(&cn, n, own), leading(&cd, n, own));
-        let mut solver = solver;
-        solver.own_usable = match solver.solve_using(EigenMethod::Own, &cn, &cd, own, false) {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::info!("own eigen kernels unavailable, syevd takes every size: {e}");
-                false
-            }
-        };
         Ok(solver)
     }
 
     fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
         let timed = tracing::enabled!(target: "hypermnf::timing", tracing::Level::DEBUG);
-        let method = match EigenMethod::for_bands(n) {
-            EigenMethod::Own if !self.own_usable => EigenMethod::Syevd,
-            m => m,
-        };
-        self.solve_using(method, cn, cd, n, timed).map(|s| (s.values, s.w))
+        use std::sync::atomic::Ordering;
+        if EigenMethod::for_bands(n) == EigenMethod::Own && self.own_usable.load(Ordering::Relaxed) {
+            match self.solve_using(EigenMethod::Own, cn, cd, n, timed) {
+                // A C_N that is not positive definite is the input's fault, whichever method runs.
+                Ok(s) => return Ok((s.values, s.w)),
+                Err(e @ SolverError::NotPositiveDefinite(_)) => return Err(e),
+                Err(SolverError::Failed(e)) => {
+                    tracing::warn!("own eigen kernels failed ({e}); syevd takes every size from now on");
+                    self.own_usable.store(false, Ordering::Relaxed);
+                }
+            }
+        }
+        self.solve_using(EigenMethod::Syevd, cn, cd, n, timed).map(|s| (s.values, s.w))
     }
 
     /// One solve by `method`, with the device time of each step when `timed`.
@@ -516,12 +513,6 @@ impl GeneralizedEigenSolver for DeviceEigen {
     fn takes(&self, n: usize) -> bool {
         n > HOST_FASTER_UP_TO
     }
-}
-
-/// The leading m × m block of a row-major n × n matrix (a positive definite matrix's leading block
-/// is positive definite).
-fn leading(a: &[f64], n: usize, m: usize) -> Vec<f64> {
-    (0..m).flat_map(|i| a[i * n..i * n + m].iter().copied()).collect()
 }
 
 /// Band counts up to which the host's faer solves the whole eigen step faster than the device round
