@@ -21,14 +21,7 @@ use common::{npy_bytes, synthetic_cube, TestServer};
 
 /// The S3 store to test against, under a prefix of its own; `None` (and a note) when there is none.
 fn s3_url(test: &str) -> Option<StoreUrl> {
-    let url = std::env::var("HYPERMNF_TEST_S3_URL").unwrap_or_default();
-    if url.is_empty() {
-        if std::env::var("HYPERMNF_REQUIRE_S3").as_deref() == Ok("1") {
-            panic!("HYPERMNF_REQUIRE_S3=1 but HYPERMNF_TEST_S3_URL is not set: no S3 server to test against");
-        }
-        eprintln!("{test}: skipped, HYPERMNF_TEST_S3_URL is not set (source scripts/lib/garage.sh to test against S3)");
-        return None;
-    }
+    let url = common::s3::s3_test_url(test)?;
     let StoreUrl::S3 { bucket, prefix } = StoreUrl::parse(&url).expect("HYPERMNF_TEST_S3_URL is an s3:// URL") else {
         panic!("HYPERMNF_TEST_S3_URL must be an s3:// URL, not {url}");
     };

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-/// The test bucket, or None (skipped) without an S3 server; a failure instead when
+/// `HYPERMNF_TEST_S3_URL`, or None (skipped) without an S3 server; a failure instead when
 /// `HYPERMNF_REQUIRE_S3=1` (scripts/test.sh, CI).
-pub fn s3_bucket(test: &str) -> Option<String> {
+pub fn s3_test_url(test: &str) -> Option<String> {
     let url = std::env::var("HYPERMNF_TEST_S3_URL").unwrap_or_default();
     if url.is_empty() {
         if std::env::var("HYPERMNF_REQUIRE_S3").as_deref() == Ok("1") {
@@ -14,6 +14,12 @@ pub fn s3_bucket(test: &str) -> Option<String> {
         eprintln!("{test}: skipped, HYPERMNF_TEST_S3_URL is not set (source scripts/lib/garage.sh to test against S3)");
         return None;
     }
+    Some(url)
+}
+
+/// The test bucket (of [`s3_test_url`]).
+pub fn s3_bucket(test: &str) -> Option<String> {
+    let url = s3_test_url(test)?;
     let rest = url.strip_prefix("s3://").expect("HYPERMNF_TEST_S3_URL is an s3:// URL");
     Some(rest.split('/').next().unwrap().to_string())
 }

@@ -2,10 +2,13 @@
 //! disk by source hash and architecture (a cache that cannot be read or written is only a slower start).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use cudarc::driver::{CudaContext, CudaModule};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use sha2::{Digest, Sha256};
 
+use super::device::cuda;
 use crate::backend::BackendError;
 
 const COMMON: &str = include_str!("../../../kernels/common.cuh");
@@ -76,16 +79,41 @@ pub(crate) enum PtxOrigin {
     Compiled,
 }
 
-/// PTX of the pipeline's kernels for `arch` (e.g. "compute_90"), from the disk cache or freshly
-/// compiled (then cached).
-pub(crate) fn load_ptx(arch: &str) -> Result<(Ptx, PtxOrigin, Option<PathBuf>), BackendError> {
-    load_program_ptx("kernels", &program_source(), arch)
+/// The NVRTC programs: the pipeline's kernels, and the eigen step's own (kernels/eigen.cu), a program
+/// of their own, loaded only where a solve uses them, so the pipeline's compile does not grow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Program {
+    Pipeline,
+    Eigen,
 }
 
-/// PTX of the eigen step's own kernels (kernels/eigen.cu), a program of their own: only the eigen
-/// bench and its tests load it, so the pipeline's compile does not grow with it.
-pub(crate) fn load_eigen_ptx(arch: &str) -> Result<(Ptx, PtxOrigin, Option<PathBuf>), BackendError> {
-    load_program_ptx("eigen", EIGEN, arch)
+impl Program {
+    fn ptx(self, arch: &str) -> Result<(Ptx, PtxOrigin, Option<PathBuf>), BackendError> {
+        match self {
+            Program::Pipeline => load_program_ptx("kernels", &program_source(), arch),
+            Program::Eigen => load_program_ptx("eigen", EIGEN, arch),
+        }
+    }
+}
+
+/// `program` compiled for `ctx`'s device (or from the PTX cache) and loaded; a cached PTX the driver
+/// refuses (stale or damaged) is forgotten and compiled afresh. Also says where the PTX came from.
+pub(crate) fn load_module(ctx: &Arc<CudaContext>, program: Program) -> Result<(Arc<CudaModule>, PtxOrigin), BackendError> {
+    let (major, minor) = ctx.compute_capability().map_err(cuda("cuDeviceGetAttribute"))?;
+    let arch = format!("compute_{major}{minor}");
+    let (ptx, origin, path) = program.ptx(&arch)?;
+    match ctx.load_module(ptx) {
+        Ok(m) => Ok((m, origin)),
+        Err(e) if origin == PtxOrigin::Cache => {
+            tracing::warn!(?program, "cached PTX did not load ({e}); recompiling");
+            if let Some(p) = &path {
+                forget(p);
+            }
+            let (ptx, _, _) = program.ptx(&arch)?;
+            Ok((ctx.load_module(ptx).map_err(cuda("cuModuleLoadData"))?, PtxOrigin::Compiled))
+        }
+        Err(e) => Err(BackendError::Cuda(format!("cuModuleLoadData: {e}"))),
+    }
 }
 
 /// PTX of one program (`name` keys its cache files) from the cache or compiled.
@@ -137,7 +165,7 @@ fn store(path: &std::path::Path, text: &str) {
 }
 
 /// Removes a cached PTX that the driver refused (stale or corrupt).
-pub(crate) fn forget(path: &std::path::Path) {
+fn forget(path: &std::path::Path) {
     let _ = std::fs::remove_file(path);
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
 
-use super::compile::{self, PtxOrigin};
+use super::compile;
 use super::device::cuda;
 use crate::backend::BackendError;
 
@@ -64,21 +64,7 @@ impl OwnEigen {
 
     /// Compiles (or loads from the PTX cache) and loads kernels/eigen.cu on `ctx`.
     pub(crate) fn load(ctx: &Arc<CudaContext>) -> Result<OwnEigen, BackendError> {
-        let (major, minor) = ctx.compute_capability().map_err(cuda("cuDeviceGetAttribute"))?;
-        let arch = format!("compute_{major}{minor}");
-        let (ptx, origin, path) = compile::load_eigen_ptx(&arch)?;
-        let module = match ctx.load_module(ptx) {
-            Ok(m) => m,
-            Err(e) if origin == PtxOrigin::Cache => {
-                tracing::warn!("cached eigen PTX did not load ({e}); recompiling");
-                if let Some(p) = &path {
-                    compile::forget(p);
-                }
-                let (ptx, _, _) = compile::load_eigen_ptx(&arch)?;
-                ctx.load_module(ptx).map_err(cuda("cuModuleLoadData"))?
-            }
-            Err(e) => return Err(BackendError::Cuda(format!("cuModuleLoadData: {e}"))),
-        };
+        let (module, _) = compile::load_module(ctx, compile::Program::Eigen)?;
         let f = |name: &str| module.load_function(name).map_err(|e| BackendError::Cuda(format!("kernel {name}: {e}")));
         let smem_optin = ctx
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)

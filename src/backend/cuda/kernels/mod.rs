@@ -137,26 +137,12 @@ fn grid_for(n: u64, sms: u32) -> LaunchConfig {
 impl Kernels {
     /// Compiles (or loads from the PTX cache) and loads the module on `ctx`.
     pub(crate) fn load(ctx: &Arc<CudaContext>) -> Result<Kernels, BackendError> {
-        let (major, minor) = ctx.compute_capability().map_err(cuda("cuDeviceGetAttribute"))?;
-        let arch = format!("compute_{major}{minor}");
+        let (major, _) = ctx.compute_capability().map_err(cuda("cuDeviceGetAttribute"))?;
         let sms = ctx
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(cuda("cuDeviceGetAttribute"))?
             .max(1) as u32;
-        let (ptx, origin, path) = compile::load_ptx(&arch)?;
-        let module = match ctx.load_module(ptx) {
-            Ok(m) => m,
-            Err(e) if origin == PtxOrigin::Cache => {
-                // A stale or damaged cache entry: compile afresh.
-                tracing::warn!("cached PTX did not load ({e}); recompiling");
-                if let Some(p) = &path {
-                    compile::forget(p);
-                }
-                let (ptx, _, _) = compile::load_ptx(&arch)?;
-                ctx.load_module(ptx).map_err(cuda("cuModuleLoadData"))?
-            }
-            Err(e) => return Err(BackendError::Cuda(format!("cuModuleLoadData: {e}"))),
-        };
+        let (module, origin) = compile::load_module(ctx, compile::Program::Pipeline)?;
         let f = |name: &str| {
             module
                 .load_function(name)
