@@ -10,7 +10,8 @@
 //! * `service_cache`: the job cache (`crate::job_cache`) as the service uses it, shared by the API
 //!   (result level) and the runs (statistics and device levels); `reuse`: one job's MNF through it;
 //! * `services`: what a run calls; `job_failure`: why a job failed; `result_files`: the files a
-//!   job writes; `metrics`: times and outcomes for `/metrics`;
+//!   job writes; `metrics`: times and outcomes for `/metrics`; `lease`: a running job's hold on its
+//!   row (its lease and progress kept, its failure recorded);
 //! * `result_sync`: a succeeded job's results synced to the disk after it is seen succeeded, and
 //!   checked at the next start if the machine stopped first; `sweep`: uploads of finished jobs left
 //!   behind;
@@ -33,6 +34,7 @@ pub mod geometry;
 pub mod input;
 pub mod job_failure;
 pub mod job_run;
+mod lease;
 pub mod metrics;
 pub mod model;
 pub mod remote_input;

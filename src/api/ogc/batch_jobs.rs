@@ -7,7 +7,7 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
 use serde_json::{json, Map, Value};
 
-use super::jobs::{failure, Output, OutputChoice, Transmission};
+use super::outputs::{failure, Output, OutputChoice, Transmission};
 use super::problem::{kind, OgcResult, Problem};
 use super::{link, rel, BaseUrl, PROCESS_ID};
 use crate::api::auth::Caller;
