@@ -14,9 +14,8 @@ use super::metrics::ApiMetrics;
 use super::upload;
 use super::{params, ApiContext};
 use crate::cube::Cube;
-use crate::jobs::store::Inserted;
 use crate::jobs::submit::{self, CubeKey};
-use crate::jobs::{InputKind, InputSummary, NewJob};
+use crate::jobs::{Inserted, InputKind, InputSummary, NewJob};
 use crate::mnf::MnfParams;
 
 /// Removes an upload's scratch files (under its token) however its request ends: answered, refused,
@@ -52,7 +51,7 @@ pub(super) fn content_length(h: &HeaderMap) -> Option<u64> {
 /// a multipart upload is (`envi_upload`), which moves them into the job's input. The caller removes its own names
 /// of the files once this succeeded; a refusal leaves them as they were.
 pub(crate) async fn create_from_files(ctx: &ApiContext, caller: &Caller, kind: InputKind, files: &[&Path], params: MnfParams) -> ApiResult<Created> {
-    let names: &[&str] = if kind == InputKind::Envi { &["cube.hdr", "cube.img", crate::jobs::geometry::GLT_FILE] } else { &["cube.npy"] };
+    let names: &[&str] = if kind == InputKind::Envi { &["cube.hdr", "cube.img", crate::jobs::GLT_FILE] } else { &["cube.npy"] };
     let glt = usize::from(kind == InputKind::Envi);
     if !(names.len() - glt..=names.len()).contains(&files.len()) || kind == InputKind::Href {
         return Err(Error::internal(anyhow::anyhow!("create_from_files: {} file(s) for a {kind:?} input", files.len())));
@@ -77,7 +76,7 @@ pub(super) async fn decode_and_validate(ctx: &ApiContext, owner: &str, kind: Inp
     let t = std::time::Instant::now();
     let rt = tokio::runtime::Handle::current();
     let location_of_glt = location.clone();
-    let cube = tokio::task::spawn_blocking(move || crate::jobs::input::load_cube(kind, &location, &storage, &rt))
+    let cube = tokio::task::spawn_blocking(move || crate::jobs::load_cube(kind, &location, &storage, &rt))
         .await
         .map_err(Error::internal)?
         .map_err(|e| match e {

@@ -16,10 +16,8 @@ use super::process::NPY;
 use super::{link, rel, BaseUrl, PROCESS_ID};
 use crate::api::auth::Caller;
 use crate::api::job_view::owned_job;
-use crate::jobs::upkeep::{cancel_or_delete, Removal};
 use crate::api::ApiContext;
-use crate::jobs::model::{rfc3339, now_ms};
-use crate::jobs::{Job, JobStatus};
+use crate::jobs::{cancel_or_delete, now_ms, rfc3339, Job, JobStatus, Removal};
 
 pub fn ogc_status(s: JobStatus) -> &'static str {
     match s {

@@ -7,8 +7,7 @@ use axum::http::StatusCode;
 use super::problem::{OgcResult, Problem};
 use super::process::NPY;
 use super::BaseUrl;
-use crate::jobs::model::product;
-use crate::jobs::Job;
+use crate::jobs::{product, Job};
 
 /// A product a results document can hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,7 +13,6 @@ mod batches;
 mod cache_rows;
 mod system_rows;
 mod reference_rows;
-pub use reference_rows::ReferenceDigest;
 pub mod notify;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -21,7 +20,7 @@ pub(crate) mod testing;
 mod tests;
 
 pub use batches::{BatchRow, NewBatch};
-pub use cache_rows::{EigenRow, NewEigenRow};
+pub use cache_rows::NewEigenRow;
 pub use system_rows::SystemRow;
 
 use std::collections::BTreeMap;
