@@ -67,7 +67,8 @@ pub(crate) async fn create_from_files(ctx: &ApiContext, caller: &Caller, kind: I
     }
     let (cube, params) = decode_and_validate(ctx, &caller.owner, kind, format!("scratch/{token}"), params).await?;
     let (digest, input) = digest_and_summary(&cube).await?;
-    enqueue(ctx, caller, digest, input, params, kind, None, &token).await
+    let (location, scratch) = upload_place(&token);
+    enqueue_at(ctx, caller, digest, input, params, kind, None, location, scratch).await
 }
 
 /// Decodes the cube (off the async threads) and checks the parameters against its shape.
@@ -131,20 +132,11 @@ pub(super) fn input_summary(cube: &Cube) -> InputSummary {
     }
 }
 
-/// Enqueues an upload held in scratch under `token`.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn enqueue(
-    ctx: &ApiContext,
-    caller: &Caller,
-    cube: CubeKey,
-    input: InputSummary,
-    params: MnfParams,
-    kind: InputKind,
-    upload_sha256: Option<String>,
-    scratch_token: &str,
-) -> ApiResult<Created> {
+/// Where an upload held in scratch under `scratch_token` is stored, and its job's id: the `location`
+/// and `scratch` of [`enqueue_at`] for an upload.
+pub(super) fn upload_place(scratch_token: &str) -> (String, Option<(&str, String)>) {
     let id = uuid::Uuid::now_v7().to_string();
-    enqueue_at(ctx, caller, cube, input, params, kind, upload_sha256, format!("uploads/{id}"), Some((scratch_token, id))).await
+    (format!("uploads/{id}"), Some((scratch_token, id)))
 }
 
 /// Answers with the caller's live job of the same digest, or stores the input at `location` (from
@@ -184,7 +176,7 @@ pub(super) struct Unsynced<'a> {
     pub(super) fed: Option<Arc<crate::job_cache::ResidentCube>>,
 }
 
-/// [`enqueue`] for an upload still being synced: when a worker is idle, the job starts computing on
+/// [`enqueue_at`] for an upload still being synced: when a worker is idle, the job starts computing on
 /// the scratch files at once, while the disk catches up (`jobs::early_start`); the row is inserted, claimed
 /// by this instance, once the upload is synced and stored, as always before the 202.
 pub(super) async fn enqueue_unsynced(

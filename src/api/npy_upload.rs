@@ -11,7 +11,7 @@ use axum::response::Response;
 
 use super::auth::Caller;
 use super::error::{ApiResult, Error};
-use super::intake::{admit, answer, check_backend, content_length, decode_and_validate, digest_and_summary, enqueue, enqueue_unsynced, new_job, ScratchGuard, Unsynced};
+use super::intake::{admit, answer, check_backend, content_length, decode_and_validate, digest_and_summary, enqueue_at, enqueue_unsynced, new_job, upload_place, ScratchGuard, Unsynced};
 use super::job_view::{job_response, Created};
 use super::metrics::ApiMetrics;
 use super::upload::{self, Budget, Claim};
@@ -243,7 +243,8 @@ where
             let (cube, params) = decode_and_validate(ctx, &caller.owner, InputKind::Npy, location, params).await?;
             let (digest, input) = digest_and_summary(&cube).await?;
             claimed.check_cube(&digest.content)?;
-            enqueue(ctx, caller, digest, input, params, InputKind::Npy, sha, token).await
+            let (location, scratch) = upload_place(token);
+            enqueue_at(ctx, caller, digest, input, params, InputKind::Npy, sha, location, scratch).await
         }
         (Err(e), _) => {
             let _ = sync.wait().await; // the scratch file is not removed under its sync
