@@ -17,15 +17,7 @@ fn seed() -> u64 {
 /// The solvers a job could be given: every pair (syevd in both APIs, the batched API, Jacobi to
 /// float64 accuracy, our own kernels) and the top-k one.
 fn methods(k: usize) -> Vec<EigenMethod> {
-    vec![
-        EigenMethod::Syevd,
-        EigenMethod::Xsyevd,
-        EigenMethod::XsyevBatched,
-        EigenMethod::Syevdx { top: k },
-        EigenMethod::Xsyevdx { top: k },
-        EigenMethod::Syevj { tol: 1e-14, max_sweeps: 30 },
-        EigenMethod::Own,
-    ]
+    EigenMethod::all(k)[..EigenMethod::FLOAT64_ACCURATE].to_vec()
 }
 
 fn check(bench: &EigenBench, p: &Problem, k: usize) {

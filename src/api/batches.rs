@@ -16,9 +16,7 @@ use super::href;
 use super::intake;
 use super::{params, ApiContext};
 use crate::jobs::batch;
-use crate::jobs::model::{rfc3339, BatchPhase};
-use crate::jobs::store::{BatchRow, NewBatch};
-use crate::jobs::{InputKind, InputSummary, Job, JobStatus, NewJob};
+use crate::jobs::{rfc3339, BatchPhase, BatchRow, InputKind, InputSummary, Job, JobStatus, NewBatch, NewJob};
 use crate::mnf::MnfParams;
 use crate::reference::Reference;
 

@@ -23,12 +23,11 @@ use super::auth::Caller;
 use super::error::{ApiResult, Error};
 use super::intake::{decode_and_validate, enqueue_unsynced, input_summary, Unsynced};
 use super::job_view::Created;
-use crate::jobs::submit::CubeKey;
 use super::upload::{Claim, Progress};
 use super::{params, ApiContext};
 use crate::cube::Interleave;
 use crate::jobs::upload_to_device::{self, Feed};
-use crate::jobs::InputKind;
+use crate::jobs::{CubeKey, InputKind};
 use crate::mnf::MnfParams;
 
 /// `POST /v1/jobs` with a multipart ENVI body, received into scratch under `token`.

@@ -22,7 +22,7 @@ use axum::response::Response;
 use super::error::{ApiResult, Error};
 use super::ApiContext;
 use crate::cube::sniff::GdalFormat;
-use crate::jobs::geometry::GLT_FILE;
+use crate::jobs::GLT_FILE;
 use crate::jobs::Job;
 
 /// The GDAL format of an upload's media type (its parameters ignored), if it is one.
@@ -195,7 +195,7 @@ pub(super) async fn cog_result(ctx: &ApiContext, job: &Job, npy_key: &str, denoi
 
 #[cfg(feature = "gdal")]
 async fn build_cog(ctx: &ApiContext, job: &Job, npy_key: &str, denoised: bool, cog_key: &str) -> ApiResult<()> {
-    use crate::jobs::model::product;
+    use crate::jobs::product;
     let storage = ctx.runner.storage.clone();
     let md_key = job.results.get(product::METADATA).ok_or_else(|| Error::internal(anyhow::anyhow!("job {} has no metadata", job.id)))?;
     let md_bytes = storage.get_bytes(md_key).await?;
@@ -250,7 +250,7 @@ enum GltSource {
 async fn glt_source(ctx: &ApiContext, job: &Job) -> ApiResult<GltSource> {
     match job.input_kind {
         crate::jobs::InputKind::Href => Ok(GltSource::Granule(job.input_location.clone().into())),
-        _ => Ok(GltSource::Stored(ctx.runner.storage.local_copy(&format!("{}/{GLT_FILE}", crate::jobs::geometry::glt_prefix(&job.id))).await?)),
+        _ => Ok(GltSource::Stored(crate::jobs::kept_glt(&ctx.runner.storage, &job.id).await?)),
     }
 }
 

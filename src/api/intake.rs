@@ -14,9 +14,8 @@ use super::metrics::ApiMetrics;
 use super::upload;
 use super::{params, ApiContext};
 use crate::cube::Cube;
-use crate::jobs::store::Inserted;
 use crate::jobs::submit::{self, CubeKey};
-use crate::jobs::{InputKind, InputSummary, NewJob};
+use crate::jobs::{Inserted, InputKind, InputSummary, NewJob};
 use crate::mnf::MnfParams;
 
 /// Removes an upload's scratch files (under its token) however its request ends: answered, refused,
@@ -57,7 +56,7 @@ pub(super) fn content_length(h: &HeaderMap) -> Option<u64> {
 /// a multipart upload is (`envi_upload`), which moves them into the job's input. The caller removes its own names
 /// of the files once this succeeded; a refusal leaves them as they were.
 pub(crate) async fn create_from_files(ctx: &ApiContext, caller: &Caller, kind: InputKind, files: &[&Path], params: MnfParams) -> ApiResult<Created> {
-    let names: &[&str] = if kind == InputKind::Envi { &["cube.hdr", "cube.img", crate::jobs::geometry::GLT_FILE] } else { &["cube.npy"] };
+    let names: &[&str] = if kind == InputKind::Envi { &["cube.hdr", "cube.img", crate::jobs::GLT_FILE] } else { &["cube.npy"] };
     let glt = usize::from(kind == InputKind::Envi);
     if !(names.len() - glt..=names.len()).contains(&files.len()) || kind == InputKind::Href {
         return Err(Error::internal(anyhow::anyhow!("create_from_files: {} file(s) for a {kind:?} input", files.len())));
@@ -73,7 +72,8 @@ pub(crate) async fn create_from_files(ctx: &ApiContext, caller: &Caller, kind: I
     }
     let (cube, params) = decode_and_validate(ctx, &caller.owner, kind, format!("scratch/{token}"), params).await?;
     let (digest, input) = digest_and_summary(&cube).await?;
-    enqueue(ctx, caller, digest, input, params, kind, None, &token).await
+    let (location, scratch) = upload_place(&token);
+    enqueue_at(ctx, caller, digest, input, params, kind, None, location, scratch).await
 }
 
 /// Decodes the cube (off the async threads) and checks the parameters against its shape.
@@ -82,7 +82,7 @@ pub(super) async fn decode_and_validate(ctx: &ApiContext, owner: &str, kind: Inp
     let t = std::time::Instant::now();
     let rt = tokio::runtime::Handle::current();
     let location_of_glt = location.clone();
-    let cube = tokio::task::spawn_blocking(move || crate::jobs::input::load_cube(kind, &location, &storage, &rt))
+    let cube = tokio::task::spawn_blocking(move || crate::jobs::load_cube(kind, &location, &storage, &rt))
         .await
         .map_err(Error::internal)?
         .map_err(|e| match e {
@@ -137,20 +137,11 @@ pub(super) fn input_summary(cube: &Cube) -> InputSummary {
     }
 }
 
-/// Enqueues an upload held in scratch under `token`.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn enqueue(
-    ctx: &ApiContext,
-    caller: &Caller,
-    cube: CubeKey,
-    input: InputSummary,
-    params: MnfParams,
-    kind: InputKind,
-    upload_sha256: Option<String>,
-    scratch_token: &str,
-) -> ApiResult<Created> {
+/// Where an upload held in scratch under `scratch_token` is stored, and its job's id: the `location`
+/// and `scratch` of [`enqueue_at`] for an upload.
+pub(super) fn upload_place(scratch_token: &str) -> (String, Option<(&str, String)>) {
     let id = uuid::Uuid::now_v7().to_string();
-    enqueue_at(ctx, caller, cube, input, params, kind, upload_sha256, format!("uploads/{id}"), Some((scratch_token, id))).await
+    (format!("uploads/{id}"), Some((scratch_token, id)))
 }
 
 /// Answers with the caller's live job of the same digest, or stores the input at `location` (from
@@ -190,7 +181,7 @@ pub(super) struct Unsynced<'a> {
     pub(super) fed: Option<Arc<crate::job_cache::ResidentCube>>,
 }
 
-/// [`enqueue`] for an upload still being synced: when a worker is idle, the job starts computing on
+/// [`enqueue_at`] for an upload still being synced: when a worker is idle, the job starts computing on
 /// the scratch files at once, while the disk catches up (`jobs::early_start`); the row is inserted, claimed
 /// by this instance, once the upload is synced and stored, as always before the 202.
 pub(super) async fn enqueue_unsynced(

@@ -10,8 +10,7 @@ use serde_json::{json, Value};
 use super::auth::Caller;
 use super::error::{ApiResult, Error};
 use super::ApiContext;
-use crate::jobs::model::rfc3339;
-use crate::jobs::{Job, JobStatus};
+use crate::jobs::{rfc3339, Job, JobStatus};
 
 pub fn job_document(job: &Job, cached: bool) -> Value {
     let base = format!("/v1/jobs/{}", job.id);

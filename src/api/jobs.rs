@@ -15,9 +15,7 @@ use super::job_view::{job_document, job_response, owned_job, require_succeeded, 
 use super::metrics::ApiMetrics;
 use super::upload::SMALL_BODY_MAX;
 use super::{params, ApiContext};
-use crate::jobs::model::product;
-use crate::jobs::upkeep;
-use crate::jobs::{Job, JobStatus};
+use crate::jobs::{product, Job, JobStatus};
 
 // ---------------------------------------------------------------------------------------------------
 // POST /v1/jobs
@@ -226,7 +224,7 @@ pub async fn list(State(ctx): State<ApiContext>, caller: Caller, RawQuery(query)
 
 pub async fn delete(State(ctx): State<ApiContext>, caller: Caller, UrlPath(id): UrlPath<String>) -> ApiResult<Response> {
     let job = owned_job(&ctx, &caller, &id).await?;
-    upkeep::cancel_or_delete(&ctx.runner, job).await?;
+    crate::jobs::cancel_or_delete(&ctx.runner, job).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -156,7 +156,7 @@ pub async fn render(api: &ApiMetrics, runner: &Runner) -> Result<String, crate::
 
 /// The job cache's levels: `result` and `statistics` (the digest indexes) and `device` (cubes kept in
 /// GPU memory; reported only when `--gpu-cache-bytes` is not 0).
-fn render_job_cache(s: &mut String, cache: &crate::jobs::service_cache::CacheReport) {
+fn render_job_cache(s: &mut String, cache: &crate::jobs::CacheReport) {
     let (r, st) = (cache.levels.result, cache.levels.statistics);
     let d = cache.device;
     let mut family = |name: &str, kind: &str, help: &str, values: [Option<u64>; 3]| {

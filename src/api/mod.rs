@@ -41,9 +41,7 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::config::ServeArgs;
-use crate::jobs::backends::Backends;
-use crate::jobs::{JobStore, Runner, Workers};
-use crate::storage::Storage;
+use crate::jobs::{Runner, Workers};
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -128,8 +126,8 @@ impl Server {
     }
 }
 
-/// Builds the shared state from the options: opens the database (applying migrations), the storage
-/// and the default backend, and puts back in the queue the jobs a dead process left running.
+/// Builds the shared state from the options: the API keys and input roots, and the jobs' runner
+/// ([`Runner::open`]: the database, the storage, the backends and the job cache).
 pub async fn context(args: ServeArgs) -> anyhow::Result<ApiContext> {
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("cannot create the data dir {}", args.data_dir.display()))?;
     let args = args.resolve_upload_limit();
@@ -142,23 +140,7 @@ pub async fn context(args: ServeArgs) -> anyhow::Result<ApiContext> {
         roots.push(r.canonicalize().with_context(|| format!("input root {} does not exist", r.display()))?);
     }
     let references = crate::reference::References::new(&args.input_buckets, &args.input_hosts, &args.input_ca_certs)?;
-    let store = JobStore::open(&args.database_url()).await.context("cannot open the job database")?;
-    let storage = Storage::open(args.store.as_ref(), &args.data_dir).context("cannot open the storage")?;
-    storage.clear_scratch();
-    let (choice, devices, split) = (args.backend, args.devices.clone(), args.split_cube);
-    let backends = tokio::task::spawn_blocking(move || Backends::with_devices(choice, devices, split))
-        .await?
-        .with_context(|| format!("cannot start the {} backend", choice.name()))?;
-    let lease = crate::jobs::store::Lease { owner: args.instance_id(), duration: args.lease };
-    let requeued = store.requeue_running(&lease.owner).await?;
-    if requeued > 0 {
-        tracing::info!(requeued, "jobs left running by an earlier process are queued again");
-    }
-    // Before the job cache is built from the database: a job whose results are computed again
-    // leaves the result level.
-    crate::jobs::result_sync::check_at_start(&store, &storage, &lease.owner).await.context("cannot check the results that had not reached the disk")?;
-    let cache = crate::jobs::service_cache::open(&args, backends.default_backend().as_ref(), &store, &storage).await?;
-    let runner = Runner::new(store, storage, backends, cache, lease).with_early_start(args.early_start).with_references(references);
+    let runner = Runner::open(&args).await?.with_early_start(args.early_start).with_references(references);
     Ok(ApiContext {
         config: Arc::new(args),
         runner: Arc::new(runner),
@@ -189,7 +171,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
     let running = ctx.runner.start(workers);
     let (runner, retention, uploads_ctx) = (ctx.runner.clone(), ctx.config.retention, ctx.clone());
     let expiry = tokio::spawn(async move {
-        tokio::join!(crate::jobs::upkeep::expire_loop(&runner, retention), tus::expire_loop(uploads_ctx));
+        tokio::join!(crate::jobs::expire_loop(&runner, retention), tus::expire_loop(uploads_ctx));
     });
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let router = app(ctx.clone());
@@ -242,5 +224,5 @@ async fn shutdown_signal() {
 /// Deletes the finished jobs older than `--retention`, with their files (`jobs::upkeep`, which the
 /// server runs once a minute): how many.
 pub async fn expire_once(ctx: &ApiContext) -> Result<usize, crate::jobs::StoreError> {
-    crate::jobs::upkeep::expire_once(&ctx.runner, ctx.config.retention).await
+    crate::jobs::expire_once(&ctx.runner, ctx.config.retention).await
 }

@@ -11,12 +11,11 @@ use axum::response::Response;
 
 use super::auth::Caller;
 use super::error::{ApiResult, Error};
-use super::intake::{admit, answer, check_backend, content_length, decode_and_validate, digest_and_summary, enqueue, enqueue_unsynced, new_job, ScratchGuard, Unsynced};
+use super::intake::{admit, answer, check_backend, content_length, decode_and_validate, digest_and_summary, enqueue_at, enqueue_unsynced, new_job, upload_place, ScratchGuard, Unsynced};
 use super::job_view::{job_response, Created};
 use super::metrics::ApiMetrics;
 use super::upload::{self, Budget, Claim};
 use super::{params, ApiContext};
-use crate::jobs::resident_run;
 use crate::jobs::submit::{self, CubeKey};
 use crate::jobs::upload_to_device::{self, Feed};
 use crate::jobs::{InputKind, InputSummary};
@@ -93,7 +92,7 @@ pub(super) async fn create(ctx: &ApiContext, caller: &Caller, query: Option<&str
 /// (`jobs::resident_run`): the job, already succeeded; None when the body is needed. Parameters that do
 /// not suit the cube are refused here, before the body is sent.
 async fn run_on_resident(ctx: &ApiContext, caller: &Caller, cube: [u8; 32], params: &MnfParams) -> ApiResult<Option<Created>> {
-    if !resident_run::possible(&ctx.runner, params.backend) {
+    if !crate::jobs::can_run_resident(&ctx.runner, params.backend) {
         return Ok(None);
     }
     let began = std::time::Instant::now();
@@ -107,7 +106,7 @@ async fn run_on_resident(ctx: &ApiContext, caller: &Caller, cube: [u8; 32], para
     let location = format!("uploads/{id}"); // never written: the job needs no input once it succeeded
     let digest = CubeKey::of_npy(cube).job_digest(canonical);
     let new = new_job(id, caller, canonical.to_string(), digest, cube, None, i.clone(), InputKind::Npy, location);
-    match resident_run::run(&ctx.runner, new, &earlier, params).await {
+    match crate::jobs::run_resident(&ctx.runner, new, &earlier, params).await {
         None => Ok(None),
         Some(inserted) => Ok(Some(answer(ctx, inserted?))),
     }
@@ -244,7 +243,8 @@ where
             let (cube, params) = decode_and_validate(ctx, &caller.owner, InputKind::Npy, location, params).await?;
             let (digest, input) = digest_and_summary(&cube).await?;
             claimed.check_cube(&digest.content)?;
-            enqueue(ctx, caller, digest, input, params, InputKind::Npy, sha, token).await
+            let (location, scratch) = upload_place(token);
+            enqueue_at(ctx, caller, digest, input, params, InputKind::Npy, sha, location, scratch).await
         }
         (Err(e), _) => {
             let _ = sync.wait().await; // the scratch file is not removed under its sync

@@ -5,7 +5,6 @@
 use super::error::{ApiResult, Error};
 use super::ApiContext;
 use crate::cube::sniff::GdalFormat;
-use crate::jobs::geometry::GLT_FILE;
 
 /// The 422 of `ortho=true` on `what`, which has no GLT.
 pub(super) fn no_glt(what: &str) -> Error {
@@ -45,7 +44,7 @@ pub(super) async fn check_ortho(
     let granule = meta.extra_value(GLT_KEY).is_some();
     let has = match kind {
         InputKind::Href => granule && !location.starts_with('{'),
-        InputKind::Envi => granule && ctx.runner.storage.size(&format!("{location}/{GLT_FILE}")).await.is_ok(),
+        InputKind::Envi => granule && crate::jobs::upload_has_glt(&ctx.runner.storage, location).await,
         InputKind::Npy => false,
     };
     match has {

@@ -12,7 +12,7 @@ use super::job_view::{owned_job, require_succeeded};
 use super::ApiContext;
 use crate::cube::npy;
 use crate::cube::{ByteOrder, DataType};
-use crate::jobs::model::product;
+use crate::jobs::product;
 
 /// The stretch's percentiles.
 const LOW: f64 = 0.02;

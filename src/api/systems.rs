@@ -13,9 +13,8 @@ use serde_json::{json, Value};
 use super::auth::Caller;
 use super::error::{ApiResult, Error};
 use super::ApiContext;
-use crate::jobs::model::{now_ms, rfc3339};
-use crate::jobs::store::SystemRow;
 use crate::jobs::systems::{self, ResolveError};
+use crate::jobs::{now_ms, rfc3339, SystemRow};
 use crate::mnf::system_file::{Source, SystemFile, MAX_FILE_BYTES};
 use crate::mnf::MnfParams;
 

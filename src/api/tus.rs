@@ -355,7 +355,7 @@ async fn create_inner(ctx: &ApiContext, caller: Result<Caller, Error>, h: &Heade
     }
     let id = uuid::Uuid::new_v4().simple().to_string();
     let dir = root.join(&id);
-    let info = Info { owner: caller.owner, length, metadata, created_ms: crate::jobs::model::now_ms() };
+    let info = Info { owner: caller.owner, length, metadata, created_ms: crate::jobs::now_ms() };
     let d = dir.clone();
     tokio::task::spawn_blocking(move || write_new(&d, &info)).await.map_err(Error::internal)?.map_err(|e| {
         let _ = std::fs::remove_dir_all(&dir);

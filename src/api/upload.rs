@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use super::error::Error;
 use crate::cube::sample_type::checked_cube_bytes;
 use crate::cube::{ByteOrder, DataType};
-pub use crate::jobs::upload_progress::Progress;
+pub use crate::jobs::upload_to_device::Progress;
 
 /// Bytes the writer thread receives at once: big enough that hashing and writing run in long strides.
 const WRITE_CHUNK: usize = 4 << 20;

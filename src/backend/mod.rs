@@ -6,43 +6,18 @@
 //! algorithm layer (`crate::mnf::compute`), which knows nothing of this module; it is re-exported
 //! here for the callers that pick a backend.
 
+mod checks;
 pub mod cpu;
 pub mod cuda;
 pub mod devices;
 pub mod split;
 
-use std::ops::Range;
 use std::sync::Arc;
 
 pub use crate::mnf::compute::{Backend, BackendError, ChunkDone, PreparedCube};
+pub(crate) use checks::{check_line_range, check_window};
 
-use crate::cube::Cube;
-use crate::mnf::stats::StatsSpec;
 use crate::mnf::BackendChoice;
-
-/// Checks the noise window of `spec` against the `samples` × `lines` image a statistics pass runs on.
-pub(crate) fn check_window(spec: &StatsSpec, samples: usize, lines: usize) -> Result<(), BackendError> {
-    match spec.window {
-        Some(w) if !w.fits(samples, lines) => Err(BackendError::Invalid(format!(
-            "noise window {},{},{},{} lies outside the {samples} x {lines} image",
-            w.x0, w.y0, w.x1, w.y1
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// Checks a line range of `cube` given to `prepare_lines`.
-pub(crate) fn check_line_range(cube: &Cube, lines: &Range<usize>) -> Result<(), BackendError> {
-    if lines.is_empty() || lines.end > cube.lines() {
-        return Err(BackendError::Invalid(format!(
-            "lines {}..{} are not a non-empty range of the cube's {} lines",
-            lines.start,
-            lines.end,
-            cube.lines()
-        )));
-    }
-    Ok(())
-}
 
 /// Creates the backend asked for. `Auto` tries CUDA and falls back to the CPU, logging why.
 pub fn select(choice: BackendChoice) -> Result<Arc<dyn Backend>, BackendError> {
@@ -60,5 +35,24 @@ pub fn select(choice: BackendChoice) -> Result<Arc<dyn Backend>, BackendError> {
                 Ok(Arc::new(cpu::CpuBackend::new()))
             }
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This machine (and CI) has no GPU: `--backend auto` falls back to the CPU, and `cuda` is a clean
+    /// Unavailable. Skipped where a driver is present.
+    #[test]
+    fn auto_selection_falls_back_to_the_cpu_without_a_driver() {
+        // SAFETY: only tries to dlopen libcuda.
+        if unsafe { cudarc::driver::sys::is_culib_present() } {
+            return;
+        }
+        let b = select(BackendChoice::Auto).expect("auto must fall back");
+        assert_eq!(b.name(), "cpu");
+        let e = select(BackendChoice::Cuda).err().expect("cuda must fail here");
+        assert_eq!(e.code(), "backend_unavailable");
     }
 }

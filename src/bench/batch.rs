@@ -24,14 +24,8 @@ pub struct Args {
     /// Cubes in the campaign.
     #[arg(long, default_value_t = 16)]
     pub cubes: usize,
-    #[arg(long, default_value_t = 1087)]
-    pub lines: usize,
-    #[arg(long, default_value_t = 614)]
-    pub samples: usize,
-    #[arg(long, default_value_t = 224)]
-    pub bands: usize,
-    #[arg(long, default_value_t = 10)]
-    pub components: usize,
+    #[command(flatten)]
+    pub cube: super::CubeSize,
     /// Uploads in flight at once in the upload run.
     #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
@@ -59,7 +53,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let work = args.dir.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("hypermnf-bench-batch-{}", std::process::id())));
     let (inputs, data_dir) = (work.join("inputs"), work.join("data"));
     std::fs::create_dir_all(&inputs)?;
-    eprintln!("writing {} cubes of {} x {} x {} int16 ...", args.cubes, args.lines, args.samples, args.bands);
+    eprintln!("writing {} cubes of {} x {} x {} int16 ...", args.cubes, args.cube.lines, args.cube.samples, args.cube.bands);
     // Each run gets cubes of its own: a cube seen before would be answered from the job cache's
     // statistics level, and only projected.
     let files = write_cubes(args, &inputs, 3 * args.cubes + 2)?;
@@ -71,7 +65,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 /// The synthetic cube as `.npy`, written `count` times with its first sample changed (a distinct
 /// content digest each).
 fn write_cubes(args: &Args, dir: &Path, count: usize) -> anyhow::Result<Vec<PathBuf>> {
-    let spec = crate::cube::synthetic::SyntheticSpec::small(args.lines, args.samples, args.bands);
+    let spec = crate::cube::synthetic::SyntheticSpec::small(args.cube.lines, args.cube.samples, args.cube.bands);
     let cube = crate::cube::synthetic::generate(&spec);
     let first = dir.join("cube-0000.npy");
     crate::cube::npy::write_cube(&first, &cube)?;
@@ -115,7 +109,7 @@ fn measure_all(args: &Args, files: &[PathBuf], inputs: &Path, data_dir: &Path) -
     let backend = server.ctx.runner.backends.default_backend();
     let (bname, device, workers) = (backend.name(), backend.device(), serve.workers);
     let devices = server.ctx.runner.backends.candidates(args.backend).len();
-    let params = json!({"components": args.components});
+    let params = json!({"components": args.cube.components});
     let measured = (|| -> anyhow::Result<Rates> {
         // Warm-up: one job (device contexts, kernels), not timed; then one job alone, by reference.
         let (warm_up, one, sets) = (&files[0..1], &files[1..2], &files[2..]);
@@ -127,7 +121,7 @@ fn measure_all(args: &Args, files: &[PathBuf], inputs: &Path, data_dir: &Path) -
         wait_batch(addr, &id, None)?;
         let one_job_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        upload_all(addr, uploads, args.concurrency, args.components)?;
+        upload_all(addr, uploads, args.concurrency, args.cube.components)?;
         let upload_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let id = post_batch(addr, each, "each", &params)?;

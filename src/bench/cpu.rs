@@ -11,25 +11,15 @@ use crate::mnf::{self, MnfParams, Monitor, NoiseEstimator};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// Lines of the synthetic cube.
-    #[arg(long, default_value_t = 1087)]
-    pub lines: usize,
-    /// Samples of the synthetic cube.
-    #[arg(long, default_value_t = 614)]
-    pub samples: usize,
-    /// Bands of the synthetic cube.
-    #[arg(long, default_value_t = 224)]
-    pub bands: usize,
-    /// Components kept.
-    #[arg(long, default_value_t = 10)]
-    pub components: usize,
+    #[command(flatten)]
+    pub cube: super::CubeSize,
     /// Timed repetitions (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub repeat: usize,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let spec = SyntheticSpec { lines: args.lines, samples: args.samples, bands: args.bands, ..SyntheticSpec::paper_size() };
+    let spec = SyntheticSpec { lines: args.cube.lines, samples: args.cube.samples, bands: args.cube.bands, ..SyntheticSpec::paper_size() };
     let t = Instant::now();
     let cube = generate(&spec);
     println!(
@@ -45,7 +35,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let backend = CpuBackend::new();
     println!("{:<18} {:>10} {:>10} {:>10} {:>10} {:>10}", "noise", "median s", "min s", "stats ms", "eigen ms", "proj ms");
     for noise in [NoiseEstimator::MeanFilter, NoiseEstimator::ShiftDifference] {
-        let params = MnfParams { components: Some(args.components), noise, ..Default::default() };
+        let params = MnfParams { components: Some(args.cube.components), noise, ..Default::default() };
         let mut times = Vec::new();
         let mut last = None;
         for _ in 0..args.repeat.max(1) {
@@ -72,7 +62,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "peak resident memory: {:.0} MB (cube {:.0} MB + components {:.0} MB; {:.0} MB before the runs)",
         peak as f64 / 1e6,
         cube.raw_len() as f64 / 1e6,
-        (cube.pixels() * args.components * 4) as f64 / 1e6,
+        (cube.pixels() * args.cube.components * 4) as f64 / 1e6,
         rss_before as f64 / 1e6
     );
     Ok(())

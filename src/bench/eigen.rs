@@ -296,17 +296,7 @@ fn device_solver(ordinal: usize) -> Option<(String, crate::backend::cuda::EigenB
 fn device_rows(solver: &crate::backend::cuda::EigenBench, p: &Problem, reference: &eigen::EigenPairs, args: &Args) -> Vec<Row> {
     use crate::backend::cuda::EigenMethod;
     let k = args.components.min(p.n);
-    let methods = [
-        EigenMethod::Syevd,
-        EigenMethod::Xsyevd,
-        EigenMethod::XsyevBatched,
-        EigenMethod::Syevdx { top: k },
-        EigenMethod::Xsyevdx { top: k },
-        EigenMethod::Syevj { tol: 1e-14, max_sweeps: 30 },
-        EigenMethod::Syevj { tol: 1e-10, max_sweeps: 15 },
-        EigenMethod::Syevj { tol: 1e-7, max_sweeps: 10 },
-        EigenMethod::Own,
-    ];
+    let methods = EigenMethod::all(k);
     methods
         .iter()
         .map(|&m| {

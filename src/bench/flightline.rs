@@ -27,6 +27,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
+pub use generate::{Dtype, Layout};
+
 use crate::backend::Backend;
 use crate::mnf::{BackendChoice, MnfParams, Monitor};
 
@@ -35,44 +37,6 @@ const SAMPLES: usize = 598;
 const BANDS: usize = 425;
 /// Lines of the warm-up file sent to each server before the timed upload.
 const WARM_LINES: usize = 64;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Layout {
-    Bil,
-    Bsq,
-    Bip,
-}
-
-impl Layout {
-    fn envi_name(self) -> &'static str {
-        match self {
-            Layout::Bil => "bil",
-            Layout::Bsq => "bsq",
-            Layout::Bip => "bip",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Dtype {
-    F32,
-    I16,
-}
-
-impl Dtype {
-    fn size(self) -> usize {
-        match self {
-            Dtype::F32 => 4,
-            Dtype::I16 => 2,
-        }
-    }
-    fn name(self) -> &'static str {
-        match self {
-            Dtype::F32 => "f32",
-            Dtype::I16 => "i16",
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BenchBackend {

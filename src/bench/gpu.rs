@@ -33,7 +33,7 @@ use crate::backend::split::{SplitBackend, SplitMode};
 use crate::backend::{Backend, PreparedCube};
 use crate::cube::synthetic::{self, SyntheticSpec};
 use crate::cube::Cube;
-use crate::mnf::stats::{Moments, Projection, StatsSpec};
+use crate::mnf::stats::{self, Moments, Projection, StatsSpec};
 use crate::mnf::{bands, eigen, MnfParams, Monitor, NoiseEstimator};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -151,7 +151,7 @@ fn backend_mnf_phases(
     // device factors it); without, it also factors C_N on the host.
     let defer = crate::backend::PreparedCube::eigen_solver(&prep).is_some();
     let whiten = |noise: &Moments| -> anyhow::Result<(Vec<usize>, eigen::NoiseWhitening)> {
-        let sel = bands::drop_noiseless(&pre, noise, None);
+        let sel = stats::drop_noiseless(&pre, noise, None);
         let cov = noise.covariance().context("too few noise samples")?;
         let cn: Vec<f64> = bands::submatrix(&cov, noise.bands, &sel.used)
             .iter()

@@ -26,14 +26,8 @@ use crate::mnf::{BackendChoice, MnfParams, Monitor};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    #[arg(long, default_value_t = 1087)]
-    pub lines: usize,
-    #[arg(long, default_value_t = 614)]
-    pub samples: usize,
-    #[arg(long, default_value_t = 224)]
-    pub bands: usize,
-    #[arg(long, default_value_t = 10)]
-    pub components: usize,
+    #[command(flatten)]
+    pub cube: super::CubeSize,
     /// Cache-hit requests timed for the latency percentiles.
     #[arg(long, default_value_t = 500)]
     pub cache_requests: usize,
@@ -56,9 +50,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if args.pipeline_runs == 0 {
         bail!("--pipeline-runs must be at least 1");
     }
-    eprintln!("building the {} x {} x {} int16 cube ...", args.lines, args.samples, args.bands);
+    eprintln!("building the {} x {} x {} int16 cube ...", args.cube.lines, args.cube.samples, args.cube.bands);
     let data_dir = std::env::temp_dir().join(format!("hypermnf-bench-service-{}", std::process::id()));
-    let npy = synthetic_npy(args.lines, args.samples, args.bands, &data_dir)?;
+    let npy = synthetic_npy(args.cube.lines, args.cube.samples, args.cube.bands, &data_dir)?;
     // What the Python client sends: the cube's content digest (the body is a canonical .npy).
     let digest = hex::encode(crate::cube::digest::of_parts(&[&npy]));
     let rss_before = super::peak_rss().unwrap_or(0);
@@ -90,7 +84,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         f.sync_all()
     })?;
     drop(npy);
-    let params = MnfParams { components: Some(args.components), ..Default::default() };
+    let params = MnfParams { components: Some(args.cube.components), ..Default::default() };
     let runs = time_pipeline(args.pipeline_runs, backend.as_ref(), &params, &|| Ok(Cow::Borrowed(&cube)))?;
     let (pipeline_ms, _, _) = percentiles(&runs);
     drop(cube);
@@ -104,7 +98,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
         "hypermnf bench service — {} x {} x {} int16 as .npy ({:.1} MB), {} components, backend {bname} ({device})",
-        args.lines, args.samples, args.bands, cube_mb, args.components
+        args.cube.lines, args.cube.samples, args.cube.bands, cube_mb, args.cube.components
     );
     println!("| measure | value |");
     println!("|---|---|");
@@ -118,12 +112,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     println!("| where the job's time went (server /metrics, ms) | {parts} |");
     println!(
         "| statistics-level re-projection ({} components), X-Cube-Digest + Expect: 100-continue, request until `succeeded` is seen ({}; the job's stages, ms: {}) | {:.1} ms |",
-        args.components + 4,
+        args.cube.components + 4,
         if m.reprojection_without_body { "run on the resident cube, body never sent" } else { "body sent" },
         m.reprojection_stages,
         ms(m.reprojection)
     );
-    println!("| statistics-level re-projection ({} components), body sent again, last byte until `succeeded` | {:.1} ms |", args.components + 2, ms(m.reprojection_resent));
+    println!("| statistics-level re-projection ({} components), body sent again, last byte until `succeeded` | {:.1} ms |", args.cube.components + 2, ms(m.reprojection_resent));
     println!(
         "| download components .npy ({:.1} MB), median of 5 (the first) | {:.3} s = {:.2} GB/s ({:.3} s = {:.2} GB/s) |",
         m.download_bytes as f64 / 1e6,
@@ -150,8 +144,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         let doc = serde_json::json!({
             "backend": bname,
             "device": device,
-            "shape": [args.lines, args.samples, args.bands],
-            "components": args.components,
+            "shape": [args.cube.lines, args.cube.samples, args.cube.bands],
+            "components": args.cube.components,
             "cube_mb": cube_mb,
             "upload_gbps": gb(m.upload_bytes, m.upload),
             "last_byte_to_202_ms": ms(m.last_byte_to_202),
@@ -264,10 +258,10 @@ fn phase_sums(addr: SocketAddr) -> anyhow::Result<HashMap<String, f64>> {
 }
 
 fn measure(addr: SocketAddr, npy: &[u8], digest: &str, args: &Args) -> anyhow::Result<Measured> {
-    let query = format!("components={}", args.components);
+    let query = format!("components={}", args.cube.components);
     // A server that has run a job before: the first job of a process also pays for lazy set-up (the
     // CUDA kernels' first launches, cuSOLVER's workspace), which a running service has behind it.
-    let warm_up = synthetic_npy(64.min(args.lines), args.samples, args.bands, &std::env::temp_dir())?;
+    let warm_up = synthetic_npy(64.min(args.cube.lines), args.cube.samples, args.cube.bands, &std::env::temp_dir())?;
     submit_and_follow(addr, &warm_up, &query)?;
     drop(warm_up);
     let before = phase_sums(addr)?;
@@ -287,14 +281,14 @@ fn measure(addr: SocketAddr, npy: &[u8], digest: &str, args: &Args) -> anyhow::R
         .collect();
 
     // Other components of the same cube: the eigen system is in the job cache, only the projection runs.
-    let (_, _, reprojection_resent, _) = submit_and_follow(addr, npy, &format!("components={}", args.components + 2))?;
+    let (_, _, reprojection_resent, _) = submit_and_follow(addr, npy, &format!("components={}", args.cube.components + 2))?;
     // Other components again, the cube named by X-Cube-Digest (as the Python client names an array)
     // with `Expect: 100-continue`: a server that still holds the cube on its device runs the job at
     // once and answers 201, already succeeded, and the body is never sent. Timed end to end, from
     // the request's first byte until `succeeded` is seen.
     let t = Instant::now();
     let headers = [("content-type", "application/x-npy"), ("x-cube-digest", digest), ("expect", "100-continue")];
-    let r = request(addr, "POST", &format!("/v1/jobs?components={}", args.components + 4), &headers, Some(npy), true)?;
+    let r = request(addr, "POST", &format!("/v1/jobs?components={}", args.cube.components + 4), &headers, Some(npy), true)?;
     let job: serde_json::Value = serde_json::from_slice(&r.body)?;
     let reprojection_without_body = r.status == 201 && job["status"] == "succeeded";
     let reprojection_id = job["id"].as_str().context("no job id")?;

@@ -80,34 +80,3 @@ impl std::fmt::Debug for SampleBytes {
         self.as_slice().fmt(f)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use crate::cube::{ByteOrder, Cube, CubeMeta, DataType};
-
-    #[test]
-    fn a_borrowed_cube_reads_the_callers_bytes_and_its_clone_owns_a_copy() {
-        let values: Vec<u8> = (0..24).collect();
-        let owned = Cube::from_raw(2, 3, 4, DataType::U8, ByteOrder::Little, values.clone(), CubeMeta::default()).unwrap();
-        let clone = Cube::with_borrowed(2, 3, 4, DataType::U8, ByteOrder::Little, &values, CubeMeta::default(), |c| {
-            assert!(c.is_borrowed());
-            assert_eq!(c.raw().as_ptr(), values.as_ptr(), "no copy");
-            assert_eq!(c.raw_lines(1, 1), owned.raw_lines(1, 1));
-            assert_eq!(c.content_digest(), owned.content_digest());
-            c.clone()
-        })
-        .unwrap();
-        assert!(!clone.is_borrowed());
-        assert_ne!(clone.raw().as_ptr(), values.as_ptr());
-        assert_eq!(clone.raw(), &values[..]);
-    }
-
-    #[test]
-    fn a_borrowed_cube_is_checked_like_an_owned_one() {
-        let values = [0u8; 10];
-        let r = Cube::with_borrowed(2, 3, 4, DataType::U8, ByteOrder::Little, &values, CubeMeta::default(), |_| ());
-        assert!(matches!(r, Err(crate::cube::CubeError::SizeMismatch(_))), "{r:?}");
-        let r = Cube::with_borrowed(0, 3, 4, DataType::U8, ByteOrder::Little, &[], CubeMeta::default(), |_| ());
-        assert!(matches!(r, Err(crate::cube::CubeError::Header(_))), "{r:?}");
-    }
-}

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::storage::{Storage, StorageError};
+use crate::storage::{LocalFile, Storage, StorageError};
 
 /// The name of an upload's GLT file (`cube::gdal::emit::write_glt_file`) beside its decoded pair.
 pub const GLT_FILE: &str = "glt.tif";
@@ -22,4 +22,15 @@ pub async fn store_glt(storage: &Storage, dir: &Path, job_id: &str) -> Result<()
         storage.sync_names(&prefix).await?;
     }
     Ok(())
+}
+
+/// Whether the stored ENVI upload at `location` has a GLT file beside it (it was decoded from an EMIT
+/// granule; `store_glt` keeps it with the job once the job exists).
+pub async fn upload_has_glt(storage: &Storage, location: &str) -> bool {
+    storage.size(&format!("{location}/{GLT_FILE}")).await.is_ok()
+}
+
+/// A local copy of the GLT kept with job `job_id` (see `store_glt`).
+pub async fn kept_glt(storage: &Storage, job_id: &str) -> Result<LocalFile, StorageError> {
+    storage.local_copy(&format!("{}/{GLT_FILE}", glt_prefix(job_id))).await
 }

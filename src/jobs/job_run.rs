@@ -33,6 +33,7 @@ use super::service_cache::Registered;
 use super::reuse::{Computed, DeviceLookup, Plan};
 use crate::output::components_file::ComponentsFile;
 use super::input;
+use super::lease::{self, keep_lease};
 use super::job_failure::JobFailure;
 use super::result_files::{write_results, RESULT_NPY};
 use super::services::JobServices;
@@ -45,9 +46,6 @@ use crate::mnf::pipeline::ComponentSink;
 use crate::mnf::result::EigenSystem;
 use crate::mnf::{MnfParams, Monitor, ReuseSource, Stage};
 use crate::storage::StorageError;
-
-/// How often a running job's progress is written to the database.
-const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
 impl JobServices {
     /// Step 1: claims the next queued job under this instance's lease; None when the queue is empty.
@@ -125,16 +123,6 @@ impl JobRun {
         &self.job
     }
 
-    /// What the run calls.
-    pub(super) fn services(&self) -> &JobServices {
-        &self.services
-    }
-
-    /// Records a run that ended without a result (see `mark_failed`).
-    pub(super) async fn record_failure(&self, f: JobFailure) {
-        self.mark_failed(f).await
-    }
-
     /// Set it to stop the job at the backend's next chunk (a cancellation).
     pub fn cancel_flag(&self) -> Arc<AtomicBool> {
         self.cancel.clone()
@@ -145,7 +133,7 @@ impl JobRun {
         let queued_ms = (now_ms() - self.job.created_at).max(0) as u64;
         self.services.metrics.record_phase("queued", Duration::from_millis(queued_ms));
         if let Some(member) = self.job.batch.clone().filter(|m| m.phase == Some(BatchPhase::Statistics)) {
-            return super::batch::run_statistics(self, member).await;
+            return super::batch::run_statistics(self.services.clone(), self.job.clone(), self.cancel_flag(), member).await;
         }
         let started = self.start_compute();
         self.finish(started).await
@@ -584,36 +572,7 @@ impl JobRun {
 
     /// Step 7 for a job that did not get through steps 2 to 5.
     async fn mark_failed(&self, f: JobFailure) {
-        let (s, id) = (&self.services, &self.job.id);
-        match f.code.as_str() {
-            "canceled" => {
-                s.metrics.canceled.fetch_add(1, Ordering::Relaxed);
-                // Normally already canceled in the database; if not, record it.
-                let _ = s.store.fail(id, &s.lease.owner, "canceled", "canceled").await;
-                tracing::info!(job = %id, "job stopped: canceled, or no longer this instance's");
-            }
-            JobFailure::DISK_UNAVAILABLE => {
-                tracing::error!(
-                    job = %id,
-                    "cannot write this instance's disk ({}); the job stays queued in effect: it runs again once its lease lapses",
-                    f.message
-                );
-            }
-            JobFailure::STORE_UNAVAILABLE => {
-                tracing::warn!(
-                    job = %id,
-                    "the object store cannot be reached ({}); the job stays queued in effect: it runs again once its lease lapses",
-                    f.message
-                );
-            }
-            _ => {
-                tracing::warn!(job = %id, code = f.code.as_str(), "job failed: {}", f.message);
-                s.metrics.failed.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = s.store.fail(id, &s.lease.owner, &f.code, &f.message).await {
-                    tracing::error!(job = %id, "cannot record the failure: {e}");
-                }
-            }
-        }
+        lease::record_failure(&self.services, &self.job.id, f).await
     }
 
     /// The upload is no longer needed once the job is finished (an href is not ours to delete).
@@ -624,37 +583,6 @@ impl JobRun {
                 if j.status.is_finished() {
                     let _ = s.storage.delete_upload(&job.input_location).await;
                 }
-            }
-        }
-    }
-}
-
-/// While steps 2 to 4 run: writes progress every `PROGRESS_EVERY`, and extends the lease every third
-/// of its duration; a lease that cannot be extended (canceled, deleted, claimed again elsewhere)
-/// stops the job. Runs until aborted.
-pub(super) async fn keep_lease(s: JobServices, id: String, progress: Arc<Mutex<(Stage, f64)>>, cancel: Arc<AtomicBool>) {
-    let mut last = (Stage::Read, -1.0);
-    let beat_every = (s.lease.duration / 3).max(PROGRESS_EVERY);
-    let mut last_beat = Instant::now();
-    loop {
-        tokio::time::sleep(PROGRESS_EVERY).await;
-        let now = *progress.lock().unwrap_or_else(|p| p.into_inner());
-        if now != last {
-            last = now;
-            if let Err(e) = s.store.progress(&id, now.0.name(), overall(now.0, now.1)).await {
-                tracing::warn!(job = %id, "cannot record progress: {e}");
-            }
-        }
-        if last_beat.elapsed() >= beat_every {
-            last_beat = Instant::now();
-            match s.store.heartbeat(&id, &s.lease).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    tracing::info!(job = %id, "the job is no longer this instance's to run; stopping it");
-                    cancel.store(true, Ordering::Relaxed);
-                }
-                // The database is away: keep computing; the final write decides.
-                Err(e) => tracing::warn!(job = %id, "cannot extend the job's lease: {e}"),
             }
         }
     }
@@ -686,18 +614,5 @@ impl ComponentSink for WhileComputing<'_> {
             self.registering = Some(start(system));
         }
     }
-}
-
-/// Overall progress from a stage and the fraction of it done.
-fn overall(stage: Stage, fraction: f64) -> f64 {
-    let (start, width) = match stage {
-        Stage::Read => (0.0, 0.05),
-        Stage::Statistics => (0.05, 0.45),
-        Stage::Eigen => (0.5, 0.05),
-        Stage::Projection => (0.55, 0.3),
-        Stage::Inverse => (0.85, 0.1),
-        Stage::Write => (0.95, 0.05),
-    };
-    (start + width * fraction.clamp(0.0, 1.0)).min(1.0)
 }
 

@@ -10,7 +10,8 @@
 //! * `service_cache`: the job cache (`crate::job_cache`) as the service uses it, shared by the API
 //!   (result level) and the runs (statistics and device levels); `reuse`: one job's MNF through it;
 //! * `services`: what a run calls; `job_failure`: why a job failed; `result_files`: the files a
-//!   job writes; `metrics`: times and outcomes for `/metrics`;
+//!   job writes; `metrics`: times and outcomes for `/metrics`; `lease`: a running job's hold on its
+//!   row (its lease and progress kept, its failure recorded);
 //! * `result_sync`: a succeeded job's results synced to the disk after it is seen succeeded, and
 //!   checked at the next start if the machine stopped first; `sweep`: uploads of finished jobs left
 //!   behind;
@@ -26,36 +27,48 @@
 //! already on disk, so a process or a machine that dies loses nothing; the next start puts its
 //! running jobs back in the queue, and checks the results that had not reached the disk.
 
-pub mod backends;
-pub mod batch;
-pub mod early_start;
-pub mod geometry;
-pub mod input;
-pub mod job_failure;
-pub mod job_run;
-pub mod metrics;
-pub mod model;
-pub mod remote_input;
-pub mod resident_run;
-pub mod result_files;
-pub mod result_sync;
-pub mod reuse;
+mod backends;
+pub(crate) mod batch;
+mod early_start;
+mod geometry;
+mod input;
+mod job_failure;
+mod job_run;
+mod lease;
+pub(crate) mod metrics;
+mod model;
+mod remote_input;
+mod resident_run;
+mod result_files;
+mod result_sync;
+mod reuse;
 #[cfg(test)]
 mod runner_tests;
-pub mod running;
-pub mod service_cache;
-pub mod services;
-pub mod store;
-pub mod submit;
-pub mod sweep;
-pub mod systems;
-pub mod upkeep;
-pub mod upload_progress;
-pub mod upload_to_device;
-pub mod worker;
+mod running;
+mod service_cache;
+mod services;
+mod store;
+pub(crate) mod submit;
+mod sweep;
+pub(crate) mod systems;
+pub(crate) mod upkeep;
+mod upload_progress;
+pub(crate) mod upload_to_device;
+mod worker;
 
-pub use model::{InputKind, InputSummary, Job, JobStatus};
-pub use store::{JobStore, NewJob, StoreError};
+// What the API uses of the jobs, named here so that it reaches into few modules: the runner and its
+// workers, the rows it shows and their errors, job upkeep, and the job cache's report. Besides these
+// it names `submit` (job creation), `systems` (eigen systems exported and imported),
+// `upload_to_device` (an upload's cube fed to a device while it arrives) and `metrics` (the job
+// phases' histograms).
+pub use geometry::{kept_glt, upload_has_glt, GLT_FILE};
+pub use input::load_cube;
+pub use model::{now_ms, product, rfc3339, BatchPhase, InputKind, InputSummary, Job, JobStatus};
+pub use resident_run::{possible as can_run_resident, run as run_resident};
+pub use service_cache::CacheReport;
+pub use submit::CubeKey;
+pub use store::{BatchRow, Inserted, JobStore, NewBatch, NewJob, StoreError, SystemRow};
+pub use upkeep::{cancel_or_delete, delete_batch, expire_loop, expire_once, Removal};
 pub use worker::{Runner, Workers};
 
 /// A failure of the job database or of the object store, for what writes to both (a job's input

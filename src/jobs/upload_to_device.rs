@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::worker::Runner;
-use super::upload_progress::Progress;
+pub use super::upload_progress::Progress;
 use crate::backend::Backend;
 use crate::job_cache::{resident_need, DeviceLevel, ResidentCube};
 use crate::cube::{Cube, DataType};

@@ -12,6 +12,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use tokio::sync::Notify;
 
 use super::backends::Backends;
@@ -90,6 +91,32 @@ impl Runner {
         let settings = super::service_cache::CacheSettings { gpu_cache_bytes, index_cells: 1 << 10, index_on_gpu: false };
         let cache = ServiceCache::new(&settings, store.clone(), storage.clone()).unwrap();
         Runner::new(store, storage, backends, cache, Lease { owner: "test".into(), duration: Duration::from_secs(30) })
+    }
+
+    /// The runner of `hypermnf serve`'s options: opens the database (applying migrations), the storage
+    /// and the backends; puts back in the queue the jobs a dead process left running, checks the results
+    /// that had not reached the disk, and builds the job cache from the database. The workers start
+    /// later ([`Runner::start`]).
+    pub async fn open(args: &crate::config::ServeArgs) -> anyhow::Result<Runner> {
+        let store = JobStore::open(&args.database_url()).await.context("cannot open the job database")?;
+        let storage = Storage::open(args.store.as_ref(), &args.data_dir).context("cannot open the storage")?;
+        storage.clear_scratch();
+        let (choice, devices, split) = (args.backend, args.devices.clone(), args.split_cube);
+        let backends = tokio::task::spawn_blocking(move || Backends::with_devices(choice, devices, split))
+            .await?
+            .with_context(|| format!("cannot start the {} backend", choice.name()))?;
+        let lease = Lease { owner: args.instance_id(), duration: args.lease };
+        let requeued = store.requeue_running(&lease.owner).await?;
+        if requeued > 0 {
+            tracing::info!(requeued, "jobs left running by an earlier process are queued again");
+        }
+        // Before the job cache is built from the database: a job whose results are computed again
+        // leaves the result level.
+        super::result_sync::check_at_start(&store, &storage, &lease.owner)
+            .await
+            .context("cannot check the results that had not reached the disk")?;
+        let cache = super::service_cache::open(args, backends.default_backend().as_ref(), &store, &storage).await?;
+        Ok(Runner::new(store, storage, backends, cache, lease))
     }
 
     /// What `s3://` and `https://` inputs may name (none by default).

@@ -6,38 +6,14 @@
 //! one way, from the backends to the algorithm.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use super::eigen::GeneralizedEigenSolver;
 use super::stats::{Denoise, Moments, Projection, Statistics, StatsSpec};
-use super::Monitor;
+pub use super::error::BackendError;
 use crate::cube::Cube;
 
-/// Errors of a compute backend.
-#[derive(Debug, thiserror::Error)]
-pub enum BackendError {
-    /// The requested backend cannot run here (no device, no driver, no NVRTC).
-    #[error("backend unavailable: {0}")]
-    Unavailable(String),
-    /// A CUDA driver, NVRTC or cuBLAS call failed.
-    #[error("CUDA: {0}")]
-    Cuda(String),
-    #[error("canceled")]
-    Canceled,
-    /// The inputs cannot be processed (e.g. too few pixels for the noise estimate).
-    #[error("{0}")]
-    Invalid(String),
-}
-
-impl BackendError {
-    pub fn code(&self) -> &'static str {
-        match self {
-            BackendError::Unavailable(_) => "backend_unavailable",
-            BackendError::Cuda(_) => "cuda_error",
-            BackendError::Canceled => "canceled",
-            BackendError::Invalid(_) => "invalid_input",
-        }
-    }
-}
 
 /// A compute backend, created once and shared (the CUDA one holds a context and compiled kernels).
 pub trait Backend: Send + Sync {
@@ -146,6 +122,71 @@ pub trait PreparedCube {
     /// little is left to copy once the last byte is there (`jobs::upload_to_device`). Nothing to do where nothing
     /// stays on a device between passes.
     fn upload_arrived(&mut self, _lines: usize) -> Result<(), BackendError> {
+        Ok(())
+    }
+}
+
+/// Stages a job goes through, reported with progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stage {
+    Read,
+    Statistics,
+    Eigen,
+    Projection,
+    Inverse,
+    Write,
+}
+
+impl Stage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Read => "read",
+            Stage::Statistics => "statistics",
+            Stage::Eigen => "eigen",
+            Stage::Projection => "projection",
+            Stage::Inverse => "inverse",
+            Stage::Write => "write",
+        }
+    }
+}
+
+type ProgressFn = dyn Fn(Stage, f64) + Send + Sync;
+
+/// Progress reporting and cancellation, passed down to the backends, which call `tick` once per chunk.
+#[derive(Clone, Default)]
+pub struct Monitor {
+    progress: Option<Arc<ProgressFn>>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Monitor {
+    pub fn new(progress: impl Fn(Stage, f64) + Send + Sync + 'static) -> Self {
+        Monitor { progress: Some(Arc::new(progress)), cancel: Arc::new(AtomicBool::new(false)) }
+    }
+    /// A monitor that reports nothing and is never canceled.
+    pub fn silent() -> Self {
+        Monitor::default()
+    }
+    /// The flag that cancels the work at its next chunk.
+    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
+        self.cancel.clone()
+    }
+    pub fn with_cancel_flag(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.cancel = flag;
+        self
+    }
+    pub fn is_canceled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+    /// Reports `fraction` (0..1) of `stage` done; Err(Canceled) once cancellation was asked for.
+    pub fn tick(&self, stage: Stage, fraction: f64) -> Result<(), BackendError> {
+        if let Some(p) = &self.progress {
+            p(stage, fraction.clamp(0.0, 1.0));
+        }
+        if self.is_canceled() {
+            return Err(BackendError::Canceled);
+        }
         Ok(())
     }
 }

@@ -14,7 +14,7 @@ use super::compute::{Backend, BackendError, PreparedCube};
 use super::eigen::{self, NoiseWhitening};
 use super::params::{MnfParams, DEFAULT_COMPONENTS};
 use super::result::{EigenSystem, InputInfo, Metadata, NoiseInfo, PixelInfo, SourceInfo};
-use super::stats::{Denoise, Moments, Projection, Statistics, StatsSpec};
+use super::stats::{self, Denoise, Moments, Projection, Statistics, StatsSpec};
 use super::{MnfError, Monitor, Stage};
 use crate::cube::Cube;
 
@@ -121,7 +121,7 @@ pub fn analyse_on(
         None => (0.0, None),
     };
     // The early selection could only tell "no noise"; with the data moments, say whether it was constant.
-    let sel = bands::drop_noiseless(&pre, &stats.noise, Some(&stats.data));
+    let sel = stats::drop_noiseless(&pre, &stats.noise, Some(&stats.data));
     if sel_whitening.as_ref().is_none_or(|(s, _)| s.used != sel.used) {
         let t = Instant::now();
         sel_whitening = Some(whiten(&pre, &stats.noise, Some(&stats.data), scale, defer)?);
@@ -189,7 +189,7 @@ pub(super) fn whiten(
     scale: f64,
     defer: bool,
 ) -> Whitened {
-    let sel = bands::drop_noiseless(pre, noise, data);
+    let sel = stats::drop_noiseless(pre, noise, data);
     let cov = noise
         .covariance()
         .ok_or_else(|| MnfError::Degenerate("too few pixels for the noise estimate".into()))?;

@@ -10,10 +10,12 @@
 //!   GET conditional on the recorded version: an object changed since the submit fails the job with
 //!   `input_changed` instead of mixing two versions.
 
+mod error;
 pub mod fetch;
 pub mod https;
 pub mod policy;
 pub mod s3;
+mod version;
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -23,60 +25,9 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+pub use error::RefError;
 use policy::{AllowLists, UrlHost};
-
-/// Why a reference cannot be read, each with its stable code (the API's `code`, or a job's
-/// `error.code`).
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum RefError {
-    /// Malformed: 400 `invalid_href`.
-    #[error("{0}")]
-    Invalid(String),
-    /// Outside the operator's allow-lists or the address policy: 403 `forbidden_reference`.
-    #[error("{0}")]
-    Forbidden(String),
-    /// No such object (or host): 404 `input_not_found`.
-    #[error("{0}")]
-    NotFound(String),
-    /// The server answered with a redirect, which is never followed: 422 `redirect_refused`.
-    #[error("{0}")]
-    Redirect(String),
-    /// The object changed since the job was submitted: `input_changed` (409 at submit).
-    #[error("{0}")]
-    Changed(String),
-    /// The object is not a cube this server reads (its name or its header): 422 `unsupported`.
-    #[error("{0}")]
-    Unsupported(String),
-    /// The object's store or host failed or could not be reached: 502 `reference_unavailable`.
-    #[error("{0}")]
-    Unavailable(String),
-}
-
-impl RefError {
-    pub fn code(&self) -> &'static str {
-        match self {
-            RefError::Invalid(_) => "invalid_href",
-            RefError::Forbidden(_) => "forbidden_reference",
-            RefError::NotFound(_) => "input_not_found",
-            RefError::Redirect(_) => "redirect_refused",
-            RefError::Changed(_) => "input_changed",
-            RefError::Unsupported(_) => "unsupported",
-            RefError::Unavailable(_) => "reference_unavailable",
-        }
-    }
-
-    /// The HTTP status of the error at submit.
-    pub fn status(&self) -> u16 {
-        match self {
-            RefError::Invalid(_) => 400,
-            RefError::Forbidden(_) => 403,
-            RefError::NotFound(_) => 404,
-            RefError::Redirect(_) | RefError::Unsupported(_) => 422,
-            RefError::Changed(_) => 409,
-            RefError::Unavailable(_) => 502,
-        }
-    }
-}
+pub use version::ObjectVersion;
 
 /// A parsed `s3://` or `https://` reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,19 +121,6 @@ pub fn envi_data_names(header_name: &str) -> Vec<String> {
     names.extend(EXTS.iter().map(|e| format!("{stem}.{}", e.to_uppercase())));
     names.retain(|n| n != header_name);
     names
-}
-
-/// What the job records of one object at submit: its reference, size, and version.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ObjectVersion {
-    pub href: String,
-    pub size: u64,
-    /// The ETag (S3 and most HTTPS servers); the worker's reads require it (If-Match).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub etag: Option<String>,
-    /// Last-Modified, for a server that gives no ETag (If-Unmodified-Since).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_modified: Option<String>,
 }
 
 /// A referenced job's `input_location`: JSON (a `file://` href's location is its path, which starts

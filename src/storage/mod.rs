@@ -17,6 +17,7 @@
 //! moves files to and from a remote one in parts, `scratch` is the local scratch area, `url` parses
 //! `--store`.
 
+mod download;
 mod error;
 mod local;
 mod remote;
@@ -31,6 +32,7 @@ use std::sync::Arc;
 
 use object_store::path::Path as StorePath;
 
+pub use download::Download;
 pub use error::StorageError;
 pub use local::SyncPause;
 pub use scratch::LocalFile;
@@ -40,12 +42,6 @@ pub use url::StoreUrl;
 use local::LocalStore;
 use remote::RemoteStore;
 use scratch::Scratch;
-
-/// A stored object opened for reading: its size and a stream of its bytes.
-pub struct Download {
-    pub size: u64,
-    pub stream: futures::stream::BoxStream<'static, Result<bytes::Bytes, StorageError>>,
-}
 
 #[derive(Clone)]
 pub struct Storage {

@@ -7,15 +7,13 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
 use serde_json::{json, Map, Value};
 
-use super::jobs::{failure, Output, OutputChoice, Transmission};
+use super::outputs::{failure, Output, OutputChoice, Transmission};
 use super::problem::{kind, OgcResult, Problem};
 use super::{link, rel, BaseUrl, PROCESS_ID};
 use crate::api::auth::Caller;
 use crate::api::batches::{batch_document, owned_batch};
 use crate::api::ApiContext;
-use crate::jobs::model::{product, rfc3339};
-use crate::jobs::store::BatchRow;
-use crate::jobs::Job;
+use crate::jobs::{product, rfc3339, BatchRow, Job};
 
 /// A batch with its member jobs, as one OGC job.
 pub struct BatchJob {

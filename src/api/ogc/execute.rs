@@ -18,7 +18,8 @@ use base64::Engine as _;
 use serde_json::{Map, Value};
 
 use super::batch_jobs::BatchJob;
-use super::jobs::{failure, results_document, status_info, Output, OutputChoice, Transmission};
+use super::jobs::{results_document, status_info};
+use super::outputs::{failure, Output, OutputChoice, Transmission};
 use super::problem::{OgcResult, Problem};
 use super::process::NPY;
 use super::{BaseUrl, PROCESS_ID};

@@ -11,6 +11,7 @@ pub mod batch_jobs;
 pub mod execute;
 pub mod jobs;
 pub mod landing;
+pub mod outputs;
 pub mod problem;
 pub mod process;
 

@@ -60,6 +60,27 @@ impl EigenMethod {
         }
     }
 
+    /// Every method with its settings, for `top` components: first the six that reach float64
+    /// accuracy (each API, and Jacobi to 1e-14), then Jacobi to two looser tolerances. `hypermnf bench
+    /// eigen` times them all; the GPU eigen tests check the first [`FLOAT64_ACCURATE`](Self::FLOAT64_ACCURATE)
+    /// against the host reference.
+    pub fn all(top: usize) -> [EigenMethod; 9] {
+        [
+            EigenMethod::Syevd,
+            EigenMethod::Xsyevd,
+            EigenMethod::XsyevBatched,
+            EigenMethod::Syevdx { top },
+            EigenMethod::Xsyevdx { top },
+            EigenMethod::Syevj { tol: 1e-14, max_sweeps: 30 },
+            EigenMethod::Own,
+            EigenMethod::Syevj { tol: 1e-10, max_sweeps: 15 },
+            EigenMethod::Syevj { tol: 1e-7, max_sweeps: 10 },
+        ]
+    }
+
+    /// How many of [`all`](Self::all)'s methods, the first ones, reach float64 accuracy.
+    pub const FLOAT64_ACCURATE: usize = 7;
+
     /// A short name for tables and JSON.
     pub fn label(&self) -> String {
         match self {

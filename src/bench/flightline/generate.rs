@@ -18,7 +18,43 @@ use anyhow::Context;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
-use super::{Dtype, Layout};
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Layout {
+    Bil,
+    Bsq,
+    Bip,
+}
+
+impl Layout {
+    pub(super) fn envi_name(self) -> &'static str {
+        match self {
+            Layout::Bil => "bil",
+            Layout::Bsq => "bsq",
+            Layout::Bip => "bip",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Dtype {
+    F32,
+    I16,
+}
+
+impl Dtype {
+    pub(super) fn size(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::I16 => 2,
+        }
+    }
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::I16 => "i16",
+        }
+    }
+}
 
 /// The no-data value of the file (`data ignore value`).
 pub const NODATA: f32 = -9999.0;

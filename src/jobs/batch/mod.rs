@@ -9,13 +9,13 @@
 
 pub mod moments_file;
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::input;
 use super::job_failure::JobFailure;
-use super::job_run::{keep_lease, JobRun};
+use super::lease::{keep_lease, record_failure};
 use super::services::JobServices;
 use super::model::{BatchMember, Job};
 use super::store::{BatchRow, JobStore};
@@ -47,14 +47,12 @@ pub fn storage_prefix(batch: &str) -> String {
 /// The statistics run of a pooled member: its cube's moments stored, the job queued again for its
 /// projection, and the pooled system computed if this was the last member to finish. A failure
 /// fails the job and the batch (its system can no longer be computed).
-pub async fn run_statistics(run: JobRun, member: BatchMember) {
-    let s = run.services().clone();
-    let job = run.job().clone();
+pub async fn run_statistics(s: JobServices, job: Job, cancel: Arc<AtomicBool>, member: BatchMember) {
     let progress = Arc::new(Mutex::new((Stage::Statistics, 0.0f64)));
-    let keeper = tokio::spawn(keep_lease(s.clone(), job.id.clone(), progress.clone(), run.cancel_flag()));
+    let keeper = tokio::spawn(keep_lease(s.clone(), job.id.clone(), progress.clone(), cancel.clone()));
     let started = Instant::now();
     let outcome = {
-        let (s, job, cancel) = (s.clone(), job.clone(), run.cancel_flag());
+        let (s, job, cancel) = (s.clone(), job.clone(), cancel.clone());
         let rt = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || member_statistics(&s, &job, progress, cancel, &rt)).await
     };
@@ -78,10 +76,10 @@ pub async fn run_statistics(run: JobRun, member: BatchMember) {
             Ok(false) => tracing::info!(job = %job.id, "member statistics no longer wanted (canceled, deleted or claimed again)"),
             Err(e) => tracing::warn!(job = %job.id, "cannot record the member's statistics: {e}; they are computed again once its lease lapses"),
         },
-        Err(f) if f.code == "canceled" => run.record_failure(f).await,
+        Err(f) if f.code == "canceled" => record_failure(&s, &job.id, f).await,
         Err(f) => {
             let message = format!("input {} failed its statistics pass ({}): {}", member.position, f.code, f.message);
-            run.record_failure(f).await;
+            record_failure(&s, &job.id, f).await;
             if let Err(e) = s.store.fail_batch(&member.batch_id, "batch_failed", &message).await {
                 tracing::error!(batch = %member.batch_id, "cannot fail the batch: {e}");
             }
@@ -95,7 +93,7 @@ fn member_statistics(
     s: &JobServices,
     job: &Job,
     progress: Arc<Mutex<(Stage, f64)>>,
-    cancel: Arc<std::sync::atomic::AtomicBool>,
+    cancel: Arc<AtomicBool>,
     rt: &tokio::runtime::Handle,
 ) -> Result<Vec<u8>, JobFailure> {
     let params: MnfParams = serde_json::from_str(&job.params).map_err(|e| JobFailure { code: "invalid_params".into(), message: e.to_string() })?;

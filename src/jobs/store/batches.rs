@@ -10,7 +10,7 @@
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::{decode, notify, JobStore, NewJob, StoreError};
+use super::{bind_new_job, decode, notify, JobStore, NewJob, StoreError};
 use crate::jobs::model::{now_ms, BatchPhase, Job};
 
 /// The claim's condition on a queued job: not a pooled member waiting for its batch's system.
@@ -82,27 +82,19 @@ impl JobStore {
         let phase = batch.pooled.then_some(BatchPhase::Statistics.as_str());
         for (position, new) in members.iter().enumerate() {
             let input = serde_json::to_string(&new.input).expect("input summary serialises");
-            sqlx::query(
-                "INSERT INTO jobs (id, owner, status, progress, params, digest, content_digest, upload_sha256, input,
-                                   input_kind, input_location, created_at, attempts, batch_id, batch_position, batch_phase)
-                 VALUES ($1, $2, 'queued', 0, $3, $4, $5, $6, $7, $8, $9, $10, 0, $11, $12, $13)",
-            )
-            .bind(&new.id)
-            .bind(&new.owner)
-            .bind(&new.params)
-            .bind(&new.digest)
-            .bind(&new.content_digest)
-            .bind(&new.upload_sha256)
-            .bind(&input)
-            .bind(new.input_kind.as_str())
-            .bind(&new.input_location)
-            // Same time: the claim then takes them by id (UUID v7, made in the inputs' order).
-            .bind(now)
-            .bind(&batch.id)
-            .bind(position as i64)
-            .bind(phase)
-            .execute(&mut *tx)
-            .await?;
+            let insert = sqlx::query(
+                "INSERT INTO jobs (id, owner, params, digest, content_digest, upload_sha256, input, input_kind, input_location,
+                                   status, progress, created_at, attempts, batch_id, batch_position, batch_phase)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', 0, $10, 0, $11, $12, $13)",
+            );
+            bind_new_job(insert, new, &input)
+                // Same time: the claim then takes them by id (UUID v7, made in the inputs' order).
+                .bind(now)
+                .bind(&batch.id)
+                .bind(position as i64)
+                .bind(phase)
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         self.notify(notify::Event::Queued).await;

@@ -13,7 +13,6 @@ mod batches;
 mod cache_rows;
 mod system_rows;
 mod reference_rows;
-pub use reference_rows::ReferenceDigest;
 pub mod notify;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -21,7 +20,7 @@ pub(crate) mod testing;
 mod tests;
 
 pub use batches::{BatchRow, NewBatch};
-pub use cache_rows::{EigenRow, NewEigenRow};
+pub use cache_rows::NewEigenRow;
 pub use system_rows::SystemRow;
 
 use std::collections::BTreeMap;
@@ -127,6 +126,24 @@ pub struct NewJob {
     pub input: InputSummary,
     pub input_kind: InputKind,
     pub input_location: String,
+}
+
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+
+/// Binds a new job's own columns, the first nine parameters of every insert of a job: `id, owner,
+/// params, digest, content_digest, upload_sha256, input` (`input`, its summary as JSON), `input_kind,
+/// input_location`.
+fn bind_new_job<'q>(query: AnyQuery<'q>, new: &'q NewJob, input: &'q str) -> AnyQuery<'q> {
+    query
+        .bind(&new.id)
+        .bind(&new.owner)
+        .bind(&new.params)
+        .bind(&new.digest)
+        .bind(&new.content_digest)
+        .bind(&new.upload_sha256)
+        .bind(input)
+        .bind(new.input_kind.as_str())
+        .bind(&new.input_location)
 }
 
 #[cfg(test)]
@@ -269,29 +286,21 @@ impl JobStore {
     async fn insert_as(&self, new: NewJob, claimed: Option<&Lease>) -> Result<Inserted, StoreError> {
         let input = serde_json::to_string(&new.input).expect("input summary serialises");
         let now = now_ms();
-        let res = sqlx::query(
-            "INSERT INTO jobs (id, owner, status, stage, progress, params, digest, content_digest, upload_sha256, input,
-                               input_kind, input_location, created_at, started_at, attempts, lease_owner, lease_expires_at)
-             VALUES ($1, $2, $3, $4, 0, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
-        )
-        .bind(&new.id)
-        .bind(&new.owner)
-        .bind(if claimed.is_some() { "running" } else { "queued" })
-        .bind(claimed.map(|_| "read"))
-        .bind(&new.params)
-        .bind(&new.digest)
-        .bind(&new.content_digest)
-        .bind(&new.upload_sha256)
-        .bind(&input)
-        .bind(new.input_kind.as_str())
-        .bind(&new.input_location)
-        .bind(now)
-        .bind(claimed.map(|_| now))
-        .bind(if claimed.is_some() { 1i64 } else { 0 })
-        .bind(claimed.map(|l| l.owner.clone()))
-        .bind(claimed.map(|l| l.expires_at()))
-        .execute(&self.durable)
-        .await;
+        let insert = sqlx::query(
+            "INSERT INTO jobs (id, owner, params, digest, content_digest, upload_sha256, input, input_kind, input_location,
+                               status, stage, progress, created_at, started_at, attempts, lease_owner, lease_expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 0, $12, $13, $14, $15, $16)",
+        );
+        let res = bind_new_job(insert, &new, &input)
+            .bind(if claimed.is_some() { "running" } else { "queued" })
+            .bind(claimed.map(|_| "read"))
+            .bind(now)
+            .bind(claimed.map(|_| now))
+            .bind(if claimed.is_some() { 1i64 } else { 0 })
+            .bind(claimed.map(|l| l.owner.clone()))
+            .bind(claimed.map(|l| l.expires_at()))
+            .execute(&self.durable)
+            .await;
         match self.inserted(res.map(drop), &new).await? {
             Some(i) => {
                 if matches!(i, Inserted::Created(_)) && claimed.is_none() {
@@ -333,27 +342,19 @@ impl JobStore {
     ) -> Result<Inserted, StoreError> {
         let input = serde_json::to_string(&new.input).expect("input summary serialises");
         let now = now_ms();
-        let res = sqlx::query(
+        let insert = sqlx::query(
             "INSERT INTO jobs (id, owner, status, progress, params, digest, content_digest, upload_sha256, input,
                                input_kind, input_location, results, created_at, started_at, finished_at, attempts,
                                lease_owner, results_unsynced)
              VALUES ($1, $2, 'succeeded', 1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11, 1, $12, $13)",
-        )
-        .bind(&new.id)
-        .bind(&new.owner)
-        .bind(&new.params)
-        .bind(&new.digest)
-        .bind(&new.content_digest)
-        .bind(&new.upload_sha256)
-        .bind(&input)
-        .bind(new.input_kind.as_str())
-        .bind(&new.input_location)
-        .bind(serde_json::to_string(results).expect("map serialises"))
-        .bind(now)
-        .bind(ran_by)
-        .bind(results_unsynced as i64)
-        .execute(&self.durable)
-        .await;
+        );
+        let res = bind_new_job(insert, &new, &input)
+            .bind(serde_json::to_string(results).expect("map serialises"))
+            .bind(now)
+            .bind(ran_by)
+            .bind(results_unsynced as i64)
+            .execute(&self.durable)
+            .await;
         match self.inserted(res.map(drop), &new).await? {
             Some(i) => {
                 if matches!(i, Inserted::Created(_)) {

@@ -317,10 +317,10 @@ async fn the_reference_memo_records_and_replaces_a_digest() {
         let key = r#"{"href":"s3://b/a.npy","size":10,"etag":"\"e1\""}"#;
         assert_eq!(s.find_reference(key).await.unwrap(), None);
         s.remember_reference(key, "c1", None).await.unwrap();
-        assert_eq!(s.find_reference(key).await.unwrap(), Some(super::ReferenceDigest { content: "c1".into(), carried: None }));
+        assert_eq!(s.find_reference(key).await.unwrap(), Some(super::reference_rows::ReferenceDigest { content: "c1".into(), carried: None }));
         // Read again (by another job): the row is replaced, not duplicated.
         s.remember_reference(key, "c2", Some("m2")).await.unwrap();
-        assert_eq!(s.find_reference(key).await.unwrap(), Some(super::ReferenceDigest { content: "c2".into(), carried: Some("m2".into()) }));
+        assert_eq!(s.find_reference(key).await.unwrap(), Some(super::reference_rows::ReferenceDigest { content: "c2".into(), carried: Some("m2".into()) }));
         assert_eq!(s.find_reference(&key.replace("e1", "e2")).await.unwrap(), None, "another version is another key");
     })
     .await;

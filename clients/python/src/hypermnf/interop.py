@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Protocol, Union
 
 if TYPE_CHECKING:  # pragma: no cover
     import os
@@ -10,7 +10,7 @@ if TYPE_CHECKING:  # pragma: no cover
 import numpy as np
 
 from ._geo import MapInfo, crs_wkt
-from .results import Reduction, band_values, metadata_of, source_of
+from ._metadata import band_values, metadata_of, source_of
 
 if TYPE_CHECKING:  # pragma: no cover
     import xarray
@@ -18,8 +18,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from .job import Job
 
 
+class _Reduction(Protocol):
+    """What :func:`to_xarray` reads of a :class:`~hypermnf.Reduction` (described here: ``results`` imports
+    this module for ``Reduction.to_xarray``, so this one does not import ``results``)."""
+
+    components: Optional[np.ndarray]
+    denoised: Optional[np.ndarray]
+    metadata: Dict[str, Any]
+
+
 def to_xarray(
-    result: Union[np.ndarray, Reduction],
+    result: Union[np.ndarray, _Reduction],
     metadata: Union[Mapping[str, Any], "Job", None] = None,
     product: Optional[str] = None,
 ) -> "xarray.DataArray":
@@ -52,7 +61,7 @@ def to_xarray(
         raise ImportError(
             "hypermnf.to_xarray needs xarray, which is not installed: pip install 'hypermnf[xarray]' (or pip install xarray)"
         ) from None
-    if isinstance(result, Reduction):
+    if not isinstance(result, np.ndarray) and hasattr(result, "components") and hasattr(result, "denoised"):
         reduction = result
         held = "components" if reduction.components is not None else "denoised"
         if product is not None and product != held:

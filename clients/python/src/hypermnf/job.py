@@ -13,7 +13,7 @@ import numpy as np
 from ._http import _ATTEMPTS, _reason, _segment
 from ._npy import ShortBody, read_npy_stream
 from .errors import ConnectionError, JobCanceled, JobFailed, TimeoutError
-from .results import merge_source
+from ._metadata import merge_source
 
 TERMINAL = ("succeeded", "failed", "canceled")
 

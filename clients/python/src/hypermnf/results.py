@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
+from ._metadata import SOURCE_KEYS, band_values, merge_source, metadata_of, source_of
+
 if TYPE_CHECKING:  # pragma: no cover
     import matplotlib.axes
     import xarray
 
-# The members of the metadata's ``source``: the request's own ENVI header metadata (null when it had none).
-SOURCE_KEYS = ("wavelength", "wavelength_units", "fwhm", "band_names", "description", "map_info", "coordinate_system_string")
-
+__all__ = ["SOURCE_KEYS", "Reduction", "band_values", "merge_source", "metadata_of", "plot_eigenvalues", "source_of"]
 
 @dataclass
 class Reduction:
@@ -68,54 +68,6 @@ class Reduction:
         from .interop import to_xarray
 
         return to_xarray(self)
-
-
-def source_of(metadata: Mapping[str, Any]) -> Dict[str, Any]:
-    """The metadata's ``source`` with every key of :data:`SOURCE_KEYS` (``None`` where absent: a server
-    before 2026-11-26 sends no ``source``)."""
-    source = metadata.get("source") or {}
-    if not isinstance(source, Mapping):
-        source = {}
-    return {k: source.get(k) for k in SOURCE_KEYS}
-
-
-def band_values(metadata: Mapping[str, Any], key: str) -> Optional[list]:
-    """The source's per-band list ``key`` (wavelength, fwhm, band_names) when it has one value per input band."""
-    values = source_of(metadata).get(key)
-    bands = (metadata.get("input") or {}).get("bands")
-    if not isinstance(values, list) or (bands is not None and len(values) != int(bands)):
-        return None
-    return values
-
-
-def merge_source(metadata: Dict[str, Any], local: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
-    """Fills the members of ``metadata["source"]`` the server left null with what the client knew of the
-    input (an xarray DataArray's coordinates, a Spectral Python image's header). The server's own values win."""
-    if not local:
-        return metadata
-    merged = source_of(metadata)
-    for key in SOURCE_KEYS:
-        if merged.get(key) is None and local.get(key) is not None:
-            merged[key] = local[key]
-    metadata["source"] = merged
-    return metadata
-
-
-def metadata_of(obj: Any) -> Mapping[str, Any]:
-    """The metadata dict of a job, a :class:`Reduction` or the metadata itself."""
-    if isinstance(obj, Mapping):
-        return obj
-    if isinstance(obj, Reduction):
-        return obj.metadata
-    cached = getattr(obj, "_metadata", None)
-    if isinstance(cached, Mapping):
-        return cached
-    meta = getattr(obj, "metadata", None)
-    if isinstance(meta, Mapping):
-        return meta
-    if callable(meta):  # an AsyncJob whose metadata was not fetched yet
-        raise TypeError("fetch the job's metadata first: `await job.metadata()`, then pass the job or that dict")
-    raise TypeError(f"expected a Job, a Reduction or a metadata dict, got {type(obj).__name__}")
 
 
 def plot_eigenvalues(job_or_metadata: Any, ax: "Optional[matplotlib.axes.Axes]" = None, log: bool = True) -> "matplotlib.axes.Axes":

@@ -17,15 +17,27 @@ import copy
 import io
 import json
 import os
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Protocol, Union
 
 import numpy as np
 
 from ._http import _segment
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .client import Client
+    import httpx
+
     from .job import Job
+
+
+class _Client(Protocol):
+    """What these functions use of a :class:`~hypermnf.Client` (described here, so that this module, which
+    the client imports, does not import the client)."""
+
+    def _get_json(self, path: str, **kwargs: Any) -> Any: ...
+
+    def _request(self, method: str, path: str, *, expect: Iterable[int] = ..., **kwargs: Any) -> "httpx.Response": ...
+
+    def submit(self, cube: Any, **params: Any) -> "Job": ...
 
 FORMAT = "hypermnf-system"
 VERSION = 1
@@ -145,19 +157,19 @@ class System:
 # -- the service's side, called by the Client methods of the same names -----------------------------------
 
 
-def job_system(client: "Client", job_id: str) -> System:
+def job_system(client: "_Client", job_id: str) -> System:
     """``GET /v1/jobs/{id}/system``."""
     response = client._request("GET", f"/v1/jobs/{_segment(job_id)}/system", expect=(200,))
     return System.from_bytes(response.content)
 
 
-def get_system(client: "Client", system_id: str) -> System:
+def get_system(client: "_Client", system_id: str) -> System:
     """``GET /v1/systems/{id}``."""
     response = client._request("GET", f"/v1/systems/{_segment(system_id)}", expect=(200,))
     return System.from_bytes(response.content)
 
 
-def import_system(client: "Client", system: Union[System, str, os.PathLike]) -> System:
+def import_system(client: "_Client", system: Union[System, str, os.PathLike]) -> System:
     """``POST /v1/systems``: the system as the service stored it (its ``id`` is the new system's)."""
     if not isinstance(system, System):
         system = System.load(system)
@@ -167,17 +179,17 @@ def import_system(client: "Client", system: Union[System, str, os.PathLike]) -> 
     return get_system(client, response.json()["id"])
 
 
-def delete_system(client: "Client", system_id: str) -> None:
+def delete_system(client: "_Client", system_id: str) -> None:
     """``DELETE /v1/systems/{id}``."""
     client._request("DELETE", f"/v1/systems/{_segment(system_id)}", expect=(204,))
 
 
-def list_systems(client: "Client") -> List[Dict[str, Any]]:
+def list_systems(client: "_Client") -> List[Dict[str, Any]]:
     """``GET /v1/systems``: summaries of the caller's imported systems, newest first."""
     return list(client._get_json("/v1/systems")["systems"])
 
 
-def apply(client: "Client", system: Union[System, str], cubes: Iterable[Any], **params: Any) -> List["Job"]:
+def apply(client: "_Client", system: Union[System, str], cubes: Iterable[Any], **params: Any) -> List["Job"]:
     """One job per cube, each projected with ``system`` (its ``statistics_from``): a :class:`System` the
     service knows (one from :meth:`Client.system` or :meth:`Client.import_system`; one loaded from a file
     is imported first), or a job or system id. ``params`` are those of :meth:`Client.submit`."""

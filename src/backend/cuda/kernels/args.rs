@@ -3,8 +3,8 @@
 
 use std::marker::PhantomData;
 
-use super::RawType;
 use crate::backend::cuda::device::{DevBuf, Sized_};
+use crate::cube::{ByteOrder, DataType};
 
 /// Geometry passed to the noise kernels: which lines the raw buffer holds and which to compute.
 #[derive(Debug, Clone, Copy)]
@@ -154,5 +154,46 @@ impl<T> From<DevPtr<T>> for Arg {
 impl<T> From<Option<DevPtr<T>>> for Arg {
     fn from(p: Option<DevPtr<T>>) -> Arg {
         Arg::Ptr(p.map_or(0, |p| p.addr))
+    }
+}
+
+/// How the kernels read the raw samples of one cube.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawType {
+    /// DT_* code of common.cuh.
+    pub code: i32,
+    /// 1 when the samples must be byte-swapped (big-endian file on this little-endian device).
+    pub swap: i32,
+    /// Bytes per sample as uploaded.
+    pub size: usize,
+}
+
+impl RawType {
+    /// The device-side type of a cube. i64 / u64 have no device conversion: the host widens them to
+    /// f64 (little-endian) before upload, so they read as f64.
+    pub(crate) fn of(dtype: DataType, order: ByteOrder) -> RawType {
+        let swap = (order == ByteOrder::Big && dtype.size() > 1) as i32;
+        match dtype {
+            DataType::U8 => RawType {
+                code: 0,
+                swap: 0,
+                size: 1,
+            },
+            DataType::I16 => RawType { code: 1, swap, size: 2 },
+            DataType::U16 => RawType { code: 2, swap, size: 2 },
+            DataType::I32 => RawType { code: 3, swap, size: 4 },
+            DataType::U32 => RawType { code: 4, swap, size: 4 },
+            DataType::F32 => RawType { code: 5, swap, size: 4 },
+            DataType::F64 => RawType { code: 6, swap, size: 8 },
+            DataType::I64 | DataType::U64 => RawType {
+                code: 6,
+                swap: 0,
+                size: 8,
+            },
+        }
+    }
+    /// True when the host must convert the cube before upload (i64 / u64).
+    pub(crate) fn host_converted(dtype: DataType) -> bool {
+        matches!(dtype, DataType::I64 | DataType::U64)
     }
 }

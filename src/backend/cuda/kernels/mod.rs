@@ -14,9 +14,8 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchCo
 use super::compile::{self, PtxOrigin};
 use super::device::cuda;
 use crate::backend::BackendError;
-use crate::cube::{ByteOrder, DataType};
 
-pub(crate) use args::{DevPtr, NoiseArgs, Pixels};
+pub(crate) use args::{DevPtr, NoiseArgs, Pixels, RawType};
 use args::Arg;
 pub(crate) use statistics::CovParts;
 
@@ -27,47 +26,6 @@ pub(crate) const MAX_CONST_T: usize = 16320;
 const THREADS: u32 = 256;
 /// Components per pass of the project_px kernels (template instances in transform.cu).
 pub(crate) const PX_KP: [usize; 6] = [1, 2, 4, 8, 12, 16];
-
-/// How the kernels read the raw samples of one cube.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RawType {
-    /// DT_* code of common.cuh.
-    pub code: i32,
-    /// 1 when the samples must be byte-swapped (big-endian file on this little-endian device).
-    pub swap: i32,
-    /// Bytes per sample as uploaded.
-    pub size: usize,
-}
-
-impl RawType {
-    /// The device-side type of a cube. i64 / u64 have no device conversion: the host widens them to
-    /// f64 (little-endian) before upload, so they read as f64.
-    pub(crate) fn of(dtype: DataType, order: ByteOrder) -> RawType {
-        let swap = (order == ByteOrder::Big && dtype.size() > 1) as i32;
-        match dtype {
-            DataType::U8 => RawType {
-                code: 0,
-                swap: 0,
-                size: 1,
-            },
-            DataType::I16 => RawType { code: 1, swap, size: 2 },
-            DataType::U16 => RawType { code: 2, swap, size: 2 },
-            DataType::I32 => RawType { code: 3, swap, size: 4 },
-            DataType::U32 => RawType { code: 4, swap, size: 4 },
-            DataType::F32 => RawType { code: 5, swap, size: 4 },
-            DataType::F64 => RawType { code: 6, swap, size: 8 },
-            DataType::I64 | DataType::U64 => RawType {
-                code: 6,
-                swap: 0,
-                size: 8,
-            },
-        }
-    }
-    /// True when the host must convert the cube before upload (i64 / u64).
-    pub(crate) fn host_converted(dtype: DataType) -> bool {
-        matches!(dtype, DataType::I64 | DataType::U64)
-    }
-}
 
 pub(crate) struct Kernels {
     pub module: Arc<CudaModule>,
