@@ -186,11 +186,11 @@ impl CudaBackend {
     /// made later, when a pass needs them.
     fn warm_pinned_pool(&self) {
         let sizes = [
-            prepared::STAGING_PIECE,
-            prepared::STAGING_PIECE,
-            prepared::pinned_class(8 << 20),
-            prepared::pinned_class(8 << 20),
-            prepared::pinned_class(1),
+            device::STAGING_PIECE,
+            device::STAGING_PIECE,
+            device::pinned_class(8 << 20),
+            device::pinned_class(8 << 20),
+            device::pinned_class(1),
         ];
         let t = std::time::Instant::now();
         let made: Result<Vec<_>, _> = sizes

@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use cudarc::driver::{CudaEvent, CudaStream};
 
-use super::device::{cuda, event, is_registered, DevBuf, PinnedBuf, Pooled, Sized_};
+use super::device::{cuda, event, is_registered, pinned_class, DevBuf, PinnedBuf, Pooled, Sized_};
 use super::kernels::RawType;
 use super::CudaBackend;
 use crate::backend::{BackendError, ChunkDone, PreparedCube};
@@ -40,20 +40,6 @@ pub(crate) use shifts::sample_shifts;
 /// Target size of one chunk's float32 work matrix (chunk pixels × bands × 4 bytes). Measured on the H100:
 /// 32 MB chunks were slower than 64 MB at every size (more per-chunk host work).
 const CHUNK_WORK_BYTES: usize = 64 << 20;
-/// Bytes of one pinned staging buffer: chunks are sent in pieces of this size, so that the buffers are
-/// the same for every cube and the backend's pool hands the same two to every job. Sized by the chunk
-/// before, they differed with each cube's shape and a service's job waited for a fresh cuMemHostAlloc
-/// (46 ms of a 299 MB cube's statistics pass on the H100, after a smaller cube's job).
-pub(super) const STAGING_PIECE: usize = 16 << 20;
-/// Pinned requests are rounded up to a power of two of at least this, so that outputs of nearby sizes
-/// (another k, another width) reuse the pool's buffers instead of allocating their own.
-const PINNED_MIN: usize = 1 << 20;
-
-/// The size a pinned request is served at: a power of two, at least PINNED_MIN.
-pub(super) fn pinned_class(bytes: usize) -> usize {
-    bytes.max(PINNED_MIN).next_power_of_two()
-}
-
 /// Device times of the last passes, in milliseconds from the start of each pass (CUDA events), plus
 /// host wall times. Stages overlap, so these are points on a timeline, not a sum.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -307,7 +293,7 @@ impl<'c> CudaCube<'c> {
         Ok(b)
     }
 
-    /// Page-locked host memory from the backend's pool, at least `bytes` of it (see PINNED_MIN).
+    /// Page-locked host memory from the backend's pool, at least `bytes` of it (see device::PINNED_MIN).
     fn pinned(&self, bytes: usize) -> Result<Pooled<'c, PinnedBuf>, BackendError> {
         let ctx = &self.be.ctx;
         self.be

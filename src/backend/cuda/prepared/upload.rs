@@ -4,9 +4,9 @@
 
 use rayon::prelude::*;
 
-use crate::backend::cuda::device::{cuda, event, htod_async, DevBuf, Sized_};
+use crate::backend::cuda::device::{cuda, event, htod_async, DevBuf, Sized_, STAGING_PIECE};
 use crate::backend::cuda::kernels::DevPtr;
-use super::{CudaCube, Staging, STAGING_PIECE};
+use super::{CudaCube, Staging};
 use crate::backend::BackendError;
 
 impl CudaCube<'_> {
