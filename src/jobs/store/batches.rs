@@ -2,7 +2,7 @@
 //!
 //! A pooled batch's members each run twice (see migrations/sqlite/20261126000001_batches.sql): the
 //! statistics run ends with [`JobStore::statistics_done`], which queues the job again in phase
-//! `project`; such a job is not claimable ([`CLAIMABLE`]) until [`JobStore::set_batch_system`] stored
+//! `project`; such a job is not claimable ([`super::CLAIMABLE`]) until [`JobStore::set_batch_system`] stored
 //! the pooled system. Every step is one statement, so an instance killed between any two leaves a state
 //! the others finish from: a lapsed lease is claimed again, and a batch whose members all have their
 //! statistics but no system is found by [`JobStore::batches_awaiting_system`].
@@ -12,10 +12,6 @@ use sqlx::Row;
 
 use super::{bind_new_job, decode, notify, JobStore, NewJob, StoreError};
 use crate::jobs::model::{now_ms, BatchPhase, Job};
-
-/// The claim's condition on a queued job: not a pooled member waiting for its batch's system.
-pub(super) const CLAIMABLE: &str = "(batch_phase IS NULL OR batch_phase = 'statistics'
-     OR EXISTS (SELECT 1 FROM batches b WHERE b.id = jobs.batch_id AND b.system_key IS NOT NULL))";
 
 /// A batch about to be inserted with its member jobs.
 #[derive(Debug, Clone)]

@@ -10,6 +10,8 @@
 //! written only by the holder of its lease, so a job succeeds once however often it was claimed.
 
 mod batches;
+mod dialect;
+mod event;
 mod cache_rows;
 mod system_rows;
 mod reference_rows;
@@ -22,6 +24,7 @@ mod tests;
 pub use batches::{BatchRow, NewBatch};
 pub use cache_rows::NewEigenRow;
 pub use system_rows::SystemRow;
+pub use dialect::Dialect;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -60,6 +63,10 @@ impl StoreError {
     }
 }
 
+/// The claim's condition on a queued job: not a pooled member waiting for its batch's system.
+const CLAIMABLE: &str = "(batch_phase IS NULL OR batch_phase = 'statistics'
+     OR EXISTS (SELECT 1 FROM batches b WHERE b.id = jobs.batch_id AND b.system_key IS NOT NULL))";
+
 /// How long a request waits for a PostgreSQL connection before it is told the database is unavailable
 /// (503): below a second, so that a client hears it at once instead of after the 10 s of before (an
 /// acquire includes connecting, and a refused connection is retried until then). A pool that is busy
@@ -68,50 +75,6 @@ const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(600);
 /// The longest a statement may run on PostgreSQL: every query of the job store is an indexed read or
 /// a one-row write, so one that runs this long waits on a lock or a sick server.
 const PG_STATEMENT_TIMEOUT: &str = "10s";
-
-/// Which database a store runs on: the few clauses that differ.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    Sqlite,
-    Postgres,
-}
-
-impl Dialect {
-    pub fn of_url(url: &str) -> Option<Dialect> {
-        if url.starts_with("sqlite:") {
-            Some(Dialect::Sqlite)
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Some(Dialect::Postgres)
-        } else {
-            None
-        }
-    }
-
-    /// For queries whose condition differs by database (`$n = 'sqlite' OR ...`).
-    fn name(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => "sqlite",
-            Dialect::Postgres => "postgres",
-        }
-    }
-
-    /// The column that is a job's result-level handle: SQLite's implicit rowid, PostgreSQL's `seq`.
-    fn handle_column(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => "rowid",
-            Dialect::Postgres => "seq",
-        }
-    }
-
-    /// Row locking for the claim's subquery: PostgreSQL skips rows another instance is claiming;
-    /// SQLite serialises writers, so the subquery and the update are one atomic step already.
-    fn skip_locked(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => "",
-            Dialect::Postgres => "FOR UPDATE SKIP LOCKED",
-        }
-    }
-}
 
 /// A job about to be inserted.
 #[derive(Debug, Clone)]
@@ -443,7 +406,7 @@ impl JobStore {
                          ORDER BY created_at, id LIMIT 1 {})
              RETURNING *",
             self.dialect.skip_locked(),
-            READY = batches::CLAIMABLE,
+            READY = CLAIMABLE,
         ))
         .bind(now)
         .bind(&lease.owner)
