@@ -16,6 +16,7 @@ use std::path::Path;
 
 pub use mapped::{map, map_parts};
 pub use header::{parse_header, wavelength_scale_nm, wavelengths_from_band_names, EnviHeader};
+pub use writer::OutputHeader;
 
 use super::{ByteOrder, Cube, CubeError, CubeMeta, Interleave};
 
@@ -29,21 +30,6 @@ impl CubeMeta {
         let scale = self.wavelength_units.as_deref().and_then(wavelength_scale_nm).unwrap_or(1.0);
         self.wavelength.as_ref().map(|w| w.iter().map(|&v| v * scale).collect())
     }
-}
-
-/// What an ENVI float32 BSQ output header carries besides the geometry.
-#[derive(Debug, Clone, Default)]
-pub struct OutputHeader {
-    pub description: String,
-    /// One per output band (`MNF 1`, ...). When empty and `keep_spectral`, the source's band names.
-    pub band_names: Vec<String>,
-    /// Written as `mnf eigenvalues = {...}` when present.
-    pub eigenvalues: Option<Vec<f64>>,
-    /// Source metadata carried over (map info, extra keys; wavelength/fwhm only when `keep_spectral`).
-    pub source: CubeMeta,
-    /// The output's bands are the input's (a denoised cube): carry wavelength, fwhm, wavelength units,
-    /// bbl, data ignore value and the band-keyed extras too.
-    pub keep_spectral: bool,
 }
 
 /// Reads an ENVI cube from its header path; the data file is found beside it (the same path without

@@ -6,10 +6,24 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use super::header::{is_empty_value, normalize_key, GEOMETRY_KEYS, META_KEYS};
-use super::OutputHeader;
 use crate::cube::layout::{write_from_bip, Dims, FileOrder};
 use crate::cube::sample_type::checked_cube_bytes;
 use crate::cube::{ByteOrder, Cube, CubeError, CubeMeta, DataType, Interleave};
+
+/// What an ENVI float32 BSQ output header carries besides the geometry.
+#[derive(Debug, Clone, Default)]
+pub struct OutputHeader {
+    pub description: String,
+    /// One per output band (`MNF 1`, ...). When empty and `keep_spectral`, the source's band names.
+    pub band_names: Vec<String>,
+    /// Written as `mnf eigenvalues = {...}` when present.
+    pub eigenvalues: Option<Vec<f64>>,
+    /// Source metadata carried over (map info, extra keys; wavelength/fwhm only when `keep_spectral`).
+    pub source: CubeMeta,
+    /// The output's bands are the input's (a denoised cube): carry wavelength, fwhm, wavelength units,
+    /// bbl, data ignore value and the band-keyed extras too.
+    pub keep_spectral: bool,
+}
 
 /// Entries that describe the input's bands or the encoding of its samples: wrong for MNF components
 /// (whose bands are not the input's), so dropped from the extras unless the output keeps the spectral
