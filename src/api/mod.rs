@@ -1,8 +1,11 @@
 //! The HTTP service (`hypermnf serve`): axum routes over the job store, the storage and the workers.
 //! The contract is `openapi.yaml`; `error` maps every failure to `{"code", "message"}`.
 
+mod api_keys;
+mod api_metrics;
 pub mod auth;
 pub mod batches;
+mod context;
 mod envi_upload;
 mod envi_zip;
 pub mod error;
@@ -26,7 +29,6 @@ pub mod upload;
 pub mod web;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -40,19 +42,10 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+pub use context::ApiContext;
+
 use crate::config::ServeArgs;
 use crate::jobs::{Runner, Workers};
-
-/// What every handler shares.
-#[derive(Clone)]
-pub struct ApiContext {
-    pub config: Arc<ServeArgs>,
-    pub runner: Arc<Runner>,
-    pub keys: Option<Arc<auth::ApiKeys>>,
-    pub metrics: Arc<metrics::ApiMetrics>,
-    /// Canonical `--input-root` directories.
-    pub input_roots: Arc<Vec<PathBuf>>,
-}
 
 /// The routes, with the tower-http layers (request ids, tracing, timeouts, compression).
 pub fn app(ctx: ApiContext) -> Router {

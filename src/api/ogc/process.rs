@@ -7,7 +7,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use super::problem::{OgcResult, Problem};
-use super::{link, rel, BaseUrl, PROCESS_ID};
+use super::links::{link, rel, BaseUrl};
+
+/// The one process this server offers.
+pub const PROCESS_ID: &str = "mnf";
 
 pub const NPY: &str = "application/x-npy";
 
