@@ -507,7 +507,7 @@ fn int16_fast_paths_match_generic_kernels_and_cpu() {
                 let hole = cube.to_f64()[((l / 2) * s + s / 2) * b + 3];
                 let masked = StatsSpec {
                     noise: NoiseEstimator::MeanFilter,
-                    window: (l > 4).then_some(Window { x0: 2, y0: 1, x1: s - 3, y1: l - 2 }),
+                    window: (l > 4).then(|| Window { x0: 2, y0: 1, x1: s - 3, y1: l - 2 }),
                     ignore_value: Some(hole),
                     mask_bands: (0..b).filter(|x| x % 4 != 1).collect(),
                 };
