@@ -229,6 +229,46 @@ fn the_chip_in_every_layout_reads_as_its_envi_original_and_gives_the_same_mnf() 
     }
 }
 
+/// A fresh random float32 cube as an ENVI BIL original and as GeoTIFFs band-interleaved (strips,
+/// uncompressed: read band by band through a mapping of the file), band-interleaved in deflated 16 x 16
+/// tiles (through GDAL's block cache), and pixel-interleaved (read pixel by pixel).
+const RANDOM_TIFFS: &str = r#"
+import os, sys
+import numpy as np
+from osgeo import gdal
+gdal.UseExceptions()
+out = sys.argv[1]
+lines, samples, bands = 45, 33, 12
+rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+cube = (rng.standard_normal((lines, samples, bands)) * rng.uniform(1, 100, bands)).astype(np.float32)
+cube.transpose(0, 2, 1).tofile(out + "/orig.img")
+open(out + "/orig.hdr", "w").write(f"ENVI\nsamples = {samples}\nlines = {lines}\nbands = {bands}\nheader offset = 0\n"
+                                   "file type = ENVI Standard\ndata type = 4\ninterleave = bil\nbyte order = 0\n")
+for name, opts in (("band.tif", ["INTERLEAVE=BAND"]), ("band_tiled.tif", ["INTERLEAVE=BAND", "TILED=YES", "BLOCKXSIZE=16", "BLOCKYSIZE=16", "COMPRESS=DEFLATE"]),
+                   ("pixel.tif", ["INTERLEAVE=PIXEL"])):
+    ds = gdal.GetDriverByName("GTiff").Create(out + "/" + name, samples, lines, bands, gdal.GDT_Float32, opts)
+    ds.WriteRaster(0, 0, samples, lines, np.ascontiguousarray(cube.transpose(2, 0, 1)).tobytes())
+    ds = None
+"#;
+
+#[test]
+fn band_and_pixel_interleaved_geotiffs_of_a_random_cube_give_the_envi_originals_mnf_bit_for_bit() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    py_run(&py, RANDOM_TIFFS, &[dir.path()]);
+    let original = cube::open(&dir.path().join("orig.hdr")).unwrap();
+    assert!(original.to_f64().iter().any(|v| *v != 0.0), "the random cube is not zeros");
+    let reference = mnf(&original);
+    for name in ["band.tif", "band_tiled.tif", "pixel.tif"] {
+        let c = cube::open(&dir.path().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        same_samples(&original, &c, name);
+        let r = mnf(&c);
+        assert_eq!(bits(&r.components), bits(&reference.components), "{name}: components differ");
+        assert_eq!(bits(r.denoised.as_ref().unwrap()), bits(reference.denoised.as_ref().unwrap()), "{name}: denoised differs");
+        assert_eq!(r.metadata.eigenvalues, reference.metadata.eigenvalues, "{name}: eigenvalues");
+    }
+}
+
 #[test]
 fn prisma_layout_joins_vnir_and_swir_in_wavelength_order() {
     let Some(l) = layouts() else { return };

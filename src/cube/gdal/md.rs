@@ -147,7 +147,54 @@ pub(super) struct Placement<'p> {
     /// Per array band.
     pub linear: &'p [Linear],
     pub fill: Option<f64>,
+    /// Lines per chunk of the array as the file stores it ([`chunk_lines`]), when known.
+    pub chunk_lines: Option<usize>,
 }
+
+/// Lines per chunk (the extent of the first dimension of a storage block) of the array `full_name`
+/// (`/radiance`, `/SITE/Reflectance/Reflectance_Data`) of `ds`, or None when the file does not say
+/// (contiguous storage) or the array is not there.
+///
+/// Why: a compressed chunk is decoded whole whenever a read touches it, and HDF5's chunk cache (1 MB
+/// per dataset unless the file or netCDF-C sets it larger) does not hold a chunk of many lines of a
+/// whole swath, so a block of lines that ends inside a chunk decodes that chunk again for the next one. The gdal crate does not
+/// expose `GDALMDArrayGetBlockSize`, hence gdal-sys.
+pub(super) fn chunk_lines(ds: &Dataset, full_name: &str) -> Option<usize> {
+    let name = std::ffi::CString::new(full_name).ok()?;
+    // SAFETY: the handles come from GDAL and are released here once; GDALMDArrayGetBlockSize returns
+    // `count` values that the caller frees with VSIFree (CPLFree).
+    unsafe {
+        let root = gdal_sys::GDALDatasetGetRootGroup(ds.c_dataset());
+        if root.is_null() {
+            return None;
+        }
+        let array = gdal_sys::GDALGroupOpenMDArrayFromFullname(root, name.as_ptr(), std::ptr::null_mut());
+        gdal_sys::GDALGroupRelease(root);
+        if array.is_null() {
+            return None;
+        }
+        let mut count = 0usize;
+        let sizes = gdal_sys::GDALMDArrayGetBlockSize(array, &mut count);
+        let first = (!sizes.is_null() && count > 0).then(|| *sizes);
+        gdal_sys::VSIFree(sizes as *mut std::ffi::c_void);
+        gdal_sys::GDALMDArrayRelease(array);
+        first.filter(|&n| n > 0).and_then(|n| usize::try_from(n).ok())
+    }
+}
+
+/// Lines per read: about [`block_lines`](super::samples::block_lines)' 32 MB, in whole chunks so that
+/// every read starts and ends on a chunk boundary (one chunk, however large, when a chunk is larger,
+/// up to [`MAX_CHUNK_READ`]; beyond that the 32 MB blocks, decoding a chunk more than once).
+fn lines_per_read(per_block: usize, chunk_lines: Option<usize>, line_bytes: usize) -> usize {
+    match chunk_lines {
+        Some(c) if c <= per_block => per_block - per_block % c,
+        Some(c) if c.saturating_mul(line_bytes) <= MAX_CHUNK_READ => c,
+        _ => per_block,
+    }
+}
+
+/// The largest block of lines read at once to cover a whole chunk.
+const MAX_CHUNK_READ: usize = 512 << 20;
 
 /// Reads the 3-D array `a` (of cube type `dtype`) a block of lines at a time into `cube`.
 pub(super) fn read_cube(path: &Path, a: &MDArray, name: &str, dtype: DataType, cube: &mut CubeBuilder, place: &Placement) -> Result<(), CubeError> {
@@ -178,7 +225,9 @@ fn read_blocks<T: Sample>(
     place: &Placement,
 ) -> Result<(), CubeError> {
     let (lines, n1, n2) = shape;
-    let per_block = super::samples::block_lines(samples, bands, std::mem::size_of::<T>());
+    let size = std::mem::size_of::<T>();
+    let per_block = lines_per_read(super::samples::block_lines(samples, bands, size), place.chunk_lines, samples * bands * size);
+    tracing::debug!(array = name, lines_per_read = per_block, chunk_lines = ?place.chunk_lines, "reading a 3-D array");
     let mut buf: Vec<T> = Vec::new();
     let mut first = 0;
     while first < lines {

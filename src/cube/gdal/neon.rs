@@ -89,7 +89,8 @@ pub(super) fn read(path: &Path) -> Result<Cube, CubeError> {
 
     let mut cube = CubeBuilder::new(lines, samples, bands, dtype)?;
     let band_map: Vec<Option<usize>> = (0..bands).map(Some).collect();
-    let place = Placement { order: BlockOrder::Bip, band_map: &band_map, linear: &linear, fill };
+    let chunk_lines = md::chunk_lines(&ds, &format!("/{name}"));
+    let place = Placement { order: BlockOrder::Bip, band_map: &band_map, linear: &linear, fill, chunk_lines };
     md::read_cube(path, &a, &name, source_type, &mut cube, &place)?;
     cube.finish(meta)
 }

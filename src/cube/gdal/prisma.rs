@@ -155,7 +155,8 @@ pub(super) fn read(path: &Path) -> Result<Cube, CubeError> {
     for (p, a) in arrays.iter().enumerate() {
         let source_type = md::numeric_type(path, a, parts[p].name)?;
         let linear = vec![parts[p].linear; parts[p].wavelength.len()];
-        let place = Placement { order: BlockOrder::Bil, band_map: &maps[p], linear: &linear, fill: None };
+        let chunk_lines = md::chunk_lines(&ds, &format!("/HDFEOS/SWATHS/{swath}/Data Fields/{}", parts[p].name));
+        let place = Placement { order: BlockOrder::Bil, band_map: &maps[p], linear: &linear, fill: None, chunk_lines };
         md::read_cube(path, a, parts[p].name, source_type, &mut cube, &place)?;
     }
     cube.finish(meta)

@@ -170,18 +170,7 @@ impl CubeBuilder {
             return;
         }
         let dtype = self.dtype;
-        let put_one = |o: &mut [u8], v: T, lin: Linear| {
-            if !convert {
-                v.put_ne(o);
-                return;
-            }
-            let x = v.to_f64();
-            let y = if fill.is_some_and(|f| f == x) { x } else { x * lin.scale + lin.offset };
-            match dtype {
-                DataType::F64 => o.copy_from_slice(&y.to_ne_bytes()),
-                _ => o.copy_from_slice(&(y as f32).to_ne_bytes()),
-            }
-        };
+        let put_one = |o: &mut [u8], v: T, lin: Linear| place_one(o, v, convert, lin, fill, dtype);
         for l in 0..count {
             for px in 0..s {
                 for (sb, (m, lin)) in band_map.iter().zip(linear).enumerate() {
@@ -197,8 +186,57 @@ impl CubeBuilder {
         }
     }
 
+    /// Places a block of `count` lines from `first` read band by band: `planes` holds, for each of the
+    /// cube's bands in order, its `count` × samples values (line-major), as a band-interleaved GeoTIFF
+    /// stores them. Converted by `linear[b]` as [`put`](Self::put) converts.
+    ///
+    /// Why this way: GDAL copies a band-interleaved file into a pixel-interleaved buffer one sample at a
+    /// time at a stride of a whole pixel (~0.4 GB/s), while it reads each band's lines at about memcpy
+    /// speed. The transpose into BIP runs here instead, one line per task on every core, a run of
+    /// pixels at a time: the run's pixels (RUN × bands samples, 16 KB for 256 float32 bands) stay in L1
+    /// while each band adds one sample to each of them.
+    pub fn put_planes<T: Sample>(&mut self, first: usize, count: usize, planes: &[T], linear: &[Linear], fill: Option<f64>) {
+        use rayon::prelude::*;
+        const RUN: usize = 16;
+        let (s, b, dtype) = (self.samples, self.bands, self.dtype);
+        let size = dtype.size();
+        assert_eq!(planes.len(), count * s * b, "CubeBuilder::put_planes: block length");
+        assert!(first + count <= self.lines && linear.len() == b);
+        let convert = T::DTYPE != dtype || linear.iter().any(|l| !l.is_identity());
+        let line_bytes = s * b * size;
+        let out = &mut self.bytes[first * line_bytes..(first + count) * line_bytes];
+        out.par_chunks_mut(line_bytes.max(1)).enumerate().for_each(|(l, line)| {
+            for p0 in (0..s).step_by(RUN) {
+                let n = RUN.min(s - p0);
+                let run = &mut line[p0 * b * size..(p0 + n) * b * size];
+                for (band, lin) in linear.iter().enumerate() {
+                    let src = &planes[(band * count + l) * s + p0..][..n];
+                    for (pixel, &v) in run.chunks_exact_mut(b * size).zip(src) {
+                        place_one(&mut pixel[band * size..(band + 1) * size], v, convert, *lin, fill, dtype);
+                    }
+                }
+            }
+        });
+    }
+
     pub fn finish(self, meta: CubeMeta) -> Result<Cube, CubeError> {
         Cube::from_raw(self.lines, self.samples, self.bands, self.dtype, native_order(), self.bytes, meta)
+    }
+}
+
+/// Writes one sample into `o` (its place in the cube): as it is, or, when `convert`, as physical value
+/// `v` × scale + offset (the fill value kept as it is) in the cube's float type `dtype`.
+#[inline(always)]
+fn place_one<T: Sample>(o: &mut [u8], v: T, convert: bool, lin: Linear, fill: Option<f64>, dtype: DataType) {
+    if !convert {
+        v.put_ne(o);
+        return;
+    }
+    let x = v.to_f64();
+    let y = if fill.is_some_and(|f| f == x) { x } else { x * lin.scale + lin.offset };
+    match dtype {
+        DataType::F64 => o.copy_from_slice(&y.to_ne_bytes()),
+        _ => o.copy_from_slice(&(y as f32).to_ne_bytes()),
     }
 }
 
@@ -215,5 +253,56 @@ pub(super) fn converted_type(source: DataType, linear: &[Linear]) -> DataType {
         DataType::F64
     } else {
         DataType::F32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Distinct values (no two samples equal), so a sample put in the wrong place shows.
+    fn values(n: usize) -> Vec<f32> {
+        (0..n).map(|i| i as f32 * 0.5 - 1000.0).collect()
+    }
+
+    /// The planes of `lines` × `samples` × `bands` BIP `cube` for lines `first..first + count`.
+    fn planes_of<T: Copy>(cube: &[T], first: usize, count: usize, samples: usize, bands: usize) -> Vec<T> {
+        let mut out = Vec::with_capacity(count * samples * bands);
+        for b in 0..bands {
+            for l in first..first + count {
+                out.extend((0..samples).map(|s| cube[(l * samples + s) * bands + b]));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn planes_put_in_blocks_give_the_bip_cube() {
+        // Samples not a multiple of the 16-pixel run, and blocks of unequal lines.
+        let (lines, samples, bands) = (7, 37, 5);
+        let cube = values(lines * samples * bands);
+        let mut b = CubeBuilder::new(lines, samples, bands, DataType::F32).unwrap();
+        let linear = vec![Linear::IDENTITY; bands];
+        for (first, count) in [(0, 3), (3, 1), (4, 3)] {
+            b.put_planes(first, count, &planes_of(&cube, first, count, samples, bands), &linear, None);
+        }
+        let got = b.finish(CubeMeta::default()).unwrap().to_f64();
+        assert!(got.iter().zip(&cube).all(|(g, c)| g.to_bits() == (*c as f64).to_bits()));
+    }
+
+    #[test]
+    fn planes_are_converted_per_band_as_put_converts_pixels() {
+        let (lines, samples, bands) = (4, 19, 3);
+        let cube: Vec<i16> = (0..lines * samples * bands).map(|i| (i as i16).wrapping_mul(37) - 500).collect();
+        let linear = [Linear { scale: 0.5, offset: 1.0 }, Linear::IDENTITY, Linear { scale: 2.0, offset: -3.0 }];
+        let fill = Some(cube[5] as f64);
+        let mut by_pixels = CubeBuilder::new(lines, samples, bands, DataType::F32).unwrap();
+        by_pixels.put(0, lines, &cube, BlockOrder::Bip, bands, &[Some(0), Some(1), Some(2)], &linear, fill);
+        let mut by_planes = CubeBuilder::new(lines, samples, bands, DataType::F32).unwrap();
+        for (first, count) in [(0, 1), (1, 3)] {
+            by_planes.put_planes(first, count, &planes_of(&cube, first, count, samples, bands), &linear, fill);
+        }
+        assert_eq!(by_planes.bytes, by_pixels.bytes);
+        assert_ne!(by_planes.bytes, vec![0; by_planes.bytes.len()]);
     }
 }
