@@ -35,7 +35,7 @@ fn err(path: &Path) -> impl Fn(gdal::errors::GdalError) -> CubeError + '_ {
 /// Writes `values` (lines × samples × bands float32, BIP) as a COG at `path`. The file appears whole
 /// or not at all: it is written beside `path` and renamed.
 pub fn write(path: &Path, lines: usize, samples: usize, bands: usize, values: &[f32], meta: &CogMeta) -> Result<(), CubeError> {
-    super::quiet_gdal();
+    super::library::quiet_gdal();
     if values.len() != lines * samples * bands || bands == 0 {
         return Err(CubeError::SizeMismatch(format!("{} values for a {lines} x {samples} x {bands} COG", values.len())));
     }

@@ -140,7 +140,7 @@ pub struct Glt {
 /// Reads the GLT and the grid of the EMIT granule `path`, checked against its sensor geometry
 /// (`lines` × `samples`).
 pub fn read_glt(path: &Path, lines: usize, samples: usize) -> Result<Glt, CubeError> {
-    let _library = super::library();
+    let _library = super::library::library();
     let ds = md::open(path, &["netCDF"], "NetCDF")?;
     let root = ds.root_group().map_err(md::gdal_error(path, "root group"))?;
     let missing = |what: &str| CubeError::Unsupported(format!("{}: --ortho needs the EMIT granule's {what}, which it lacks", path.display()));

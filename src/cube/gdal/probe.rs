@@ -18,7 +18,7 @@ const MAX_DEPTH: usize = 8;
 /// 3-D numeric array (at 8 bytes each when a scale could make float64 of them, else at least 4: float32),
 /// for a raster its width × height × bands at its type's size (float32 at least).
 pub fn claimed_bytes(path: &Path) -> Result<u64, CubeError> {
-    let _library = super::library();
+    let _library = super::library::library();
     match sniff_format(path)? {
         GdalFormat::Tiff => {
             let ds = super::geotiff::open(path)?;
