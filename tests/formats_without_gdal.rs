@@ -1,6 +1,6 @@
 //! A build without the `gdal` feature (the default): NetCDF, HDF5 and GeoTIFF inputs, and `.tif`
 //! outputs, are refused with an error that names the feature — `cube::open`, `hypermnf run`, and the
-//! service's 415 — rather than "not an ENVI header". (tests/formats_gdal.rs tests the feature itself.)
+//! service's 415 — rather than "not an ENVI header". (tests/formats_gdal/ tests the feature itself.)
 #![cfg(not(feature = "gdal"))]
 
 use hypermnf::cube::{self, CubeError};

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# GDAL for the `gdal` feature's tests (tests/formats_gdal.rs): Debian's libgdal-dev (the library the
+# GDAL for the `gdal` feature's tests (tests/formats_gdal/): Debian's libgdal-dev (the library the
 # crate links), gdal-bin, and the Python modules that write the round-trip layouts and validate the COG
 # outputs (python3-gdal, python3-netcdf4, python3-h5py, used through /usr/bin/python3). Installed with
 # apt-get only when something is missing.

@@ -1,4 +1,4 @@
-//! A small https server for the reference tests (tests/references.rs, tests/formats_gdal.rs): HEAD and
+//! A small https server for the reference tests (tests/references.rs, tests/formats_gdal/): HEAD and
 //! ranged GETs with ETags and If-Match, redirects, and objects that change after a given number of
 //! GETs. It runs on 127.0.0.1 with a CA and certificate made by rcgen for the run: a server under test
 //! allows it by IP literal (`--input-host 127.0.0.1:PORT`) and trusts the CA (`--input-ca-cert`).

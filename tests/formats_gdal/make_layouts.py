@@ -1,4 +1,4 @@
-"""Writes one cube in the layouts of today's missions, for tests/formats_gdal.rs.
+"""Writes one cube in the layouts of today's missions, for tests/formats_gdal/.
 
 Input: an ENVI cube (read with GDAL, as any user would) and a JSON file with its wavelengths and fwhm.
 Output, in OUT_DIR:
