@@ -60,8 +60,9 @@ impl EigenMethod {
         }
     }
 
-    /// Every method with its settings, for `top` components: first the six that reach float64
-    /// accuracy (each API, and Jacobi to 1e-14), then Jacobi to two looser tolerances. `hypermnf bench
+    /// Every method with its settings, for `top` components: first the seven that reach float64
+    /// accuracy (each cuSOLVER API, Jacobi to 1e-14 and our own kernels), then Jacobi to two looser
+    /// tolerances. `hypermnf bench
     /// eigen` times them all; the GPU eigen tests check the first [`FLOAT64_ACCURATE`](Self::FLOAT64_ACCURATE)
     /// against the host reference.
     pub fn all(top: usize) -> [EigenMethod; 9] {
