@@ -69,6 +69,11 @@ pub struct Args {
     /// Timed runs of each measure, after one warm-up.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
+    /// Time only the multipart ENVI upload to the in-process server (`upload_gbps`, with the time
+    /// from its last byte to `succeeded`): no floors, no `hypermnf run`, no in-process pipeline. For
+    /// profiling the ingest and comparing builds cheaply on a shared machine.
+    #[arg(long)]
+    pub upload_only: bool,
 }
 
 /// Median, minimum and maximum.
@@ -136,11 +141,16 @@ fn measure_all(args: &Args, backend: BenchBackend, work: &Path, hdr: &Path, img:
     generate::write(&warm, &warm_hdr, &warm_img)?;
     eprintln!("bench flightline: written in {:.1} s", t.elapsed().as_secs_f64());
 
-    eprintln!("bench flightline: read floor ...");
-    let read_floor = measure::read_floor(img, runs)?;
-    eprintln!("bench flightline: disk floor (2 GB written and synced beside the file) ...");
-    let disk_floor = measure::disk_floor(work, 2_000_000_000)?;
+    let (read_floor, disk_floor) = if args.upload_only {
+        (Vec::new(), 0.0)
+    } else {
+        eprintln!("bench flightline: read floor ...");
+        let read_floor = measure::read_floor(img, runs)?;
+        eprintln!("bench flightline: disk floor (2 GB written and synced beside the file) ...");
+        (read_floor, measure::disk_floor(work, 2_000_000_000)?)
+    };
     let cuda = match backend {
+        BenchBackend::Cuda if args.upload_only => None,
         BenchBackend::Cuda => {
             Some(crate::backend::cuda::CudaBackend::new(crate::backend::cuda::Route::Kernels).context("the CUDA backend")?)
         }
@@ -154,6 +164,9 @@ fn measure_all(args: &Args, backend: BenchBackend, work: &Path, hdr: &Path, img:
         None => None,
     };
     let setup_peak = me.take();
+    if args.upload_only {
+        return measure_upload_only(args, backend, &spec, work, hdr, img, (&warm_hdr, &warm_img));
+    }
 
     let bname = match backend {
         BenchBackend::Cpu => "cpu",
@@ -241,6 +254,65 @@ fn measure_all(args: &Args, backend: BenchBackend, work: &Path, hdr: &Path, img:
     report.print();
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&report.json())?).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `--upload-only`: the timed uploads alone, each to a fresh server after its warm-up job, with the
+/// load average before each.
+fn measure_upload_only(
+    args: &Args,
+    backend: BenchBackend,
+    spec: &generate::Spec,
+    work: &Path,
+    hdr: &Path,
+    img: &Path,
+    (warm_hdr, warm_img): (&Path, &Path),
+) -> anyhow::Result<()> {
+    let text = |p: &Path| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
+    let envi = upload::Envi { header: text(hdr)?, data: img };
+    let warm_envi = upload::Envi { header: text(warm_hdr)?, data: warm_img };
+    let choice = match backend {
+        BenchBackend::Cpu => BackendChoice::Cpu,
+        BenchBackend::Cuda => BackendChoice::Cuda,
+    };
+    let mut service = upload::Service::new(&envi, &warm_envi, work, choice)?;
+    let (mut gbps, mut after, mut load) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..args.runs {
+        load.push(measure::load_average());
+        let (g, a) = service.run_once()?;
+        gbps.push(g);
+        after.push(a);
+    }
+    let (g, a) = (spread(&gbps), spread(&after));
+    let loads: Vec<String> = load.iter().map(|l| l.map_or("?".into(), |l| format!("{l:.1}"))).collect();
+    println!(
+        "flightline upload only: {} lines {} {} ({:.2} GB), device {}: multipart ENVI ingest {:.2} GB/s ({:.2}–{:.2}), \
+         last byte to succeeded {:.0} ms ({:.0}–{:.0}); load average before each run: {}",
+        args.lines,
+        args.dtype.name(),
+        args.interleave.envi_name(),
+        spec.file_bytes() as f64 / 1e9,
+        service.device,
+        g.0,
+        g.1,
+        g.2,
+        a.0,
+        a.1,
+        a.2,
+        loads.join(", ")
+    );
+    if let Some(path) = &args.json {
+        let json = serde_json::json!({
+            "upload_gbps": g.0,
+            "after_upload_ms": a.0,
+            "upload_gbps_runs": gbps,
+            "after_upload_ms_runs": after,
+            "load_average_before": load,
+            "lines": args.lines,
+            "file_bytes": spec.file_bytes(),
+        });
+        std::fs::write(path, serde_json::to_vec_pretty(&json)?).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
