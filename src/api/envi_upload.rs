@@ -6,9 +6,12 @@
 //! Before, the data part was received and synced, then mapped and digested whole: for a 6.1 GB
 //! flight line that digest (the BIL lines gathered into BIP order for it) came after the last byte,
 //! and the job after it. The content digest hashes the canonical BIP stream, whose leaves need whole
-//! lines of the file: a BIP or BIL file gives them in the order they arrive, so the digest follows
-//! the writer (`Cube::content_digest_as_written`). A BSQ file holds no whole line before its last
-//! band: its digest waits for the whole file, and it is not fed to the device.
+//! lines of the file: a BIP or BIL file gives them in the order they arrive, so the digest is
+//! computed from the data part's bytes as they are received (`cube::digest::Arriving`, fed by the
+//! upload writer beside the file), not read back from the file: reading the mapped file behind the
+//! writer faulted every page in again. A BSQ file holds no whole line before its last band: its
+//! digest follows the file (`Cube::content_digest_as_written`) and waits for all of it, and it is not
+//! fed to the device.
 //!
 //! The feed needs the job's backend, so the parameters must be known when the data part starts: in
 //! the query, or in a `params` part before `data` (as the Python client and the web page send them).
@@ -60,9 +63,10 @@ pub(super) async fn create(ctx: &ApiContext, caller: &Caller, query: Option<&str
         };
         let (cube, params) = decode_and_validate(ctx, &caller.owner, InputKind::Envi, format!("scratch/{token}"), params).await?;
         let t = std::time::Instant::now();
-        let content = match following.as_mut().and_then(|f| f.digest.take()) {
-            Some(task) => task.await.map_err(Error::internal)?,
-            None => None,
+        let content = match (data.content_digest, following.as_mut().and_then(|f| f.digest.take())) {
+            (Some(c), _) => Some(c),
+            (None, Some(task)) => task.await.map_err(Error::internal)?,
+            (None, None) => None,
         };
         let content = match content {
             Some(c) => c,
@@ -93,7 +97,8 @@ pub(super) async fn create(ctx: &ApiContext, caller: &Caller, query: Option<&str
     }
 }
 
-/// What follows the data file while it is written: its content digest, and the device feed.
+/// What follows the data file while it is written: its content digest (for a BSQ cube, which the
+/// upload cannot digest on the way), and the device feed.
 /// Dropped, both stop at their next look at the file.
 struct Following {
     digest: Option<tokio::task::JoinHandle<Option<[u8; 32]>>>,
@@ -106,7 +111,9 @@ impl Following {
         let stop = Arc::new(AtomicBool::new(false));
         let header: Arc<str> = Arc::from(text);
         let offset = claim.offset;
-        let digest = {
+        // A cube the upload digests from its bytes on the way needs no reader of its file for that.
+        let from_file = super::multipart::arriving_digest(text).is_none();
+        let digest = from_file.then(|| {
             let (header, path, progress, stop) = (header.clone(), path.to_path_buf(), progress.clone(), stop.clone());
             tokio::task::spawn_blocking(move || {
                 // The file has its claimed length once the first batch is written: it can be mapped.
@@ -114,7 +121,7 @@ impl Following {
                 let cube = crate::cube::envi::map_parts(&header, &path).ok()?;
                 cube.content_digest_as_written(|n| !stop.load(Ordering::Relaxed) && progress.wait_for(offset + n).is_some())
             })
-        };
+        });
         let feed = params.and_then(|p| {
             let h = crate::cube::envi::parse_header(text).ok()?;
             if h.interleave == Interleave::Bsq || p.validate(h.lines, h.samples, h.bands).is_err() {
@@ -130,7 +137,7 @@ impl Following {
             };
             Feed::start(&ctx.runner, p.backend, claimed, path.to_path_buf(), progress)
         });
-        Following { digest: Some(digest), feed, stop }
+        Following { digest, feed, stop }
     }
 }
 

@@ -6,12 +6,14 @@ use std::sync::Arc;
 
 use super::error::Error;
 use super::params;
-use super::upload::{envi_claim, receive_unsynced, Budget, Claim, Progress, Received, Unsynced, SMALL_BODY_MAX};
+use super::upload::{envi_claim, receive_unsynced, Alongside, Budget, Claim, Progress, Received, Unsynced, SMALL_BODY_MAX};
+use crate::cube::digest::Arriving;
 use crate::mnf::MnfParams;
 
 /// The parts of a multipart ENVI upload, received: the header text (also written to `cube.hdr`), the
-/// data part (streamed to `cube.img`, its final sync still running) and the parameters, when a `params`
-/// part was given.
+/// data part (streamed to `cube.img`, its final sync still running; its `content_digest` computed on
+/// the way when its header came first and the cube is stored BIP or BIL) and the parameters, when a
+/// `params` part was given.
 pub struct MultipartUpload {
     pub header_text: String,
     pub data: Received,
@@ -75,7 +77,11 @@ pub async fn receive_multipart(
                         }
                         _ => None,
                     };
-                    data = Some(receive_unsynced(field, path, &mut budget, None, claim, false, progress).await?);
+                    // The content digest is computed from the data part's bytes as they arrive, when
+                    // the header that says how to read them came first (and the cube is not BSQ).
+                    let content = claim.and(header.as_ref()).and_then(|(text, _)| arriving_digest(text));
+                    let alongside = Alongside { body_sha256: false, progress, content };
+                    data = Some(receive_unsynced(field, path, &mut budget, None, claim, alongside).await?);
                 }
                 "params" if params_part.is_none() => {
                     let bytes = small_part(field, &mut budget).await?;
@@ -104,6 +110,14 @@ pub async fn receive_multipart(
             Err(bad("a multipart upload needs a `header` part (ENVI .hdr text) and a `data` part".into()))
         }
     }
+}
+
+/// The content digest of the cube an ENVI header describes, to be computed from its data file's
+/// bytes as they arrive: None for a BSQ cube (or a header the reader refuses), whose digest is
+/// computed from its file.
+pub fn arriving_digest(header_text: &str) -> Option<Arriving> {
+    let h = crate::cube::envi::parse_header(header_text).ok()?;
+    Arriving::new(h.lines, h.samples, h.bands, h.data_type, h.byte_order, h.interleave, &h.meta)
 }
 
 /// Reads a small multipart part (header or params) into memory, within SMALL_BODY_MAX.

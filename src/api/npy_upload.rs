@@ -199,7 +199,8 @@ where
     let mut budget = Budget::new(limit);
     let t = std::time::Instant::now();
     let body_sha256 = claimed.sha256.is_some();
-    let received = upload::receive_unsynced(stream, path.clone(), &mut budget, Some(&mut check), None, body_sha256, Some(progress.clone())).await;
+    let alongside = upload::Alongside { body_sha256, progress: Some(progress.clone()), content: None };
+    let received = upload::receive_unsynced(stream, path.clone(), &mut budget, Some(&mut check), None, alongside).await;
     let (got, sync) = received?;
     tracing::debug!(bytes = got.bytes, secs = t.elapsed().as_secs_f64(), "npy upload received and hashed");
     ctx.metrics.uploaded(got.bytes);

@@ -213,7 +213,7 @@ where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    let (received, sync) = receive_unsynced(stream, dest, budget, prefix_check, claim, body_sha256, None).await?;
+    let (received, sync) = receive_unsynced(stream, dest, budget, prefix_check, claim, Alongside { body_sha256, ..Default::default() }).await?;
     sync.wait().await?;
     Ok(received)
 }
@@ -232,6 +232,18 @@ impl Unsynced {
     }
 }
 
+/// What is done with a body besides writing it to its file.
+#[derive(Default)]
+pub struct Alongside {
+    /// Its plain SHA-256 (to check a client's `X-Content-SHA256`).
+    pub body_sha256: bool,
+    /// Told of every batch written, for readers of the file while it fills.
+    pub progress: Option<Arc<Progress>>,
+    /// The content digest of the cube whose stored samples follow the claim's offset, computed from
+    /// the received bytes (a BIP or BIL ENVI data part; a `.npy` claim brings its own).
+    pub content: Option<crate::cube::digest::Arriving>,
+}
+
 /// [`receive`], answering once every byte is in the file and digested, before the final sync: the
 /// caller may start reading the file while the disk catches up, and waits for [`Unsynced`] before it
 /// calls the upload accepted.
@@ -241,8 +253,7 @@ pub async fn receive_unsynced<S, E>(
     budget: &mut Budget,
     mut prefix_check: Option<&mut PrefixCheck<'_>>,
     mut claim: Option<Claim>,
-    body_sha256: bool,
-    progress: Option<Arc<Progress>>,
+    alongside: Alongside,
 ) -> Result<(Received, Unsynced), Error>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -258,10 +269,20 @@ where
     let (written_tx, written_rx) = tokio::sync::oneshot::channel();
     let writer = sink(WRITER_QUEUE, {
         let (expected, ended) = (expected.clone(), ended.clone());
+        let progress = alongside.progress;
         move |rx| write_durably(file, expected, ended, written_tx, progress, rx)
     });
-    let hasher = body_sha256.then(|| sink(HASHER_QUEUE, sha256_of_batches));
-    let mut content: Option<Sink<[u8; 32]>> = None;
+    let hasher = alongside.body_sha256.then(|| sink(HASHER_QUEUE, sha256_of_batches));
+    let mut content: Option<Sink<[u8; 32]>> = alongside.content.map(|mut arriving| {
+        sink(HASHER_QUEUE, move |mut rx| {
+            while let Some(batch) = rx.blocking_recv() {
+                for b in batch {
+                    arriving.update(b);
+                }
+            }
+            Ok(arriving.finish())
+        })
+    });
     // The first bytes are gathered into one buffer for the header check; after that, frames are
     // batched as they came (no copy) and handed on every WRITE_CHUNK bytes.
     let mut head = BytesMut::new();
@@ -294,7 +315,9 @@ where
                     if let Some(c) = check(&head)? {
                         claim = Some(c);
                         let _ = expected.set(c.total());
-                        content = content_digest_for(&c);
+                        if content.is_none() {
+                            content = content_digest_for(&c);
+                        }
                     }
                 }
                 if !head.is_empty() {
@@ -493,7 +516,8 @@ mod tests {
             })
         };
         let mut budget = Budget::new(u64::MAX);
-        let got = receive_unsynced(stream, path, &mut budget, Some(&mut check), None, false, Some(progress.clone())).await;
+        let alongside = Alongside { progress: Some(progress.clone()), ..Default::default() };
+        let got = receive_unsynced(stream, path, &mut budget, Some(&mut check), None, alongside).await;
         assert_eq!(got.err().map(|e| e.code().to_string()).as_deref(), Some("size_mismatch"));
         let (first, len, two, three) = reader.await.unwrap();
         assert!(first >= 1);

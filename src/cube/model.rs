@@ -495,26 +495,32 @@ impl Cube {
     /// What follows the canonical `.npy` in the content digest's stream: nothing for a cube without
     /// bbl or data ignore value, else a tagged record of both.
     fn digest_suffix(&self) -> Vec<u8> {
-        let mut s = Vec::new();
-        if self.meta.bbl.is_some() || self.meta.ignore_value.is_some() {
-            s.extend_from_slice(b"hypermnf-meta-v1");
-            match &self.meta.bbl {
-                Some(bbl) => {
-                    s.push(1);
-                    s.extend(bbl.iter().map(|&g| g as u8));
-                }
-                None => s.push(0),
-            }
-            match self.meta.ignore_value {
-                Some(v) => {
-                    s.push(1);
-                    s.extend_from_slice(&v.to_le_bytes());
-                }
-                None => s.push(0),
-            }
-        }
-        s
+        digest_suffix(&self.meta)
     }
+}
+
+/// [`Cube::digest_suffix`] of a cube with metadata `meta`: also what an upload's digest
+/// (`digest::Arriving`) ends with, before the cube is mapped.
+pub(super) fn digest_suffix(meta: &CubeMeta) -> Vec<u8> {
+    let mut s = Vec::new();
+    if meta.bbl.is_some() || meta.ignore_value.is_some() {
+        s.extend_from_slice(b"hypermnf-meta-v1");
+        match &meta.bbl {
+            Some(bbl) => {
+                s.push(1);
+                s.extend(bbl.iter().map(|&g| g as u8));
+            }
+            None => s.push(0),
+        }
+        match meta.ignore_value {
+            Some(v) => {
+                s.push(1);
+                s.extend_from_slice(&v.to_le_bytes());
+            }
+            None => s.push(0),
+        }
+    }
+    s
 }
 
 /// The `n` pixels of a band-major tile (`b` bands of `run` samples of N bytes) written pixel by pixel
