@@ -370,8 +370,8 @@ fn line_to_pixels<const N: usize, const SWAP: bool>(rows: &[bytes::Bytes], sampl
             }
             for i in 0..ns {
                 let at = (s0 + i) * pixel + b0 * N;
-                for (j, d) in out[at..at + nb * N].chunks_exact_mut(N).enumerate() {
-                    let mut v = tile[j][i];
+                for (d, t) in out[at..at + nb * N].chunks_exact_mut(N).zip(tile.iter()) {
+                    let mut v = t[i];
                     if SWAP {
                         v.reverse();
                     }
