@@ -380,7 +380,11 @@ extern "C" __global__ void __launch_bounds__(256) reduce_parts(
         tile_pair(pair, &ti, &tj);
         const int i = ti * CT + loc / CT, j = tj * CT + loc % CT;
         if (i < bands && j <= i) {
+            // Unrolled so that the loads of several slots are in flight at once (the adds stay in slot
+            // order, so the sum is the same bits): this kernel sits between the last chunk's sums and
+            // the host's eigen step, and a load at a time left it waiting on memory.
             double s = 0.0;
+#pragma unroll 8
             for (int k = 0; k < n_splits; ++k) s += part_cross[(i64)k * n_cross + e];
             c[(i64)i * bands + j] = s;
         }

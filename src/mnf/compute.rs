@@ -124,6 +124,10 @@ pub trait PreparedCube {
     fn upload_arrived(&mut self, _lines: usize) -> Result<(), BackendError> {
         Ok(())
     }
+    /// Told when the eigen step starts, after the statistics: a backend that keeps a timeline of its
+    /// passes (the CUDA one) marks it there, so that the time from the last upload to the eigen step
+    /// (the statistics' tail, with the host's part) can be measured on one clock.
+    fn eigen_starts(&mut self) {}
 }
 
 /// Stages a job goes through, reported with progress.

@@ -132,8 +132,9 @@ pub fn analyse_on(
         return Err(MnfError::Degenerate("every band is constant or noise-free".into()));
     }
     let t_cd = Instant::now();
-    let cd = bands::submatrix(&stats.data.covariance().expect("checked n >= 2"), cube.bands(), &sel.used);
+    let cd = stats.data.covariance_of(&sel.used, 1.0).expect("checked n >= 2");
     let t_solve = Instant::now();
+    prepared.eigen_starts();
     let pairs = eigen::solve_with(&whitening, &cd, prepared.eigen_solver())?;
     let eigen_ms = t1.elapsed().as_secs_f64() * 1e3 + noise_ms;
     tracing::debug!(
@@ -190,10 +191,9 @@ pub(super) fn whiten(
     defer: bool,
 ) -> Whitened {
     let sel = stats::drop_noiseless(pre, noise, data);
-    let cov = noise
-        .covariance()
+    let cn = noise
+        .covariance_of(&sel.used, scale)
         .ok_or_else(|| MnfError::Degenerate("too few pixels for the noise estimate".into()))?;
-    let cn: Vec<f64> = bands::submatrix(&cov, noise.bands, &sel.used).iter().map(|v| v / scale).collect();
     let n = sel.used.len();
     let w = if defer { NoiseWhitening::deferred(cn, n) } else { NoiseWhitening::new(cn, n)? };
     Ok((sel, w))

@@ -94,7 +94,7 @@ pub fn system_with(
     if sel.used.is_empty() {
         return Err(MnfError::Degenerate("every band is constant or noise-free".into()));
     }
-    let cd = bands::submatrix(&stats.data.covariance().expect("checked n >= 2"), bands, &sel.used);
+    let cd = stats.data.covariance_of(&sel.used, 1.0).expect("checked n >= 2");
     let pairs = eigen::solve_with(&whitening, &cd, solver)?;
     Ok(pipeline::system_from(sel, whitening, pairs, stats))
 }

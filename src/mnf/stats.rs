@@ -28,21 +28,25 @@ impl Moments {
     /// below does not cancel.
     pub fn from_shifted_sums(n: u64, shift: &[f64], sum: &[f64], cross: &[f64]) -> Self {
         let b = shift.len();
-        let mut m = Moments::new(b);
+        Self::from_shifted_sums_with(n, shift, sum, |i, j| cross[i * b + j])
+    }
+
+    /// [`from_shifted_sums`](Self::from_shifted_sums) with Σddᵀ read through `cross(i, j)`, so that a
+    /// backend can hand over its results where they lie (one triangle, in a download buffer) without
+    /// first copying and mirroring them: on the GPU this runs between the device's last sums and the
+    /// eigen step, where every pass over B × B values counts.
+    pub fn from_shifted_sums_with(n: u64, shift: &[f64], sum: &[f64], cross: impl Fn(usize, usize) -> f64) -> Self {
+        let b = shift.len();
         if n == 0 {
-            return m;
+            return Moments::new(b);
         }
-        m.n = n;
         let nf = n as f64;
+        let mean = (0..b).map(|i| shift[i] + sum[i] / nf).collect();
+        let mut m2 = Vec::with_capacity(b * b);
         for i in 0..b {
-            m.mean[i] = shift[i] + sum[i] / nf;
+            m2.extend((0..b).map(|j| cross(i, j) - sum[i] * sum[j] / nf));
         }
-        for i in 0..b {
-            for j in 0..b {
-                m.m2[i * b + j] = cross[i * b + j] - sum[i] * sum[j] / nf;
-            }
-        }
-        m
+        Moments { bands: b, n, mean, m2 }
     }
 
     /// Adds `rows` samples given row-major in `x` (rows × B). Uses a centred matrix product.
@@ -109,6 +113,26 @@ impl Moments {
         }
         let d = (self.n - 1) as f64;
         Some(self.m2.iter().map(|v| v / d).collect())
+    }
+
+    /// The covariance of the bands `idx` (in that order), each value divided by `scale` as well:
+    /// `covariance`, its submatrix and the scaling in one pass, with the same values bit for bit (the
+    /// eigen step waits for this on the GPU route). None with fewer than 2 samples.
+    pub fn covariance_of(&self, idx: &[usize], scale: f64) -> Option<Vec<f64>> {
+        if self.n < 2 {
+            return None;
+        }
+        let (b, d) = (self.bands, (self.n - 1) as f64);
+        let mut out = Vec::with_capacity(idx.len() * idx.len());
+        for &i in idx {
+            let row = &self.m2[i * b..(i + 1) * b];
+            if scale == 1.0 {
+                out.extend(idx.iter().map(|&j| row[j] / d));
+            } else {
+                out.extend(idx.iter().map(|&j| row[j] / d / scale));
+            }
+        }
+        Some(out)
     }
 
     /// Variance of band i (unbiased); 0 with fewer than 2 samples.

@@ -16,9 +16,11 @@ pub(super) struct Layout {
 
 impl Layout {
     /// Chunks of `chunk_lines` lines. With `split_tail` (a resident cube, uploaded and processed chunk
-    /// by chunk) the last full chunk is cut in four: the statistics of the last two chunks run after
-    /// the upload has ended, so small last chunks shorten that tail (by ~1 ms of the ~14 ms of a
-    /// 299 MB cube on an H100).
+    /// by chunk) the last full chunk is cut into pieces of a half, a quarter and two eighths: what runs
+    /// after the upload has ended is the statistics of the last piece only (see
+    /// `CudaCube::resident_sums`), so the smaller the last piece, the shorter that tail. Halving keeps
+    /// the pieces before it large enough to fill the device, and each piece's work done while the next
+    /// one is copied.
     pub(super) fn new(lines: usize, samples: usize, bands: usize, t: RawType, chunk_lines: usize, split_tail: bool) -> Layout {
         let mut bounds: Vec<usize> = (0..lines).step_by(chunk_lines.max(1)).collect();
         bounds.push(lines);
@@ -27,7 +29,7 @@ impl Layout {
             let n = lines - l0;
             if n >= 16 {
                 bounds.pop();
-                bounds.extend((1..4).map(|i| l0 + n * i / 4));
+                bounds.extend([4, 6, 7].map(|i| l0 + n * i / 8));
                 bounds.push(lines);
             }
         }
@@ -64,7 +66,8 @@ mod tests {
     use super::*;
     use crate::cube::{ByteOrder, DataType};
 
-    /// Chunks cover every line once, in order; a resident layout's last full chunk is cut in four.
+    /// Chunks cover every line once, in order; a resident layout's last full chunk is cut in pieces
+    /// that halve.
     #[test]
     fn chunk_bounds_cover_the_lines_and_split_the_tail() {
         let t = RawType::of(DataType::I16, ByteOrder::Little);
@@ -82,10 +85,11 @@ mod tests {
             }
             assert_eq!(next, lines);
         }
-        // 1087 = 8 × 121 + 119: the last full-size chunk (119 lines) becomes four of 29–30 lines.
+        // 1087 = 8 × 121 + 119: the last full-size chunk (lines 968..1087) becomes pieces of 59, 30,
+        // 15 and 15 lines.
         let lay = Layout::new(1087, 7, 3, t, 121, true);
         assert_eq!(lay.chunks(), 8 + 4);
-        assert_eq!(lay.chunk(11), (1087 - 30, 1087));
+        assert_eq!((8..12).map(|c| lay.chunk(c)).collect::<Vec<_>>(), [(968, 1027), (1027, 1057), (1057, 1072), (1072, 1087)]);
         assert_eq!(Layout::new(1087, 7, 3, t, 121, false).chunks(), 9);
     }
 }

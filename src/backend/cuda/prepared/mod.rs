@@ -52,6 +52,11 @@ pub struct Timeline {
     pub noise_done_ms: f32,
     /// Data covariance finished.
     pub data_done_ms: f32,
+    /// The host saw the data covariance's results (on the device's clock, as `eigen_start_ms`).
+    pub data_on_host_ms: f32,
+    /// The host started the eigen step (an event recorded on the idle compute stream then): minus
+    /// `upload_done_ms`, the statistics' tail with the host's part of it.
+    pub eigen_start_ms: f32,
     /// Host wall time of the statistics pass, including the `on_noise` callback.
     pub statistics_wall_ms: f64,
     /// Host wall time spent inside `on_noise` (the host's noise eigen work, overlapped).
@@ -322,6 +327,17 @@ impl PreparedCube for CudaCube<'_> {
 
     fn project(&mut self, projection: &Projection, out: &mut [f32], monitor: &Monitor) -> Result<(), BackendError> {
         self.project_into(projection, out, None, monitor)
+    }
+
+    fn eigen_starts(&mut self) {
+        // The compute stream is idle after the statistics pass: the event is stamped at once.
+        let stamped = event(&self.be.ctx, true).and_then(|ev| {
+            ev.record(&self.compute).map_err(cuda("cuEventRecord"))?;
+            ev.synchronize().map_err(cuda("cuEventSynchronize"))?;
+            Ok(ev)
+        });
+        self.timeline.eigen_start_ms = stamped.map(|ev| self.elapsed(&ev)).unwrap_or(f32::NAN);
+        self.store_timeline();
     }
 
     fn project_streamed(

@@ -278,25 +278,38 @@ impl CudaCube<'_> {
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
             .collect();
-        let noise_vals = f64s(&all[..noise_bytes]);
-        let noise = moments_from(counters[1], &noise_shift, &noise_vals[b * b..], &noise_vals[..b * b]);
+        let noise = moments_from(counters[1], &noise_shift, &all[..noise_bytes]);
         let cb = Instant::now();
         on_noise(&noise);
         self.timeline.on_noise_wall_ms = cb.elapsed().as_secs_f64() * 1e3;
 
+        let t_on_noise = wall.elapsed();
         ev_data.synchronize().map_err(cuda("cuEventSynchronize"))?;
+        let t_data = wall.elapsed();
         self.compute.synchronize().map_err(cuda("cuStreamSynchronize"))?;
         self.copy.synchronize().map_err(cuda("cuStreamSynchronize"))?;
         let all = host_res.as_slice();
-        let data_vals = f64s(&all[noise_bytes..results_bytes]);
         let total = (lines * samples) as u64;
         let n_valid = if mask.is_some() { counters[0] } else { total };
-        let data = moments_from(n_valid, &data_shift, &data_vals[b * b..], &data_vals[..b * b]);
+        let data = moments_from(n_valid, &data_shift, &all[noise_bytes..results_bytes]);
         self.timeline.upload_done_ms = self.elapsed(&ev_upload);
         self.timeline.noise_done_ms = self.elapsed(&ev_noise);
         self.timeline.data_done_ms = self.elapsed(&ev_data);
         self.timeline.statistics_wall_ms = wall.elapsed().as_secs_f64() * 1e3;
+        let t_moments = wall.elapsed();
         self.release_staging_once_uploaded();
+        // The host's points on the device's clock: an event recorded on the idle compute stream is
+        // stamped at once, which ties the two clocks together here.
+        let t_end = wall.elapsed();
+        let d_end = event(&ctx, true)
+            .and_then(|ev| {
+                ev.record(&self.compute).map_err(cuda("cuEventRecord"))?;
+                ev.synchronize().map_err(cuda("cuEventSynchronize"))?;
+                Ok(self.elapsed(&ev))
+            })
+            .unwrap_or(f32::NAN);
+        let on_device = |t: std::time::Duration| d_end - (t_end - t).as_secs_f32() * 1e3;
+        self.timeline.data_on_host_ms = on_device(t_data);
         tracing::debug!(
             target: "hypermnf::timing",
             enqueued_ms = t_enqueued.as_secs_f64() * 1e3,
@@ -304,6 +317,12 @@ impl CudaCube<'_> {
             on_noise_ms = self.timeline.on_noise_wall_ms,
             total_ms = self.timeline.statistics_wall_ms,
             device_t0_to_data_ms = self.timeline.data_done_ms,
+            // On the device's clock (ms from the pass's first kernel):
+            noise_on_host_dev_ms = on_device(t_noise),
+            on_noise_returned_dev_ms = on_device(t_on_noise),
+            data_on_host_dev_ms = self.timeline.data_on_host_ms,
+            moments_done_dev_ms = on_device(t_moments),
+            returns_dev_ms = on_device(t_end),
             "statistics wall"
         );
         self.store_timeline();
@@ -315,13 +334,15 @@ impl CudaCube<'_> {
         })
     }
 
-    /// Resident cube: upload and compute interleaved, chunk by chunk. The data rows of chunk c are
-    /// processed as soon as chunk c has arrived, its noise residuals once chunk c + 1 (the halo line
-    /// below) has: measured on the H100 with the int16 fast paths, the statistics of one 121-line chunk
-    /// take ~0.5 ms against ~0.6 ms for its upload, and processing chunk c − 1 only when chunk c had
-    /// arrived left a whole chunk of work behind the last upload (~0.9 ms); now only the last piece's
-    /// data and the last two pieces' noise are. The noise results are downloaded before the data
-    /// covariance is finished, so that the host's noise work overlaps it.
+    /// Resident cube: upload and compute interleaved, chunk by chunk. Once chunk c has arrived, its
+    /// data rows are processed, and the noise residuals of every line whose neighbours have arrived
+    /// (all but its last line, whose halo line below is in chunk c + 1). So when the last piece lands,
+    /// only that piece's own rows are left: the statistics' tail after the upload is one small piece
+    /// (see `Layout::new`), where it used to be the noise of the last two pieces (0.68 ms on the H100
+    /// at 1x). Measured on the H100 with the int16 fast paths, the statistics of one 121-line chunk
+    /// take ~0.5 ms against ~0.6 ms for its upload, so the kernels keep up with the copies. The last
+    /// piece's noise goes first and its results are downloaded before the data covariance is finished,
+    /// so that the host's noise work overlaps it.
     fn resident_sums(
         &mut self,
         p: &Pass,
@@ -351,32 +372,39 @@ impl CudaCube<'_> {
             }
             Ok(())
         };
+        // Noise residuals are computed for lines noise_from.. once their halo line below is in.
+        let mut noise_from = 0;
         for c in 0..n_chunks {
             self.ensure_chunk(c)?;
             if let Some((v, list, n_mask)) = p.mask {
                 // Recomputed even when cached: the valid count of this pass comes from here.
                 self.mask_chunk_resident(c, *v, list, *n_mask, Some(p.cnt_valid))?;
             }
-            self.resident_data_chunk(p, c)?;
-            mark(self, &mut data_evs)?;
             let valid = self.valid.as_ref().filter(|_| p.mask.is_some()).map(|v| DevPtr::of(v));
-            if c > 0 {
-                self.resident_noise_chunk(p, c - 1, valid)?;
+            let last = c + 1 == n_chunks;
+            let noise_to = if last { lines } else { self.lay.chunk(c).1 - 1 };
+            if !last {
+                self.resident_data_chunk(p, c)?;
+                mark(self, &mut data_evs)?;
+                self.resident_noise_lines(p, noise_from, noise_to, valid)?;
                 mark(self, &mut noise_evs)?;
+            } else {
+                p.ev_upload.record(&self.copy).map_err(cuda("cuEventRecord"))?;
+                self.resident_noise_lines(p, noise_from, noise_to, valid)?;
+                mark(self, &mut noise_evs)?;
+                self.finish(&p.bufs.noise, p.n_cross, p.n_sum)?;
+                // SAFETY: host_res lives until the caller's synchronize calls.
+                unsafe { self.download_noise(p.bufs, host_res, p.noise_bytes, p.results_bytes)? };
+                p.ev_noise.record(&self.compute).map_err(cuda("cuEventRecord"))?;
+                self.resident_data_chunk(p, c)?;
+                mark(self, &mut data_evs)?;
             }
+            noise_from = noise_to;
             if trace {
                 host_ms.push(wall.elapsed().as_secs_f64() * 1e3);
             }
             monitor.tick(Stage::Statistics, c as f64 / n_chunks as f64)?;
         }
-        p.ev_upload.record(&self.copy).map_err(cuda("cuEventRecord"))?;
-        let valid = self.valid.as_ref().filter(|_| p.mask.is_some()).map(|v| DevPtr::of(v));
-        self.resident_noise_chunk(p, n_chunks - 1, valid)?;
-        mark(self, &mut noise_evs)?;
-        self.finish(&p.bufs.noise, p.n_cross, p.n_sum)?;
-        // SAFETY: host_res lives until the caller's synchronize calls.
-        unsafe { self.download_noise(p.bufs, host_res, p.noise_bytes, p.results_bytes)? };
-        p.ev_noise.record(&self.compute).map_err(cuda("cuEventRecord"))?;
         if p.mask.is_some() {
             self.mask_key = Some(key);
         }
@@ -402,23 +430,28 @@ impl CudaCube<'_> {
         Ok(())
     }
 
-    /// Resident cube: the noise residuals of chunk c and their sums.
-    fn resident_noise_chunk(&self, p: &Pass, c: usize, valid: Option<DevPtr<u8>>) -> Result<(), BackendError> {
-        let (l0, l1) = self.lay.chunk(c);
+    /// Resident cube: the noise residuals of lines l0..l1 and their sums, in runs that fit the work
+    /// matrix (a chunk's lines; the last run of a cube whose last chunk is whole is one line longer).
+    fn resident_noise_lines(&self, p: &Pass, l0: usize, l1: usize, valid: Option<DevPtr<u8>>) -> Result<(), BackendError> {
         let raw = DevPtr::of(&self.resident.as_ref().expect("resident").raw);
-        let g = self.noise_args(p.spec, 0, self.lay.lines, l0, l1);
-        self.be.kernels.noise(
-            &self.compute,
-            p.mean_filter,
-            raw,
-            valid,
-            self.lay.t,
-            g,
-            p.n_shift,
-            p.work,
-            p.cnt_noise,
-        )?;
-        self.accumulate(&p.bufs.noise, p.work, (l1 - l0) * self.lay.samples, p.n_cross, p.n_sum)
+        let step = self.lay.chunk_lines.max(1);
+        for a in (l0..l1).step_by(step) {
+            let z = (a + step).min(l1);
+            let g = self.noise_args(p.spec, 0, self.lay.lines, a, z);
+            self.be.kernels.noise(
+                &self.compute,
+                p.mean_filter,
+                raw,
+                valid,
+                self.lay.t,
+                g,
+                p.n_shift,
+                p.work,
+                p.cnt_noise,
+            )?;
+            self.accumulate(&p.bufs.noise, p.work, (z - a) * self.lay.samples, p.n_cross, p.n_sum)?;
+        }
+        Ok(())
     }
 
     /// Resident cube: the shifted data rows of chunk c and their sums.
@@ -501,21 +534,13 @@ impl CudaCube<'_> {
     }
 }
 
-/// Moments from the device's float64 results: `cross` holds the lower triangle of Σddᵀ.
-fn moments_from(n: u64, shift: &[f64], sum: &[f64], cross_lower: &[f64]) -> Moments {
+/// Moments from the device's float64 results as downloaded (`bytes`: the lower triangle of Σddᵀ,
+/// B × B row-major, then the B band sums), read where they lie: the host's part of the statistics'
+/// tail is on the critical path (copying, mirroring and converting them first took ~0.2 ms of it at
+/// 224 bands on the H100 host).
+fn moments_from(n: u64, shift: &[f64], bytes: &[u8]) -> Moments {
     let b = shift.len();
-    let mut cross = cross_lower.to_vec();
-    for i in 0..b {
-        for j in 0..i {
-            cross[j * b + i] = cross[i * b + j];
-        }
-    }
-    Moments::from_shifted_sums(n, shift, sum, &cross)
-}
-
-fn f64s(bytes: &[u8]) -> Vec<f64> {
-    bytes
-        .chunks_exact(8)
-        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
-        .collect()
+    let at = |k: usize| f64::from_le_bytes(bytes[8 * k..8 * k + 8].try_into().expect("8 bytes"));
+    let sum: Vec<f64> = (0..b).map(|i| at(b * b + i)).collect();
+    Moments::from_shifted_sums_with(n, shift, &sum, |i, j| at(i.max(j) * b + i.min(j)))
 }
