@@ -258,8 +258,10 @@ fn layout(api: &Api, dset: Hid, shape: [usize; 3], dtype: DataType) -> Result<La
         let (chunk, filters) = chunking?;
         let grid: [usize; 3] = std::array::from_fn(|d| shape[d].div_ceil(chunk[d]));
         let layout = Layout { shape, chunk, grid, size, order, filters };
-        if chunk[0] * shape[1] * shape[2] * size > MAX_BLOCK_BYTES {
-            return Err(format!("chunks of {} lines across the array are more than {} MB at once", chunk[0], MAX_BLOCK_BYTES >> 20));
+        let block_bytes = [chunk[0], shape[1], shape[2], size].iter().try_fold(1usize, |a, &b| a.checked_mul(b));
+        let chunk_bytes = chunk.iter().try_fold(size, |a, &b| a.checked_mul(b));
+        if block_bytes.is_none_or(|b| b > MAX_BLOCK_BYTES) || chunk_bytes.is_none_or(|b| b > MAX_BLOCK_BYTES) {
+            return Err(format!("chunks of {chunk:?} samples: a block of them across the array is more than {} MB at once", MAX_BLOCK_BYTES >> 20));
         }
         // HDF5 1.10 wants the dataset's dataspace here (later versions also take H5S_ALL).
         let space = (api.dget_space)(dset);

@@ -356,6 +356,38 @@ mod tests {
     }
 
     #[test]
+    fn line_blocks_fill_the_cube_as_put_does_and_are_plain_only_where_put_copies() {
+        let (lines, samples, bands) = (7, 3, 4);
+        let cube = values(lines * samples * bands);
+        let map: Vec<Option<usize>> = (0..bands).map(Some).collect();
+        let identity = vec![Linear::IDENTITY; bands];
+        let mut whole = CubeBuilder::new(lines, samples, bands, DataType::F32).unwrap();
+        whole.put(0, lines, &cube, BlockOrder::Bip, bands, &map, &identity, None);
+        let mut by_blocks = CubeBuilder::new(lines, samples, bands, DataType::F32).unwrap();
+        let blocks = by_blocks.line_blocks(3);
+        assert_eq!(blocks.iter().map(Lines::count).collect::<Vec<_>>(), [3, 3, 1]);
+        let mut first = 0;
+        for mut block in blocks {
+            let n = block.count();
+            block.put(&cube[first * samples * bands..(first + n) * samples * bands], BlockOrder::Bip, bands, &map, &identity, None);
+            first += n;
+        }
+        assert_eq!(by_blocks.bytes, whole.bytes);
+
+        let mut blocks = by_blocks.line_blocks(lines);
+        let block = &mut blocks[0];
+        assert_eq!(block.plain_bytes::<f32>(BlockOrder::Bip, &map, &identity).map(|b| b.len()), Some(lines * samples * bands * 4));
+        assert!(block.plain_bytes::<f32>(BlockOrder::Bil, &map, &identity).is_none());
+        assert!(block.plain_bytes::<i16>(BlockOrder::Bip, &map, &identity).is_none());
+        let mut scaled = identity.clone();
+        scaled[2] = Linear { scale: 0.5, offset: 0.0 };
+        assert!(block.plain_bytes::<f32>(BlockOrder::Bip, &map, &scaled).is_none());
+        let mut reordered = map.clone();
+        reordered.swap(0, 1);
+        assert!(block.plain_bytes::<f32>(BlockOrder::Bip, &reordered, &identity).is_none());
+    }
+
+    #[test]
     fn planes_are_converted_per_band_as_put_converts_pixels() {
         let (lines, samples, bands) = (4, 19, 3);
         let cube: Vec<i16> = (0..lines * samples * bands).map(|i| (i as i16).wrapping_mul(37) - 500).collect();
