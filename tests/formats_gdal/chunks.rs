@@ -148,3 +148,20 @@ fn the_chip_layouts_and_prisma_read_through_direct_chunk_reads() {
         assert_eq!(last_read_path(), Some(ReadPath::DirectChunks), "{name}");
     }
 }
+
+#[test]
+fn netcdf_hdf5_and_geotiff_reads_at_once_all_finish() {
+    // The GeoTIFF reader places its planes on rayon's pool while it holds the GDAL lock, and the chunk
+    // reader of a NetCDF/HDF5 read waits for that lock: the chunk decoders must not be rayon's workers.
+    let (Some(l), Some(dir)) = (layouts(), random_chunked()) else { return };
+    let names = [l.dir.join("cube.tif"), dir.join("neon_int32.h5"), l.dir.join("emit_rdn.nc"), dir.join("emit_shuffle.nc")];
+    std::thread::scope(|s| {
+        for name in &names {
+            s.spawn(move || {
+                for _ in 0..6 {
+                    cube::open(name).unwrap_or_else(|e| panic!("{}: {e}", name.display()));
+                }
+            });
+        }
+    });
+}

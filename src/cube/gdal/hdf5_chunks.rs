@@ -21,9 +21,8 @@
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex, OnceLock};
-
-use rayon::prelude::*;
 
 use super::library::{library, Library};
 use super::md::Placement;
@@ -410,46 +409,81 @@ fn read_block(api: &Api, dset: Hid, layout: &Layout, index: usize, pool: &mut Ve
 const READ_AHEAD: usize = 1;
 
 /// Reads the array's chunks a block of lines at a time on one thread, under the library lock, while the
-/// blocks already read are decoded and placed on every core (rayon), each into its own lines of the cube.
+/// blocks already read are decoded and placed on as many threads as rayon's pool has, each block into
+/// its own lines of the cube.
+///
+/// The decoders are threads of their own, not rayon's: a decoder waits for the reader, which waits for
+/// the library lock, and another read may hold that lock while it waits for rayon's pool (the GeoTIFF
+/// reader places its planes there). Rayon workers waiting here would close that circle.
 fn pipeline<T: Sample>(api: &Api, dset: Hid, layout: &Layout, cube: &mut CubeBuilder, place: &Placement) -> Result<(), String> {
     let blocks: Vec<Mutex<Option<Lines>>> = cube.line_blocks(layout.chunk[0]).into_iter().map(|b| Mutex::new(Some(b))).collect();
     if blocks.len() != layout.grid[0] {
         return Err(format!("{} blocks of lines for {} chunks down the array", blocks.len(), layout.grid[0]));
     }
-    // Buffers go round rather than being allocated (and faulted in) again for every block: the stored
-    // chunks' back to the reader, and the decoders' scratch from block to block. All are freed here.
+    let decoders = rayon::current_num_threads().clamp(1, layout.grid[0].max(1));
+    let failed = AtomicBool::new(false);
+    let first_error: Mutex<Option<String>> = Mutex::new(None);
+    let fail = |e: String| {
+        first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+        failed.store(true, Ordering::SeqCst);
+    };
+    // The stored chunks' buffers go back to the reader rather than being allocated (and faulted in)
+    // again for every block; all are freed when the read ends.
     let (give_back, given_back) = mpsc::channel::<Vec<u8>>();
-    let scratches: Mutex<Vec<Scratch>> = Mutex::new(Vec::new());
+    let (tx, rx) = mpsc::sync_channel::<RawBlock>(READ_AHEAD);
+    let rx = Mutex::new(rx);
+    let (failed, fail, blocks, rx) = (&failed, &fail, &blocks, &rx);
     std::thread::scope(|s| {
-        let (tx, rx) = mpsc::sync_channel::<Result<RawBlock, String>>(READ_AHEAD);
         s.spawn(move || {
             let mut pool = Vec::new();
             for index in 0..layout.grid[0] {
+                if failed.load(Ordering::SeqCst) {
+                    break;
+                }
                 pool.extend(given_back.try_iter());
                 let block = {
                     let _library = library();
                     read_block(api, dset, layout, index, &mut pool)
                 };
-                let failed = block.is_err();
-                // A send fails once the decoding has stopped (an error there): nothing more to read.
-                if tx.send(block).is_err() || failed {
-                    break;
+                match block {
+                    Ok(block) => {
+                        if tx.send(block).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        fail(e);
+                        break;
+                    }
                 }
             }
+            // `tx` dropped here: the decoders' receive ends once they have taken what was sent.
         });
-        rx.into_iter().par_bridge().try_for_each_with(give_back, |give_back, block| {
-            let block = block?;
-            let mut lines = blocks[block.index].lock().unwrap_or_else(|e| e.into_inner()).take().expect("each block is read once");
-            let mut scratch = scratches.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
-            let placed = place_block::<T>(layout, &block, &mut lines, place, &mut scratch);
-            scratches.lock().unwrap_or_else(|e| e.into_inner()).push(scratch);
-            for chunk in block.chunks {
-                // The reader may have finished: the buffer is then dropped.
-                let _ = give_back.send(chunk.bytes);
-            }
-            placed.map_err(|e| format!("block {} of lines: {e}", block.index))
-        })
-    })
+        for _ in 0..decoders {
+            let give_back = give_back.clone();
+            s.spawn(move || {
+                let mut scratch = Scratch::default();
+                loop {
+                    let Ok(block) = rx.lock().unwrap_or_else(|e| e.into_inner()).recv() else { break };
+                    // After a failure the rest is only drained, so that the reader is never left waiting.
+                    if !failed.load(Ordering::SeqCst) {
+                        let mut lines = blocks[block.index].lock().unwrap_or_else(|e| e.into_inner()).take().expect("each block is read once");
+                        if let Err(e) = place_block::<T>(layout, &block, &mut lines, place, &mut scratch) {
+                            fail(format!("block {} of lines: {e}", block.index));
+                        }
+                    }
+                    for chunk in block.chunks {
+                        // The reader may have finished: the buffer is then dropped.
+                        let _ = give_back.send(chunk.bytes);
+                    }
+                }
+            });
+        }
+    });
+    match first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// Decodes one block of lines from its stored chunks into `lines`, as [`Lines::put`] places GDAL's
