@@ -57,6 +57,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             reads.push(read);
             jobs.push(t.elapsed().as_secs_f64());
         }
+        // Which way the NetCDF array was read (the last repetition's): HDF5's direct chunk reads, or
+        // GDAL and why (src/cube/gdal/hdf5_chunks.rs).
+        let path_note = match crate::cube::gdal::last_read_path() {
+            Some(crate::cube::gdal::ReadPath::DirectChunks) if file.ends_with(".nc") => Some("HDF5 direct chunk reads".to_string()),
+            Some(crate::cube::gdal::ReadPath::Gdal(why)) if file.ends_with(".nc") => Some(format!("GDAL ({why})")),
+            _ => None,
+        };
         let (read, job) = (median(&mut reads), median(&mut jobs));
         let base = *envi_job.get_or_insert(job);
         if args.read_only {
@@ -64,6 +71,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             println!("{name:<18} {size:>10.0} {read:>10.2} {job:>10.2} {:>12}", "-");
         } else {
             println!("{name:<18} {size:>10.0} {read:>10.2} {job:>10.2} {:>11.2}x", job / base);
+        }
+        if let Some(note) = path_note {
+            println!("{:<18} read through {note}", "");
         }
     }
     Ok(())

@@ -143,6 +143,7 @@ fn check_cog(py: &str, cog: &Path, src: &Path) -> serde_json::Value {
 mod common;
 
 mod batches;
+mod chunks;
 mod outputs;
 mod reading;
 mod service;

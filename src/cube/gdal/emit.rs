@@ -16,6 +16,7 @@
 
 use std::path::Path;
 
+use super::library::Library;
 use super::md::{self, Placement};
 use super::samples::{BlockOrder, CubeBuilder, Linear};
 use crate::cube::{Cube, CubeError, CubeMeta, Interleave};
@@ -38,7 +39,7 @@ pub(super) fn looks_like(path: &Path) -> Result<bool, CubeError> {
     Ok(VARIABLES.iter().any(|v| names.iter().any(|n| n == v)))
 }
 
-pub(super) fn read(path: &Path) -> Result<Cube, CubeError> {
+pub(super) fn read(path: &Path, library: &mut Library) -> Result<Cube, CubeError> {
     let ds = md::open(path, &["netCDF"], "NetCDF")?;
     let root = ds.root_group().map_err(md::gdal_error(path, "root group"))?;
     let names = root.array_names(md::no_options());
@@ -87,9 +88,10 @@ pub(super) fn read(path: &Path) -> Result<Cube, CubeError> {
     let mut cube = CubeBuilder::new(lines, samples, bands, dtype)?;
     let band_map: Vec<Option<usize>> = (0..bands).map(Some).collect();
     let linear = vec![Linear::IDENTITY; bands];
-    let chunk_lines = md::chunk_lines(&ds, &format!("/{var}"));
-    let place = Placement { order: BlockOrder::Bip, band_map: &band_map, linear: &linear, fill, chunk_lines };
-    md::read_cube(path, &a, var, dtype, &mut cube, &place)?;
+    let full_name = format!("/{var}");
+    let chunk_lines = md::chunk_lines(&ds, &full_name);
+    let place = Placement { order: BlockOrder::Bip, band_map: &band_map, linear: &linear, fill, chunk_lines, full_name: &full_name };
+    md::read_cube(path, &a, var, dtype, &mut cube, &place, library)?;
     cube.finish(meta)
 }
 

@@ -22,10 +22,32 @@ pub(super) fn quiet_gdal() {
 /// long part of a job, runs outside it).
 static LIBRARY_LOCK: Mutex<()> = Mutex::new(());
 
+/// [`LIBRARY_LOCK`], held: GDAL, netCDF-C and HDF5 may be called on this thread while it lives.
+pub(super) struct Library {
+    guard: Option<MutexGuard<'static, ()>>,
+}
+
+impl Library {
+    /// Runs `f` with the lock released, so that other reads go on while this thread does work that
+    /// needs no library (decompressing chunks: `hdf5_chunks`); `f` takes [`library`] itself for any
+    /// call into GDAL, netCDF-C or HDF5. The lock is held again when it returns.
+    pub fn unlocked<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        self.guard = None;
+        let r = f();
+        self.guard = Some(lock());
+        r
+    }
+}
+
+/// Takes [`LIBRARY_LOCK`] (see [`lock`]).
+pub(super) fn library() -> Library {
+    Library { guard: Some(lock()) }
+}
+
 /// Takes [`LIBRARY_LOCK`] and silences HDF5's error stack printing on this thread (HDF5 keeps that
 /// setting per thread, and prints the attributes netCDF-C probes for and does not find as errors; the
 /// errors that matter reach the caller through GDAL).
-pub(super) fn library() -> MutexGuard<'static, ()> {
+fn lock() -> MutexGuard<'static, ()> {
     let guard = LIBRARY_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     quiet_gdal();
     thread_local!(static HDF5_QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });

@@ -8,6 +8,8 @@ use gdal::cpl::CslStringList;
 use gdal::raster::{Attribute, Group, MDArray};
 use gdal::{Dataset, DatasetOptions, GdalOpenFlags};
 
+use super::hdf5_chunks::{self, ReadPath};
+use super::library::Library;
 use super::samples::{with_sample_type, BlockOrder, CubeBuilder, Linear, Sample};
 use crate::cube::{CubeError, DataType};
 
@@ -149,6 +151,8 @@ pub(super) struct Placement<'p> {
     pub fill: Option<f64>,
     /// Lines per chunk of the array as the file stores it ([`chunk_lines`]), when known.
     pub chunk_lines: Option<usize>,
+    /// The array's path in the file (`/radiance`), for HDF5's direct chunk reads.
+    pub full_name: &'p str,
 }
 
 /// Lines per chunk (the extent of the first dimension of a storage block) of the array `full_name`
@@ -196,8 +200,19 @@ fn lines_per_read(per_block: usize, chunk_lines: Option<usize>, line_bytes: usiz
 /// The largest block of lines read at once to cover a whole chunk.
 const MAX_CHUNK_READ: usize = 512 << 20;
 
-/// Reads the 3-D array `a` (of cube type `dtype`) a block of lines at a time into `cube`.
-pub(super) fn read_cube(path: &Path, a: &MDArray, name: &str, dtype: DataType, cube: &mut CubeBuilder, place: &Placement) -> Result<(), CubeError> {
+/// Reads the 3-D array `a` (of cube type `dtype`) into `cube`: through HDF5's direct chunk reads where
+/// they give exactly GDAL's samples ([`hdf5_chunks`]), else through GDAL a block of lines at a time.
+/// `library` is held on entry and on return (released while chunks are decoded).
+#[allow(clippy::too_many_arguments)] // the array, where its samples go, and the lock the fast path lets go of
+pub(super) fn read_cube(
+    path: &Path,
+    a: &MDArray,
+    name: &str,
+    dtype: DataType,
+    cube: &mut CubeBuilder,
+    place: &Placement,
+    library: &mut Library,
+) -> Result<(), CubeError> {
     let d = dims(path, a, name)?;
     let [(_, lines), (_, n1), (_, n2)] = d.as_slice() else {
         return Err(CubeError::Header(format!("{}: {name} has {} dimensions, not 3", path.display(), d.len())));
@@ -209,6 +224,17 @@ pub(super) fn read_cube(path: &Path, a: &MDArray, name: &str, dtype: DataType, c
     };
     if lines != cube.lines() || place.band_map.len() != bands {
         return Err(CubeError::Header(format!("{}: {name} is {lines} x {n1} x {n2}, which does not match the cube", path.display())));
+    }
+    match hdf5_chunks::read(path, place.full_name, dtype, [lines, n1, n2], cube, place, library) {
+        Ok(()) => {
+            tracing::debug!(array = name, "read through HDF5's direct chunk reads");
+            hdf5_chunks::record(ReadPath::DirectChunks);
+            return Ok(());
+        }
+        Err(why) => {
+            tracing::debug!(array = name, why = %why, "read through GDAL: HDF5's direct chunk reads do not apply");
+            hdf5_chunks::record(ReadPath::Gdal(why));
+        }
     }
     with_sample_type!(dtype, T => read_blocks::<T>(path, a, name, (lines, n1, n2), samples, bands, cube, place))
 }

@@ -13,6 +13,7 @@ pub mod cog;
 pub mod emit;
 pub mod georef;
 mod geotiff;
+mod hdf5_chunks;
 mod library;
 mod md;
 mod neon;
@@ -23,6 +24,7 @@ mod samples;
 use std::path::Path;
 
 use library::library;
+pub use hdf5_chunks::{last_read_path, ReadPath};
 pub use probe::claimed_bytes;
 
 use super::sniff::GdalFormat;
@@ -31,14 +33,14 @@ use super::{Cube, CubeError};
 /// Reads the cube in `path`, a file of `format` (by its extension or signature): the product is told by
 /// its layout (EMIT's root variables, NEON's site group, PRISMA's swath), else any multi-band raster.
 pub fn read(path: &Path, format: GdalFormat) -> Result<Cube, CubeError> {
-    let _library = library();
+    let mut library = library();
     if !path.is_file() {
         return Err(CubeError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file")));
     }
     match format {
         GdalFormat::NetCdf => {
             if emit::looks_like(path)? {
-                emit::read(path)
+                emit::read(path, &mut library)
             } else {
                 Err(CubeError::Unsupported(format!(
                     "{}: a NetCDF file without EMIT's layout (a root variable radiance, reflectance, obs or mask \
@@ -49,12 +51,12 @@ pub fn read(path: &Path, format: GdalFormat) -> Result<Cube, CubeError> {
         }
         GdalFormat::Hdf5 => {
             if neon::looks_like(path) {
-                neon::read(path)
+                neon::read(path, &mut library)
             } else if prisma::looks_like(path) {
-                prisma::read(path)
+                prisma::read(path, &mut library)
             } else if emit::looks_like(path).unwrap_or(false) {
                 // A NetCDF-4 granule stored without its extension (an upload) is HDF5 by its signature.
-                emit::read(path)
+                emit::read(path, &mut library)
             } else {
                 // Opening it at all tells a truncated or foreign file from a valid HDF5 of another layout.
                 md::open(path, &["HDF5", "netCDF"], "HDF5")?;

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use gdal::raster::Group;
 
+use super::library::Library;
 use super::md::{self, Placement};
 use super::samples::{converted_type, BlockOrder, CubeBuilder, Linear};
 use crate::cube::{Cube, CubeError, CubeMeta, Interleave};
@@ -27,7 +28,7 @@ pub(super) fn looks_like(path: &Path) -> bool {
     ds.root_group().ok().is_some_and(|root| site(&root).is_some())
 }
 
-pub(super) fn read(path: &Path) -> Result<Cube, CubeError> {
+pub(super) fn read(path: &Path, library: &mut Library) -> Result<Cube, CubeError> {
     let ds = md::open(path, &["HDF5"], "HDF5")?;
     let root = ds.root_group().map_err(md::gdal_error(path, "root group"))?;
     let site_name = site(&root).ok_or_else(|| CubeError::Header(format!("{}: no SITE/Reflectance/Reflectance_Data (not a NEON reflectance file)", path.display())))?;
@@ -89,9 +90,10 @@ pub(super) fn read(path: &Path) -> Result<Cube, CubeError> {
 
     let mut cube = CubeBuilder::new(lines, samples, bands, dtype)?;
     let band_map: Vec<Option<usize>> = (0..bands).map(Some).collect();
-    let chunk_lines = md::chunk_lines(&ds, &format!("/{name}"));
-    let place = Placement { order: BlockOrder::Bip, band_map: &band_map, linear: &linear, fill, chunk_lines };
-    md::read_cube(path, &a, &name, source_type, &mut cube, &place)?;
+    let full_name = format!("/{name}");
+    let chunk_lines = md::chunk_lines(&ds, &full_name);
+    let place = Placement { order: BlockOrder::Bip, band_map: &band_map, linear: &linear, fill, chunk_lines, full_name: &full_name };
+    md::read_cube(path, &a, &name, source_type, &mut cube, &place, library)?;
     cube.finish(meta)
 }
 

@@ -20,6 +20,7 @@ use std::path::Path;
 
 use gdal::raster::Group;
 
+use super::library::Library;
 use super::md::{self, Placement};
 use super::samples::{BlockOrder, CubeBuilder, Linear};
 use crate::cube::{Cube, CubeError, CubeMeta, DataType, Interleave};
@@ -46,7 +47,7 @@ struct Part {
     linear: Linear,
 }
 
-pub(super) fn read(path: &Path) -> Result<Cube, CubeError> {
+pub(super) fn read(path: &Path, library: &mut Library) -> Result<Cube, CubeError> {
     let ds = md::open(path, &["HDF5"], "HDF5")?;
     let root = ds.root_group().map_err(md::gdal_error(path, "root group"))?;
     let swath = swath_name(&root).ok_or_else(|| CubeError::Header(format!("{}: no HDFEOS/SWATHS/PRS_*_HCO swath (not a PRISMA product)", path.display())))?;
@@ -155,9 +156,10 @@ pub(super) fn read(path: &Path) -> Result<Cube, CubeError> {
     for (p, a) in arrays.iter().enumerate() {
         let source_type = md::numeric_type(path, a, parts[p].name)?;
         let linear = vec![parts[p].linear; parts[p].wavelength.len()];
-        let chunk_lines = md::chunk_lines(&ds, &format!("/HDFEOS/SWATHS/{swath}/Data Fields/{}", parts[p].name));
-        let place = Placement { order: BlockOrder::Bil, band_map: &maps[p], linear: &linear, fill: None, chunk_lines };
-        md::read_cube(path, a, parts[p].name, source_type, &mut cube, &place)?;
+        let full_name = format!("/HDFEOS/SWATHS/{swath}/Data Fields/{}", parts[p].name);
+        let chunk_lines = md::chunk_lines(&ds, &full_name);
+        let place = Placement { order: BlockOrder::Bil, band_map: &maps[p], linear: &linear, fill: None, chunk_lines, full_name: &full_name };
+        md::read_cube(path, a, parts[p].name, source_type, &mut cube, &place, library)?;
     }
     cube.finish(meta)
 }

@@ -13,6 +13,8 @@ pub(super) trait Sample: Copy + Default + GdalType + Send + Sync + 'static {
     const DTYPE: DataType;
     fn to_f64(self) -> f64;
     fn put_ne(self, out: &mut [u8]);
+    /// The sample stored in `bytes` (exactly its size) in the byte order `order`.
+    fn from_bytes(bytes: &[u8], order: ByteOrder) -> Self;
 }
 
 macro_rules! sample {
@@ -26,6 +28,14 @@ macro_rules! sample {
             #[inline]
             fn put_ne(self, out: &mut [u8]) {
                 out.copy_from_slice(&self.to_ne_bytes());
+            }
+            #[inline]
+            fn from_bytes(bytes: &[u8], order: ByteOrder) -> Self {
+                let b = bytes.try_into().expect("one sample's bytes");
+                match order {
+                    ByteOrder::Little => <$t>::from_le_bytes(b),
+                    ByteOrder::Big => <$t>::from_be_bytes(b),
+                }
             }
         }
     };
@@ -154,36 +164,32 @@ impl CubeBuilder {
         linear: &[Linear],
         fill: Option<f64>,
     ) {
-        let (s, b) = (self.samples, self.bands);
-        assert_eq!(block.len(), count * s * src_bands, "CubeBuilder::put: block length");
-        assert!(first + count <= self.lines && band_map.len() == src_bands && linear.len() == src_bands);
-        let size = self.dtype.size();
-        // Converted when the product scales or the cube's type is not the source's (PRISMA's uint16 into
-        // float32 even where a scale happens to be 1).
-        let convert = T::DTYPE != self.dtype || linear.iter().any(|l| !l.is_identity());
-        let identity_map = src_bands == b && band_map.iter().enumerate().all(|(i, m)| *m == Some(i));
-        let out = &mut self.bytes[first * s * b * size..(first + count) * s * b * size];
-        if !convert && identity_map && order == BlockOrder::Bip {
-            for (o, v) in out.chunks_exact_mut(size).zip(block) {
-                v.put_ne(o);
-            }
-            return;
+        assert!(first + count <= self.lines, "CubeBuilder::put: lines {first}..{} of {}", first + count, self.lines);
+        let line_bytes = self.samples * self.bands * self.dtype.size();
+        let mut lines = Lines {
+            samples: self.samples,
+            bands: self.bands,
+            dtype: self.dtype,
+            count,
+            bytes: &mut self.bytes[first * line_bytes..(first + count) * line_bytes],
+        };
+        lines.put(block, order, src_bands, band_map, linear, fill);
+    }
+
+    /// The cube cut into blocks of `per_block` lines (the last may be shorter), each to be filled on its
+    /// own, on any thread, as [`put`](Self::put) fills lines.
+    pub fn line_blocks(&mut self, per_block: usize) -> Vec<Lines<'_>> {
+        let (samples, bands, dtype, lines) = (self.samples, self.bands, self.dtype, self.lines);
+        let line_bytes = samples * bands * dtype.size();
+        let per_block = per_block.max(1);
+        if line_bytes == 0 {
+            return Vec::new();
         }
-        let dtype = self.dtype;
-        let put_one = |o: &mut [u8], v: T, lin: Linear| place_one(o, v, convert, lin, fill, dtype);
-        for l in 0..count {
-            for px in 0..s {
-                for (sb, (m, lin)) in band_map.iter().zip(linear).enumerate() {
-                    let Some(ob) = *m else { continue };
-                    let v = match order {
-                        BlockOrder::Bip => block[(l * s + px) * src_bands + sb],
-                        BlockOrder::Bil => block[(l * src_bands + sb) * s + px],
-                    };
-                    let at = ((l * s + px) * b + ob) * size;
-                    put_one(&mut out[at..at + size], v, *lin);
-                }
-            }
-        }
+        self.bytes
+            .chunks_mut(per_block * line_bytes)
+            .enumerate()
+            .map(|(i, bytes)| Lines { samples, bands, dtype, count: (lines - i * per_block).min(per_block), bytes })
+            .collect()
     }
 
     /// Places a block of `count` lines from `first` read band by band: `planes` holds, for each of the
@@ -221,6 +227,65 @@ impl CubeBuilder {
 
     pub fn finish(self, meta: CubeMeta) -> Result<Cube, CubeError> {
         Cube::from_raw(self.lines, self.samples, self.bands, self.dtype, native_order(), self.bytes, meta)
+    }
+}
+
+/// A run of whole lines of the cube being assembled ([`CubeBuilder::line_blocks`]).
+pub(super) struct Lines<'a> {
+    samples: usize,
+    bands: usize,
+    dtype: DataType,
+    count: usize,
+    bytes: &'a mut [u8],
+}
+
+impl Lines<'_> {
+    /// Lines in this run.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The run's bytes, when [`put`](Self::put) would copy a block of `T` into them as it is (no
+    /// conversion, every band in place, BIP): a decoder may then write the samples straight there, in
+    /// the machine's byte order.
+    pub fn plain_bytes<T: Sample>(&mut self, order: BlockOrder, band_map: &[Option<usize>], linear: &[Linear]) -> Option<&mut [u8]> {
+        let convert = T::DTYPE != self.dtype || linear.iter().any(|l| !l.is_identity());
+        let identity_map = band_map.len() == self.bands && band_map.iter().enumerate().all(|(i, m)| *m == Some(i));
+        (!convert && identity_map && order == BlockOrder::Bip).then_some(&mut *self.bytes)
+    }
+
+    /// Places all the run's lines from `block`, as [`CubeBuilder::put`] places `count` lines.
+    pub fn put<T: Sample>(&mut self, block: &[T], order: BlockOrder, src_bands: usize, band_map: &[Option<usize>], linear: &[Linear], fill: Option<f64>) {
+        let (count, s, b) = (self.count, self.samples, self.bands);
+        assert_eq!(block.len(), count * s * src_bands, "CubeBuilder::put: block length");
+        assert!(band_map.len() == src_bands && linear.len() == src_bands);
+        let size = self.dtype.size();
+        // Converted when the product scales or the cube's type is not the source's (PRISMA's uint16 into
+        // float32 even where a scale happens to be 1).
+        let convert = T::DTYPE != self.dtype || linear.iter().any(|l| !l.is_identity());
+        let identity_map = src_bands == b && band_map.iter().enumerate().all(|(i, m)| *m == Some(i));
+        let out = &mut *self.bytes;
+        if !convert && identity_map && order == BlockOrder::Bip {
+            for (o, v) in out.chunks_exact_mut(size).zip(block) {
+                v.put_ne(o);
+            }
+            return;
+        }
+        let dtype = self.dtype;
+        let put_one = |o: &mut [u8], v: T, lin: Linear| place_one(o, v, convert, lin, fill, dtype);
+        for l in 0..count {
+            for px in 0..s {
+                for (sb, (m, lin)) in band_map.iter().zip(linear).enumerate() {
+                    let Some(ob) = *m else { continue };
+                    let v = match order {
+                        BlockOrder::Bip => block[(l * s + px) * src_bands + sb],
+                        BlockOrder::Bil => block[(l * src_bands + sb) * s + px],
+                    };
+                    let at = ((l * s + px) * b + ob) * size;
+                    put_one(&mut out[at..at + size], v, *lin);
+                }
+            }
+        }
     }
 }
 
@@ -288,6 +353,38 @@ mod tests {
         }
         let got = b.finish(CubeMeta::default()).unwrap().to_f64();
         assert!(got.iter().zip(&cube).all(|(g, c)| g.to_bits() == (*c as f64).to_bits()));
+    }
+
+    #[test]
+    fn line_blocks_fill_the_cube_as_put_does_and_are_plain_only_where_put_copies() {
+        let (lines, samples, bands) = (7, 3, 4);
+        let cube = values(lines * samples * bands);
+        let map: Vec<Option<usize>> = (0..bands).map(Some).collect();
+        let identity = vec![Linear::IDENTITY; bands];
+        let mut whole = CubeBuilder::new(lines, samples, bands, DataType::F32).unwrap();
+        whole.put(0, lines, &cube, BlockOrder::Bip, bands, &map, &identity, None);
+        let mut by_blocks = CubeBuilder::new(lines, samples, bands, DataType::F32).unwrap();
+        let blocks = by_blocks.line_blocks(3);
+        assert_eq!(blocks.iter().map(Lines::count).collect::<Vec<_>>(), [3, 3, 1]);
+        let mut first = 0;
+        for mut block in blocks {
+            let n = block.count();
+            block.put(&cube[first * samples * bands..(first + n) * samples * bands], BlockOrder::Bip, bands, &map, &identity, None);
+            first += n;
+        }
+        assert_eq!(by_blocks.bytes, whole.bytes);
+
+        let mut blocks = by_blocks.line_blocks(lines);
+        let block = &mut blocks[0];
+        assert_eq!(block.plain_bytes::<f32>(BlockOrder::Bip, &map, &identity).map(|b| b.len()), Some(lines * samples * bands * 4));
+        assert!(block.plain_bytes::<f32>(BlockOrder::Bil, &map, &identity).is_none());
+        assert!(block.plain_bytes::<i16>(BlockOrder::Bip, &map, &identity).is_none());
+        let mut scaled = identity.clone();
+        scaled[2] = Linear { scale: 0.5, offset: 0.0 };
+        assert!(block.plain_bytes::<f32>(BlockOrder::Bip, &map, &scaled).is_none());
+        let mut reordered = map.clone();
+        reordered.swap(0, 1);
+        assert!(block.plain_bytes::<f32>(BlockOrder::Bip, &reordered, &identity).is_none());
     }
 
     #[test]
