@@ -168,3 +168,53 @@ fn two_devices_split_matches_one() {
         assert!(z <= 1e-5, "{name}: components rel. {z:.3e}");
     }
 }
+
+/// The split's streamed projection (what a job's writer gets: each device's download chunks as they
+/// land, handed over on the caller's thread) gives every value once, bit for bit the unstreamed
+/// projection's: on device 0 twice (any host) and on devices 0 and 1 where there are two.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_streamed_split_projection_equals_the_unstreamed_one() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let cube = random_cube(&mut rng, 301, 211, 64, DataType::F32, ByteOrder::Little);
+    let d0: Arc<dyn Backend> = Arc::new(CudaBackend::on_device(0, Route::Kernels).unwrap());
+    let mut pairs = vec![("device 0 twice", vec![d0.clone(), d0.clone()])];
+    let n = hypermnf::backend::cuda::device_count().expect("a driver");
+    if n >= 2 {
+        pairs.push(("devices 0 and 1", vec![d0.clone(), Arc::new(CudaBackend::on_device(1, Route::Kernels).unwrap())]));
+    } else {
+        eprintln!("a_streamed_split_projection_equals_the_unstreamed_one: one device, so only device 0 twice");
+    }
+    let params = MnfParams { components: Some(7), ..Default::default() };
+    for (what, parts) in pairs {
+        let split = SplitBackend::new(parts, SplitMode::Always).unwrap();
+        let system = mnf::pipeline::analyse(&cube, &params, &split, &Monitor::silent()).unwrap();
+        let projection = mnf::pipeline::projection_of(&cube, &params, &system).unwrap();
+        let len = cube.pixels() * projection.k;
+        let mut prepared = split.prepare(&cube, &Monitor::silent()).unwrap();
+        let mut whole = vec![0f32; len];
+        prepared.project(&projection, &mut whole, &Monitor::silent()).unwrap();
+        let (mut streamed, mut seen, mut runs) = (vec![f32::NAN; len], vec![0u8; len], 0usize);
+        let mut scratch = vec![0f32; len];
+        prepared
+            .project_streamed(
+                &projection,
+                &mut scratch,
+                &mut |first, values| {
+                    runs += 1;
+                    for (i, &v) in values.iter().enumerate() {
+                        streamed[first + i] = v;
+                        seen[first + i] += 1;
+                    }
+                    Ok(())
+                },
+                &Monitor::silent(),
+            )
+            .unwrap();
+        eprintln!("{what}: {runs} runs handed over for {len} values");
+        assert!(seen.iter().all(|&s| s == 1), "{what}: every value once");
+        assert!(runs >= 2, "{what}: each device hands its own runs");
+        let differ = whole.iter().zip(&streamed).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(differ, 0, "{what}: {differ} values differ from the unstreamed projection");
+    }
+}

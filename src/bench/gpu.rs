@@ -461,6 +461,15 @@ fn several_device_rows(cube: &Cube, scale: usize, k: usize, args: &Args, ordinal
     }
     let refs: Vec<&CudaBackend> = devs.iter().map(|b| b.as_ref()).collect();
     let _pinned = CudaBackend::register_host_shared(&refs, cube.raw()).context("page-locking the cube for every device")?;
+    // The components page-locked for every device too (as the one-device "pinned input and output"
+    // rows and the PyTorch reference): `mnf::run` returns them in fresh pageable memory, whose
+    // download runs through the driver's staging and faults its pages in, and at 16x that alone
+    // made a device's run ~1.6x its pinned one (2026-11-27 table).
+    let mut out = vec![0f32; cube.pixels() * k];
+    let out_len = std::mem::size_of_val(out.as_slice());
+    // SAFETY: a byte view of the f32 output, only for the registration below.
+    let out_bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, out_len) };
+    let (_out_reg, out_bytes) = CudaBackend::register_host_shared_mut(&refs, out_bytes).context("page-locking the output for every device")?;
     let params = MnfParams { components: Some(k), ..Default::default() };
     let silent = Monitor::silent();
     let mut alone = Vec::new();
@@ -469,19 +478,42 @@ fn several_device_rows(cube: &Cube, scale: usize, k: usize, args: &Args, ordinal
             crate::mnf::run(cube, &params, b.as_ref(), &silent)?;
             Ok(())
         })?;
-        alone.push(t.0);
         rows.push(Row::new(scale, lines, format!("device {d} alone ({}): mnf::run, pinned input", b.device()), t, args.runs));
+        let t = time_runs(args.warmup, args.runs, || run_into(cube, &params, b.as_ref(), as_f32(out_bytes)))?;
+        alone.push(t.0);
+        rows.push(Row::new(scale, lines, format!("device {d} alone: pinned input and output"), t, args.runs));
     }
-    // The floor of the split: every device copying its share of lines at once, from the pinned cube.
+    // As a job writes its components: streamed, copied out of the download chunks as they land.
+    let mut written = vec![0f32; cube.pixels() * k];
+    let t = time_runs(args.warmup, args.runs, || run_streamed(cube, &params, devs[0].as_ref(), &mut written))?;
+    rows.push(Row::new(scale, lines, format!("device {} alone: components streamed (as a job writes them)", ordinals[0]), t, args.runs));
+    // The floor of the split: every device copying its share of lines at once, from the pinned cube;
+    // then the same with each copying its share of the components back after it.
     let line_bytes = cube.raw().len() / lines.max(1);
-    let floor = CudaBackend::time_shared_upload(&refs, cube.raw(), line_bytes, args.warmup, args.runs)?;
-    rows.push(Row::new(scale, lines, format!("floor: {} devices copying their shares at once (pinned)", devs.len()), floor, args.runs));
+    let floor_in = CudaBackend::time_shared_upload(&refs, cube.raw(), line_bytes, None, args.warmup, args.runs)?;
+    rows.push(Row::new(scale, lines, format!("floor: {} devices copying their shares at once (pinned)", devs.len()), floor_in, args.runs));
+    let floor = CudaBackend::time_shared_upload(&refs, cube.raw(), line_bytes, Some(&mut *out_bytes), args.warmup, args.runs)?;
+    rows.push(Row::new(
+        scale,
+        lines,
+        format!("floor with the components: {} devices copying their shares in, then their components out", devs.len()),
+        floor,
+        args.runs,
+    ));
     let parts: Vec<Arc<dyn crate::backend::Backend>> = devs.iter().map(|b| b.clone() as Arc<dyn crate::backend::Backend>).collect();
     let split = SplitBackend::new(parts, SplitMode::Always)?;
     let t = time_runs(args.warmup, args.runs, || {
         crate::mnf::run(cube, &params, &split, &silent)?;
         Ok(())
     })?;
+    rows.push(Row::new(
+        scale,
+        lines,
+        format!("split over {} devices: mnf::run, pinned input ({:.2}x the input floor)", devs.len(), t.0 / floor_in.0),
+        t,
+        args.runs,
+    ));
+    let t = time_runs(args.warmup, args.runs, || run_into(cube, &params, &split, as_f32(out_bytes)))?;
     // Same cube, same parameters: how far the split result lies from the first device's.
     let one = crate::mnf::run(cube, &params, devs[0].as_ref(), &silent)?;
     let all = crate::mnf::run(cube, &params, &split, &silent)?;
@@ -490,13 +522,28 @@ fn several_device_rows(cube: &Cube, scale: usize, k: usize, args: &Args, ordinal
     let mut row = Row::new(
         scale,
         lines,
-        format!("split over {} devices: mnf::run, pinned input ({:.2}x device {} alone, {:.2}x the floor)", devs.len(), t.0 / alone[0], ordinals[0], t.0 / floor.0),
+        format!(
+            "split over {} devices: pinned input and output ({:.2}x device {} alone, {:.2}x the input floor, {:.2}x the floor with the components)",
+            devs.len(),
+            t.0 / alone[0],
+            ordinals[0],
+            t.0 / floor_in.0,
+            t.0 / floor.0
+        ),
         t,
         args.runs,
     );
     row.rel_error = Some((ev, z));
     eprintln!("bench gpu: {scale}x split vs device {} alone: eigenvalues {ev:.2e}, components {z:.2e} (largest relative difference)", ordinals[0]);
     rows.push(row);
+    let t = time_runs(args.warmup, args.runs, || run_streamed(cube, &params, &split, &mut written))?;
+    rows.push(Row::new(
+        scale,
+        lines,
+        format!("split over {} devices: components streamed (as a job writes them; {:.2}x the floor with the components)", devs.len(), t.0 / floor.0),
+        t,
+        args.runs,
+    ));
     // A stream of jobs: one device, then every device with one job at a time each.
     let jobs = args.stream_jobs.max(devs.len());
     for n in [1, devs.len()] {
@@ -527,6 +574,47 @@ fn several_device_rows(cube: &Cube, scale: usize, k: usize, args: &Args, ordinal
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// `mnf::run` with the components projected into `out` (page-locked by the caller) instead of fresh
+/// memory.
+fn run_into(cube: &Cube, params: &MnfParams, backend: &dyn crate::backend::Backend, out: &mut [f32]) -> anyhow::Result<()> {
+    let silent = Monitor::silent();
+    let mut prepared = backend.prepare(cube, &silent)?;
+    let system = crate::mnf::pipeline::analyse_on(cube, params, prepared.as_mut(), &silent, &mut Default::default())?;
+    let projection = crate::mnf::pipeline::projection_of(cube, params, &system)?;
+    prepared.project(&projection, out, &silent)?;
+    Ok(())
+}
+
+/// `mnf::run` with the components streamed as a job writes them (`PreparedCube::project_streamed`:
+/// the CUDA backend's page-locked download chunks handed over as they land), copied into `out`
+/// (memory already touched, standing for the result file's page cache).
+fn run_streamed(cube: &Cube, params: &MnfParams, backend: &dyn crate::backend::Backend, out: &mut [f32]) -> anyhow::Result<()> {
+    let silent = Monitor::silent();
+    let mut prepared = backend.prepare(cube, &silent)?;
+    let system = crate::mnf::pipeline::analyse_on(cube, params, prepared.as_mut(), &silent, &mut Default::default())?;
+    let projection = crate::mnf::pipeline::projection_of(cube, params, &system)?;
+    // The backend may leave this unwritten (the values are the callback's): zeroed, so only mapped
+    // if written, as the pipeline's.
+    let mut scratch = vec![0f32; out.len()];
+    prepared.project_streamed(
+        &projection,
+        &mut scratch,
+        &mut |first, values| {
+            out[first..first + values.len()].copy_from_slice(values);
+            Ok(())
+        },
+        &silent,
+    )?;
+    Ok(())
+}
+
+/// The f32 view of a page-locked output that came from a `Vec<f32>` (so aligned, whole values).
+fn as_f32(bytes: &mut [u8]) -> &mut [f32] {
+    debug_assert!(bytes.as_ptr() as usize % 4 == 0 && bytes.len() % 4 == 0);
+    // SAFETY: the bytes are a Vec<f32>'s, viewed as bytes for their registration only.
+    unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr() as *mut f32, bytes.len() / 4) }
 }
 
 /// Largest |a − b| over the largest |b|.

@@ -299,6 +299,21 @@ pub trait ComponentSink {
     fn fresh_system(&mut self, _system: &EigenSystem) {}
 }
 
+/// The projection `apply` runs for `system` on `cube`: the k components `params` ask for (or the SNR
+/// rule picks), the no-data value and the bands its mask checks. For callers that project into an
+/// output of their own (the several-device benchmark's page-locked components).
+pub fn projection_of(cube: &Cube, params: &MnfParams, system: &EigenSystem) -> Result<Projection, MnfError> {
+    let k = choose_k(params, &system.eigenvalues)?;
+    Ok(Projection {
+        bands_used: system.bands_used.clone(),
+        means: system.means.clone(),
+        transform: system.transform_k(k),
+        k,
+        ignore_value: nodata(cube, params),
+        mask_bands: bands::preselect(cube.bands(), cube.meta.bbl.as_deref(), &params.bad_bands).used,
+    })
+}
+
 /// `apply` on a prepared cube; `timings` (from `analyse_on`, or empty) go into the metadata with the
 /// projection and inverse times.
 pub fn apply_on(
@@ -325,19 +340,10 @@ pub fn apply_on_to(
     mut timings: BTreeMap<String, f64>,
     sink: Option<&mut dyn ComponentSink>,
 ) -> Result<MnfOutput, MnfError> {
-    let k = choose_k(params, &system.eigenvalues)?;
-    let ignore = nodata(cube, params);
-    let mask_bands = bands::preselect(cube.bands(), cube.meta.bbl.as_deref(), &params.bad_bands).used;
+    let projection = projection_of(cube, params, system)?;
+    let (k, ignore, mask_bands) = (projection.k, projection.ignore_value, projection.mask_bands.clone());
 
     let t = Instant::now();
-    let projection = Projection {
-        bands_used: system.bands_used.clone(),
-        means: system.means.clone(),
-        transform: system.transform_k(k),
-        k,
-        ignore_value: ignore,
-        mask_bands: mask_bands.clone(),
-    };
     // Zeroed (lazily mapped) rather than filled: every backend writes every element, masked ones as NaN.
     let mut components = vec![0.0f32; cube.pixels() * k];
     match sink {

@@ -198,6 +198,18 @@ impl<'a> HostRegistration<'a> {
         Ok((reg, bytes))
     }
 
+    /// [`new_mut`](Self::new_mut), page-locked for every context and listed in each of `registries`
+    /// (the output of a split cube, see [`new_portable`](Self::new_portable)).
+    pub(crate) fn new_portable_mut(
+        ctx: &Arc<CudaContext>,
+        registries: &[Registry],
+        bytes: &'a mut [u8],
+    ) -> Result<(Self, &'a mut [u8]), BackendError> {
+        let ptr = bytes.as_mut_ptr() as *mut std::ffi::c_void;
+        let reg = Self::pin(ctx, registries, ptr, bytes.len(), sys::CU_MEMHOSTREGISTER_PORTABLE)?;
+        Ok((reg, bytes))
+    }
+
     fn pin(
         ctx: &Arc<CudaContext>,
         registries: &[Registry],

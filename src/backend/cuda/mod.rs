@@ -311,6 +311,19 @@ impl CudaBackend {
         HostRegistration::new_mut(&self.ctx, &self.registry, bytes)
     }
 
+    /// [`register_host_mut`](Self::register_host_mut) for every device of `backends` (portable): the
+    /// output of a cube split over them, each device downloading its share straight into it.
+    pub fn register_host_shared_mut<'a>(
+        backends: &[&CudaBackend],
+        bytes: &'a mut [u8],
+    ) -> Result<(HostRegistration<'a>, &'a mut [u8]), BackendError> {
+        let first = backends
+            .first()
+            .ok_or_else(|| BackendError::Invalid("no device to page-lock the memory for".into()))?;
+        let registries: Vec<_> = backends.iter().map(|b| b.registry.clone()).collect();
+        HostRegistration::new_portable_mut(&first.ctx, &registries, bytes)
+    }
+
     /// Page-locked host memory idle in the backend's pool: what the next passes can take without a
     /// `cuMemHostAlloc`.
     pub fn idle_pinned_bytes(&self) -> usize {
@@ -376,35 +389,73 @@ impl CudaBackend {
     /// The floor of a cube split over `backends`: `bytes` cut into one contiguous share of whole
     /// `unit`s (lines) per device, as the split cuts a cube, every device copying its share at once
     /// from the same page-locked memory (`bytes` must be registered for all of them:
-    /// [`CudaBackend::register_host_shared`]). Host clock from the first copy queued to the last one
-    /// done; (median, min) ms of `runs` after `warmup`.
-    pub fn time_shared_upload(backends: &[&CudaBackend], bytes: &[u8], unit: usize, warmup: usize, runs: usize) -> Result<(f64, f64), BackendError> {
+    /// [`CudaBackend::register_host_shared`]). With `output` (page-locked for all of them too), each
+    /// device then copies the same lines' share of it back, on the same stream: a split job's
+    /// components can only be downloaded after every share's statistics, so its floor is the two
+    /// copies in turn. Host clock from the first copy queued to the last one done; (median, min) ms
+    /// of `runs` after `warmup`.
+    pub fn time_shared_upload(
+        backends: &[&CudaBackend],
+        bytes: &[u8],
+        unit: usize,
+        mut output: Option<&mut [u8]>,
+        warmup: usize,
+        runs: usize,
+    ) -> Result<(f64, f64), BackendError> {
         if backends.is_empty() || unit == 0 || bytes.len() % unit != 0 {
             return Err(BackendError::Invalid(format!("{} devices, {} bytes in units of {unit}", backends.len(), bytes.len())));
         }
-        if let Some(b) = backends.iter().find(|b| !device::is_registered(&b.registry, bytes)) {
-            return Err(BackendError::Invalid(format!("the cube is not page-locked for device {}", b.ordinal)));
-        }
         let units = bytes.len() / unit;
+        if let Some(o) = output.as_deref() {
+            if o.len() % units != 0 {
+                return Err(BackendError::Invalid(format!("an output of {} bytes for {units} lines", o.len())));
+            }
+        }
+        for b in backends {
+            let out_locked = output.as_deref().is_none_or(|o| device::is_registered(&b.registry, o));
+            if !device::is_registered(&b.registry, bytes) || !out_locked {
+                return Err(BackendError::Invalid(format!("the cube or its output is not page-locked for device {}", b.ordinal)));
+            }
+        }
         let d = backends.len();
+        let out_unit = output.as_deref().map_or(0, |o| o.len() / units);
+        // Each device's share of the output, split off the one buffer (disjoint, so each lane owns its own).
+        let mut out_shares: Vec<Option<&mut [u8]>> = Vec::with_capacity(d);
+        let mut rest = output.take();
+        for i in 0..d {
+            out_shares.push(rest.take().map(|r| {
+                let (mine, tail) = r.split_at_mut((units * (i + 1) / d - units * i / d) * out_unit);
+                rest = Some(tail);
+                mine
+            }));
+        }
         let mut lanes = Vec::with_capacity(d);
-        for (i, b) in backends.iter().enumerate() {
+        for ((i, b), out) in backends.iter().enumerate().zip(out_shares) {
             let share = &bytes[units * i / d * unit..units * (i + 1) / d * unit];
             b.ctx.bind_to_thread().map_err(device::cuda("cuCtxSetCurrent"))?;
             let dst = device::DevBuf::alloc(&b.ctx, share.len().max(1))?;
+            let back = match &out {
+                Some(o) => Some(device::DevBuf::alloc(&b.ctx, o.len().max(1))?),
+                None => None,
+            };
             let stream = b.ctx.new_stream().map_err(device::cuda("cuStreamCreate"))?;
-            lanes.push((b, share, dst, stream));
+            lanes.push((b, share, dst, out, back, stream));
         }
         let mut times = Vec::with_capacity(runs);
         for i in 0..warmup + runs {
             let t = std::time::Instant::now();
-            for (b, share, dst, stream) in &lanes {
+            for (b, share, dst, out, back, stream) in lanes.iter_mut() {
                 b.ctx.bind_to_thread().map_err(device::cuda("cuCtxSetCurrent"))?;
-                // SAFETY: `bytes` (page-locked for this context) outlives the copy, which is
-                // synchronized below before the next run or the return.
-                unsafe { device::htod_async(dst.ptr(), share, stream)? };
+                // SAFETY: `bytes` and `output` (page-locked for this context) outlive the copies, which
+                // are synchronized below before the next run or the return; `back` holds `out.len()`.
+                unsafe {
+                    device::htod_async(dst.ptr(), share, stream)?;
+                    if let (Some(o), Some(src)) = (out.as_deref_mut(), back.as_ref()) {
+                        device::dtoh_async(o, src.ptr(), stream)?;
+                    }
+                }
             }
-            for (_, _, _, stream) in &lanes {
+            for (_, _, _, _, _, stream) in &lanes {
                 stream.synchronize().map_err(device::cuda("cuStreamSynchronize"))?;
             }
             if i >= warmup {
