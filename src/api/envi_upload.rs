@@ -20,12 +20,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use axum::extract::{FromRequest, Multipart, Request};
+use axum::extract::Request;
 
 use super::auth::Caller;
 use super::error::{ApiResult, Error};
 use super::intake::{decode_and_validate, enqueue_unsynced, input_summary, Unsynced};
 use super::job_view::Created;
+use super::multipart_body::MultipartBody;
 use super::upload::{Claim, Progress};
 use super::{params, ApiContext};
 use crate::cube::Interleave;
@@ -35,9 +36,8 @@ use crate::mnf::MnfParams;
 
 /// `POST /v1/jobs` with a multipart ENVI body, received into scratch under `token`.
 pub(super) async fn create(ctx: &ApiContext, caller: &Caller, query: Option<&str>, req: Request, token: &str) -> ApiResult<Created> {
-    let mut multipart = Multipart::from_request(req, &())
-        .await
-        .map_err(|e| Error::bad_request("invalid_multipart", format!("invalid multipart body: {}", e.body_text())))?;
+    let mut multipart =
+        MultipartBody::from_request(req).map_err(|e| Error::bad_request("invalid_multipart", format!("invalid multipart body: {e}")))?;
     let dir = ctx.runner.storage.scratch_dir(token)?;
     // Parsed before the body is read: bad parameters are refused before the cube is.
     let query_params = match query.filter(|q| !q.is_empty()) {

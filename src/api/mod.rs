@@ -18,6 +18,7 @@ pub mod jobs;
 pub mod lingering_close;
 pub mod metrics;
 pub mod multipart;
+pub mod multipart_body;
 pub mod npy_upload;
 mod ortho;
 pub mod ogc;

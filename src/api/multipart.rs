@@ -1,10 +1,15 @@
 //! Receiving a multipart ENVI upload (`POST /v1/jobs` with `multipart/form-data`): its `header`,
-//! `data` and optional `params` parts, the data part streamed to scratch by the upload writer
-//! (`upload`). What becomes of it is `envi_upload`'s.
+//! `data` and optional `params` parts, read by `multipart_body` (the data part's bytes as slices of
+//! the request's frames) and the data part streamed to scratch by the upload writer (`upload`). What
+//! becomes of it is `envi_upload`'s.
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+
 use super::error::Error;
+use super::multipart_body::{MultipartBody, PartBody};
 use super::params;
 use super::upload::{envi_claim, receive_unsynced, Alongside, Budget, Claim, Progress, Received, Unsynced, SMALL_BODY_MAX};
 use crate::cube::digest::Arriving;
@@ -32,12 +37,16 @@ pub type DataStarts<'a> = dyn FnMut(&str, &Claim, &std::path::Path, &Arc<Progres
 /// claim checked against the limit as soon as it arrives, so that a data part after it is bounded by
 /// the claim while it streams in, and `data_starts` may follow it as it is written (the content
 /// digest, the device feed). Answers once every byte is in its file, before the data's final sync.
-pub async fn receive_multipart(
-    multipart: &mut axum::extract::Multipart,
+pub async fn receive_multipart<S, E>(
+    multipart: &mut MultipartBody<S>,
     dir: &std::path::Path,
     limit: u64,
     mut data_starts: Option<&mut DataStarts<'_>>,
-) -> Result<MultipartUpload, Error> {
+) -> Result<MultipartUpload, Error>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
     let mut budget = Budget::new(limit);
     let mut header: Option<(String, Option<Claim>)> = None;
     let mut data: Option<(Received, Unsynced)> = None;
@@ -45,15 +54,14 @@ pub async fn receive_multipart(
     let bad = |m: String| Error::bad_request("invalid_multipart", m);
     let parts = async {
         loop {
-            let field = match multipart.next_field().await {
-                Ok(Some(f)) => f,
+            let name = match multipart.next_part().await {
+                Ok(Some(part)) => part.name.unwrap_or_default(),
                 Ok(None) => return Ok(()),
-                Err(e) => return Err(bad(format!("invalid multipart body: {}", e.body_text()))),
+                Err(e) => return Err(bad(format!("invalid multipart body: {e}"))),
             };
-            let name = field.name().unwrap_or("").to_string();
             match name.as_str() {
                 "header" if header.is_none() => {
-                    let bytes = small_part(field, &mut budget).await?;
+                    let bytes = small_part(multipart.body(), &mut budget).await?;
                     // Read as the ENVI reader reads header files: lossily, so that a description in
                     // Latin-1 does not make a header the command line reads unacceptable here.
                     let text = String::from_utf8_lossy(&bytes).into_owned();
@@ -81,10 +89,10 @@ pub async fn receive_multipart(
                     // the header that says how to read them came first (and the cube is not BSQ).
                     let content = claim.and(header.as_ref()).and_then(|(text, _)| arriving_digest(text));
                     let alongside = Alongside { body_sha256: false, progress, content };
-                    data = Some(receive_unsynced(field, path, &mut budget, None, claim, alongside).await?);
+                    data = Some(receive_unsynced(multipart.body(), path, &mut budget, None, claim, alongside).await?);
                 }
                 "params" if params_part.is_none() => {
-                    let bytes = small_part(field, &mut budget).await?;
+                    let bytes = small_part(multipart.body(), &mut budget).await?;
                     let v: serde_json::Value = serde_json::from_slice(&bytes)
                         .map_err(|e| Error::unprocessable("invalid_params", format!("params is not JSON: {e}")))?;
                     params_part = Some(params::from_json(v)?);
@@ -121,19 +129,19 @@ pub fn arriving_digest(header_text: &str) -> Option<Arriving> {
 }
 
 /// Reads a small multipart part (header or params) into memory, within SMALL_BODY_MAX.
-async fn small_part(mut field: axum::extract::multipart::Field<'_>, budget: &mut Budget) -> Result<Vec<u8>, Error> {
+async fn small_part<S, E>(mut part: PartBody<'_, S>, budget: &mut Budget) -> Result<Vec<u8>, Error>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
     let mut out = Vec::new();
-    loop {
-        match field.chunk().await {
-            Ok(Some(c)) => {
-                budget.take(c.len())?;
-                if out.len() + c.len() > SMALL_BODY_MAX {
-                    return Err(Error::too_large(format!("a header or params part may hold at most {SMALL_BODY_MAX} bytes")));
-                }
-                out.extend_from_slice(&c);
-            }
-            Ok(None) => return Ok(out),
-            Err(e) => return Err(Error::bad_request("invalid_multipart", format!("invalid multipart body: {}", e.body_text()))),
+    while let Some(c) = part.next().await {
+        let c = c.map_err(|e| Error::bad_request("invalid_multipart", format!("invalid multipart body: {e}")))?;
+        budget.take(c.len())?;
+        if out.len() + c.len() > SMALL_BODY_MAX {
+            return Err(Error::too_large(format!("a header or params part may hold at most {SMALL_BODY_MAX} bytes")));
         }
+        out.extend_from_slice(&c);
     }
+    Ok(out)
 }

@@ -25,9 +25,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use axum::extract::FromRequest;
 use bytes::Bytes;
 use hypermnf::api::error::Error as ApiError;
+use hypermnf::api::multipart_body::MultipartBody;
 use hypermnf::api::{multipart, params, upload};
 use hypermnf::cube::layout::{Axis, FileOrder};
 use hypermnf::cube::{envi, npy, ByteOrder, Cube, CubeError, DataType, Interleave};

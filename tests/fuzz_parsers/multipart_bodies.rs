@@ -197,9 +197,9 @@ fn fuzz_multipart() {
                 .header("content-type", &content_type)
                 .body(axum::body::Body::from(body.clone()))
                 .unwrap();
-            let mut multipart = match axum::extract::Multipart::from_request(req, &()).await {
+            let mut multipart = match MultipartBody::from_request(req) {
                 Ok(m) => m,
-                Err(e) => return Err(ApiError::bad_request("invalid_multipart", e.body_text())),
+                Err(e) => return Err(ApiError::bad_request("invalid_multipart", e.to_string())),
             };
             multipart::receive_multipart(&mut multipart, dir.path(), case.limit, None).await
         });
