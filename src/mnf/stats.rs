@@ -35,19 +35,17 @@ impl Moments {
     /// backend can hand over its results where they lie (one triangle, in a download buffer) without
     /// first copying and mirroring them: on the GPU this runs between the device's last sums and the
     /// eigen step, where every pass over B × B values counts.
-    pub fn from_shifted_sums_with(n: u64, shift: &[f64], sum: &[f64], cross: impl Fn(usize, usize) -> f64 + Sync) -> Self {
+    pub fn from_shifted_sums_with(n: u64, shift: &[f64], sum: &[f64], cross: impl Fn(usize, usize) -> f64) -> Self {
         let b = shift.len();
         if n == 0 {
             return Moments::new(b);
         }
         let nf = n as f64;
         let mean = (0..b).map(|i| shift[i] + sum[i] / nf).collect();
-        let mut m2 = vec![0.0; b * b];
-        by_rows(&mut m2, b, |i, row| {
-            for (j, v) in row.iter_mut().enumerate() {
-                *v = cross(i, j) - sum[i] * sum[j] / nf;
-            }
-        });
+        let mut m2 = Vec::with_capacity(b * b);
+        for i in 0..b {
+            m2.extend((0..b).map(|j| cross(i, j) - sum[i] * sum[j] / nf));
+        }
         Moments { bands: b, n, mean, m2 }
     }
 
@@ -125,14 +123,15 @@ impl Moments {
             return None;
         }
         let (b, d) = (self.bands, (self.n - 1) as f64);
-        let n = idx.len();
-        let mut out = vec![0.0; n * n];
-        by_rows(&mut out, n, |r, row| {
-            let from = &self.m2[idx[r] * b..(idx[r] + 1) * b];
-            for (v, &j) in row.iter_mut().zip(idx) {
-                *v = if scale == 1.0 { from[j] / d } else { from[j] / d / scale };
+        let mut out = Vec::with_capacity(idx.len() * idx.len());
+        for &i in idx {
+            let row = &self.m2[i * b..(i + 1) * b];
+            if scale == 1.0 {
+                out.extend(idx.iter().map(|&j| row[j] / d));
+            } else {
+                out.extend(idx.iter().map(|&j| row[j] / d / scale));
             }
-        });
+        }
         Some(out)
     }
 
@@ -142,27 +141,6 @@ impl Moments {
             return 0.0;
         }
         self.m2[i * self.bands + i] / (self.n - 1) as f64
-    }
-}
-
-/// Bands from which the B × B passes between the statistics and the eigen step run their rows on
-/// several threads. They are on the GPU route's critical path (the device waits for the solve), and
-/// each is bound by its b² float64 divisions: ~0.1–0.2 ms for 224 bands on one core, a quarter of the
-/// statistics' tail on the H100 (BENCHMARKS, GPU pipeline). Below this a pass is too short to be worth
-/// waking the pool. Each value is the same expression whichever thread forms it, so the bits are too.
-const PARALLEL_ROWS_FROM: usize = 96;
-
-/// Calls `row(i, values)` for each row of the b-column row-major matrix `m`, on rayon's pool from
-/// `PARALLEL_ROWS_FROM` rows.
-fn by_rows(m: &mut [f64], b: usize, row: impl Fn(usize, &mut [f64]) + Sync) {
-    use rayon::prelude::*;
-    if b == 0 {
-        return;
-    }
-    if m.len() / b >= PARALLEL_ROWS_FROM {
-        m.par_chunks_mut(b).enumerate().for_each(|(i, r)| row(i, r));
-    } else {
-        m.chunks_mut(b).enumerate().for_each(|(i, r)| row(i, r));
     }
 }
 
@@ -315,53 +293,5 @@ mod tests {
         let s = drop_noiseless(&preselect(3, None, &[]), &noise, Some(&data));
         assert_eq!(s.used, vec![0, 2]);
         assert_eq!(s.dropped, vec![DroppedBand { band: 1, reason: DropReason::Constant }]);
-    }
-
-    /// The B × B passes give the values of their formulas bit for bit, whether their rows run on one
-    /// thread (few bands) or on the pool (many): the GPU route's results must not depend on it.
-    #[test]
-    fn the_band_by_band_passes_are_their_formulas_bit_for_bit() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 11) as f64 / (1u64 << 53) as f64 - 0.5
-        };
-        for b in [7usize, PARALLEL_ROWS_FROM - 1, PARALLEL_ROWS_FROM, 225] {
-            let n = 10_007u64;
-            let shift: Vec<f64> = (0..b).map(|_| next() * 900.0).collect();
-            let sum: Vec<f64> = (0..b).map(|_| next() * 1e5).collect();
-            let mut cross = vec![0.0; b * b];
-            for i in 0..b {
-                for j in 0..=i {
-                    let v = next() * 1e9 + 1e9;
-                    cross[i * b + j] = v;
-                    cross[j * b + i] = v;
-                }
-            }
-            let m = Moments::from_shifted_sums(n, &shift, &sum, &cross);
-            let nf = n as f64;
-            for i in 0..b {
-                assert_eq!(m.mean[i].to_bits(), (shift[i] + sum[i] / nf).to_bits());
-                for j in 0..b {
-                    let want = cross[i * b + j] - sum[i] * sum[j] / nf;
-                    assert_eq!(m.m2[i * b + j].to_bits(), want.to_bits(), "m2[{i}][{j}] of {b} bands");
-                }
-            }
-            // Every other band, reversed, with and without a scale.
-            let idx: Vec<usize> = (0..b).rev().step_by(2).collect();
-            let d = (n - 1) as f64;
-            for scale in [1.0, 0.5 * 1.1] {
-                let c = m.covariance_of(&idx, scale).unwrap();
-                for (r, &i) in idx.iter().enumerate() {
-                    for (q, &j) in idx.iter().enumerate() {
-                        let v = m.m2[i * b + j];
-                        let want = if scale == 1.0 { v / d } else { v / d / scale };
-                        assert_eq!(c[r * idx.len() + q].to_bits(), want.to_bits(), "{b} bands, scale {scale}");
-                    }
-                }
-            }
-        }
     }
 }
