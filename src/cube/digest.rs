@@ -196,6 +196,12 @@ enum Stored {
     Lines { samples: usize, bands: usize, size: usize, swap: bool },
 }
 
+/// Digest pool threads from which an arriving BIL upload's lines are transposed on the pool rather than
+/// by the thread feeding it. On 2 cores there is no idle core to give the work to, and handing it over
+/// cost ~7 % of the ingest (0.94–0.96 against 0.99–1.03 GB/s, 2026-11-27, `bench flightline --lines
+/// 3000 --backend cpu --upload-only`); on 16 it lifted the ingest from ~1.2 to ~1.8 GB/s.
+const TRANSPOSE_ON_POOL_FROM: usize = 4;
+
 /// Whole lines gathered into one piece of the stream: a few leaves' worth, so that the transposed
 /// buffers are few and large and each line is transposed while its band rows are hot.
 const GATHER: usize = LEAF;
@@ -215,6 +221,8 @@ pub struct Arriving {
     pending: std::collections::VecDeque<bytes::Bytes>,
     pending_len: usize,
     suffix: Vec<u8>,
+    /// Whether BIL lines are transposed on the digest pool (see TRANSPOSE_ON_POOL_FROM).
+    transpose_on_pool: bool,
 }
 
 impl Arriving {
@@ -240,7 +248,8 @@ impl Arriving {
         let mut tree = Streaming::new();
         tree.update(bytes::Bytes::from(super::npy::canonical_header(dtype, lines, samples, bands)));
         let suffix = super::model::digest_suffix(meta);
-        Some(Arriving { tree, stored, unit: unit.max(1), pending: Default::default(), pending_len: 0, suffix })
+        let transpose_on_pool = pool().current_num_threads() >= TRANSPOSE_ON_POOL_FROM;
+        Some(Arriving { tree, stored, unit: unit.max(1), pending: Default::default(), pending_len: 0, suffix, transpose_on_pool })
     }
 
     /// The next stored bytes (after the file's header offset).
@@ -297,7 +306,8 @@ impl Arriving {
             Stored::Lines { samples, bands, size, swap } => {
                 let row = samples * size;
                 // Each line's band rows, taken off the pending pieces in order, then the lines
-                // transposed on the digest pool, one task each: on the H100 host (16 cores) the one
+                // transposed on the digest pool, one task each (from TRANSPOSE_ON_POOL_FROM threads):
+                // on the H100 host (16 cores) the one
                 // thread that transposed every line of a BIL upload was 100 % busy while the upload
                 // ran at 1.1–1.3 GB/s, the ingest's bottleneck (2026-11-27, issue 29).
                 let lines: Vec<Vec<bytes::Bytes>> = (0..n / self.unit)
@@ -317,7 +327,11 @@ impl Arriving {
                     (_, true) => line_to_pixels::<8, true>(rows, samples, line),
                 };
                 let unit = self.unit;
-                pool().install(|| out.par_chunks_exact_mut(unit).zip(lines.par_iter()).for_each(transpose));
+                if self.transpose_on_pool {
+                    pool().install(|| out.par_chunks_exact_mut(unit).zip(lines.par_iter()).for_each(transpose));
+                } else {
+                    out.chunks_exact_mut(unit).zip(lines.iter()).for_each(transpose);
+                }
             }
         }
         self.pending_len -= n;
@@ -479,15 +493,18 @@ mod tests {
             let h = crate::cube::envi::parse_header(&header).unwrap();
             let data = bytes::Bytes::from(data);
             let row = samples * size;
-            for piece in [7, row - 1, row + 3, samples * bands * size + 5, 1 << 20, len] {
+            let pieces = [7, row - 1, row + 3, samples * bands * size + 5, 1 << 20, len];
+            for (piece, on_pool) in pieces.into_iter().flat_map(|p| [(p, false), (p, true)]) {
                 let mut d = Arriving::new(h.lines, h.samples, h.bands, h.data_type, h.byte_order, h.interleave, &h.meta).unwrap();
+                // Both ways of transposing BIL lines, whatever this machine's core count picks.
+                d.transpose_on_pool = on_pool;
                 let mut at = 0;
                 while at < len {
                     let end = (at + piece.max(1)).min(len);
                     d.update(data.slice(at..end));
                     at = end;
                 }
-                assert_eq!(d.finish(), want, "{lines}x{samples}x{bands} {interleave} size {size} order {order}, pieces of {piece}");
+                assert_eq!(d.finish(), want, "{lines}x{samples}x{bands} {interleave} size {size} order {order}, pieces of {piece}, on the pool {on_pool}");
             }
         }
         let h = crate::cube::envi::parse_header("ENVI\nsamples = 2\nlines = 2\nbands = 2\ndata type = 4\ninterleave = bsq\nbyte order = 0\n").unwrap();
