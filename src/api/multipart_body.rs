@@ -4,8 +4,9 @@
 //! writer.
 //!
 //! axum's `Multipart` (the `multer` crate) copied every frame into a buffer of its own before it split
-//! a part's bytes out of it: 0.47 core-seconds per GB in the 2-core profile of BENCHMARKS.md
-//! ("Ingest, profiled"), the largest cost of a multipart ENVI ingest that could be removed (issue 29).
+//! a part's bytes out of it: 0.47 core-seconds per GB in a 2-core profile taken under other builds'
+//! load (BENCHMARKS.md, "Ingest, profiled"), 0.04–0.09 on the quiet machine, where dropping it gained a
+//! few per cent of ingest (issue 29).
 //! Here each frame is searched for the delimiter where it lies. Only the last bytes of a frame that
 //! could begin a delimiter are held back, until the frames after them say whether they do; that
 //! question is answered on a small copy of the bytes around the frame's end (at most twice the
