@@ -14,12 +14,16 @@ use std::sync::Arc;
 use cudarc::cusolver::sys as sol;
 use cudarc::driver::CudaStream;
 
-use super::own_eigen::OwnEigen;
+use super::own_eigen::{OwnEigen, Tridiagonal};
 use crate::backend::BackendError;
 
 /// Band counts up to which the own kernels are the device method (`EigenMethod::for_bands`): below
 /// the measured crossover with syevd (between 128 and 160 bands on an H100).
 pub(crate) const OWN_FASTER_UP_TO: usize = 144;
+
+/// Band counts up to which the own kernels with the cluster tridiagonalisation are the device method
+/// where clusters launch: the largest size measured (AVIRIS-NG's 425), where they still beat syevd.
+pub(crate) const OWN_CLUSTER_UP_TO: usize = 425;
 
 /// One way of solving the symmetric eigenproblem of the whitened matrix.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -39,33 +43,42 @@ pub enum EigenMethod {
     /// Our own kernels (kernels/eigen.cu, `own_eigen.rs`): one-block Householder tridiagonalisation,
     /// Sturm multisection, twisted-factorisation vectors, back-transform.
     Own,
+    /// The same with the tridiagonalisation by a thread-block cluster (compute capability 9.0+).
+    OwnCluster,
 }
 
 impl EigenMethod {
-    /// The method the device solver uses at `n` bands. It must return every pair (a job's metadata
-    /// lists every eigenvalue, and denoising needs every vector), which leaves syevd in either API,
-    /// the batched API, Jacobi and our own kernels. In `hypermnf bench eigen` on an H100 (BENCHMARKS.md,
-    /// "Eigen") the own kernels take the whole device step in 0.79 ms at 96 bands and 1.10 ms at 128,
-    /// against syevd's 1.31–1.47 and 1.66–1.84 ms, tie at 160 and lose above (2.6 against 2.0–2.3 ms at
-    /// 224): their one block is bound by one SM. So they take sizes up to [`OWN_FASTER_UP_TO`] and
-    /// syevd the rest. Among the cuSOLVER methods the batched API was the fastest by 0.5–1.5 %, within
-    /// a run's spread, and Jacobi 2–3× slower; syevd stays, since `cusolverDnXsyevBatched` needs a
-    /// libcusolver of CUDA 12.6 or later (where it is missing the whole device solver would be lost to
-    /// the host). Up to `HOST_FASTER_UP_TO` bands the host solves instead (`DeviceEigen::takes`).
-    pub fn for_bands(n: usize) -> EigenMethod {
-        if n <= OWN_FASTER_UP_TO {
+    /// The method the device solver uses at `n` bands, `clusters` where the device launches thread-
+    /// block clusters (compute capability 9.0+). It must return every pair (a job's metadata lists
+    /// every eigenvalue, and denoising needs every vector), which leaves syevd in either API, the
+    /// batched API, Jacobi and our own kernels. In `hypermnf bench eigen` (BENCHMARKS.md, "Eigen"):
+    /// - with clusters, the own kernels with the cluster tridiagonalisation beat syevd at every size
+    ///   measured up to [`OWN_CLUSTER_UP_TO`] (AVIRIS-NG's 425);
+    /// - without, the one-block kernels take the whole device step in 0.79 ms at 96 bands and 1.10 ms
+    ///   at 128 on an H100, against syevd's 1.31–1.47 and 1.66–1.84 ms, tie at 160 and lose above
+    ///   (their one block is bound by one SM): they take sizes up to [`OWN_FASTER_UP_TO`], syevd the
+    ///   rest.
+    ///
+    /// Among the cuSOLVER methods the batched API was the fastest by 0.5–1.5 %, within a run's spread,
+    /// and Jacobi 2–3× slower; syevd stays, since `cusolverDnXsyevBatched` needs a libcusolver of CUDA
+    /// 12.6 or later (where it is missing the whole device solver would be lost to the host). Up to
+    /// `HOST_FASTER_UP_TO` bands the host solves instead (`DeviceEigen::takes`).
+    pub fn for_bands(n: usize, clusters: bool) -> EigenMethod {
+        if clusters && n <= OWN_CLUSTER_UP_TO {
+            EigenMethod::OwnCluster
+        } else if n <= OWN_FASTER_UP_TO {
             EigenMethod::Own
         } else {
             EigenMethod::Syevd
         }
     }
 
-    /// Every method with its settings, for `top` components: first the seven that reach float64
-    /// accuracy (each cuSOLVER API, Jacobi to 1e-14 and our own kernels), then Jacobi to two looser
+    /// Every method with its settings, for `top` components: first the eight that reach float64
+    /// accuracy (each cuSOLVER API, Jacobi to 1e-14 and our own kernels both ways), then Jacobi to two looser
     /// tolerances. `hypermnf bench
     /// eigen` times them all; the GPU eigen tests check the first [`FLOAT64_ACCURATE`](Self::FLOAT64_ACCURATE)
     /// against the host reference.
-    pub fn all(top: usize) -> [EigenMethod; 9] {
+    pub fn all(top: usize) -> [EigenMethod; 10] {
         [
             EigenMethod::Syevd,
             EigenMethod::Xsyevd,
@@ -74,13 +87,14 @@ impl EigenMethod {
             EigenMethod::Xsyevdx { top },
             EigenMethod::Syevj { tol: 1e-14, max_sweeps: 30 },
             EigenMethod::Own,
+            EigenMethod::OwnCluster,
             EigenMethod::Syevj { tol: 1e-10, max_sweeps: 15 },
             EigenMethod::Syevj { tol: 1e-7, max_sweeps: 10 },
         ]
     }
 
     /// How many of [`all`](Self::all)'s methods, the first ones, reach float64 accuracy.
-    pub const FLOAT64_ACCURATE: usize = 7;
+    pub const FLOAT64_ACCURATE: usize = 8;
 
     /// A short name for tables and JSON.
     pub fn label(&self) -> String {
@@ -92,6 +106,7 @@ impl EigenMethod {
             EigenMethod::Syevj { tol, max_sweeps } => format!("syevj tol {tol:.0e} sweeps {max_sweeps}"),
             EigenMethod::XsyevBatched => "XsyevBatched (batch 1)".into(),
             EigenMethod::Own => "own kernels (one-block tridiagonal)".into(),
+            EigenMethod::OwnCluster => "own kernels (cluster tridiagonal)".into(),
         }
     }
 
@@ -215,11 +230,15 @@ impl MethodPlan {
                     )
                 })?;
             }
-            EigenMethod::Own => {
+            EigenMethod::Own | EigenMethod::OwnCluster => {
                 if n > OwnEigen::MAX_BANDS {
                     return Err(BackendError::Invalid(format!("the own eigen kernels take at most {} bands, not {n}", OwnEigen::MAX_BANDS)));
                 }
-                plan.own = Some(own()?);
+                let kernels = own()?;
+                if method == EigenMethod::OwnCluster && kernels.cluster_size(n).is_none() {
+                    return Err(BackendError::Invalid(format!("no cluster tridiagonalisation on this device at {n} bands")));
+                }
+                plan.own = Some(kernels);
                 dev = OwnEigen::workspace_bytes(n);
             }
             EigenMethod::XsyevBatched => {
@@ -247,7 +266,8 @@ impl MethodPlan {
         let n = self.n;
         if let Some(own) = &self.own {
             // SAFETY: as the caller vouches; `work` holds `device_bytes` = the kernels' workspace.
-            return unsafe { own.enqueue(stream, n, a, w, work) };
+            let how = if self.method == EigenMethod::OwnCluster { Tridiagonal::Cluster } else { Tridiagonal::OneBlock };
+            return unsafe { own.enqueue(stream, n, a, w, work, how) };
         }
         let (ni, nl) = (n as i32, n as i64);
         let (a, w, info) = (a as *mut f64, w as *mut f64, info as *mut i32);
@@ -281,7 +301,7 @@ impl MethodPlan {
                     ),
                 )
             }
-            EigenMethod::Own => unreachable!("the own kernels were launched above"),
+            EigenMethod::Own | EigenMethod::OwnCluster => unreachable!("the own kernels were launched above"),
             EigenMethod::XsyevBatched => check(
                 "cusolverDnXsyevBatched",
                 sol::cusolverDnXsyevBatched(handle, params, VECTORS, LOWER, nl, R64, a as *mut c_void, nl, R64, w as *mut c_void, R64, work as *mut c_void, self.device_bytes, host_ptr, host_len, info, 1),
@@ -315,7 +335,10 @@ mod tests {
         assert_eq!(top_range(5, 9), (1, 5));
         assert_eq!(EigenMethod::Syevdx { top: 10 }.pairs(224), 10);
         assert_eq!(EigenMethod::Syevd.pairs(224), 224);
-        assert_eq!(EigenMethod::for_bands(120), EigenMethod::Own);
-        assert_eq!(EigenMethod::for_bands(224), EigenMethod::Syevd);
+        assert_eq!(EigenMethod::for_bands(120, false), EigenMethod::Own);
+        assert_eq!(EigenMethod::for_bands(224, false), EigenMethod::Syevd);
+        assert_eq!(EigenMethod::for_bands(224, true), EigenMethod::OwnCluster);
+        assert_eq!(EigenMethod::for_bands(425, true), EigenMethod::OwnCluster);
+        assert_eq!(EigenMethod::for_bands(426, true), EigenMethod::Syevd);
     }
 }

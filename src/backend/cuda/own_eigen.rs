@@ -1,14 +1,19 @@
-//! The symmetric eigen step by kernels of our own (kernels/eigen.cu): Householder tridiagonalisation
-//! in one thread block (the packed matrix in its shared memory up to 238 bands on an H100, in an L2-
-//! resident scratch above), every eigenvalue by Sturm multisection, every eigenvector of the
-//! tridiagonal matrix by one twisted factorisation, and the reflectors applied back.
+//! The symmetric eigen step by kernels of our own (kernels/eigen.cu): Householder tridiagonalisation,
+//! every eigenvalue by Sturm multisection, every eigenvector of the tridiagonal matrix by one twisted
+//! factorisation, and the reflectors applied back, a panel of them at a time.
 //!
-//! `EigenMethod::Own`: the job's device method up to 144 bands, where it beats syevd (1.10 against
-//! 1.66–1.84 ms for the whole step at 128 bands on an H100); above that one block, bound by one SM,
-//! loses to syevd (`EigenMethod::for_bands`). Also a row of `hypermnf bench eigen` at every size.
+//! The tridiagonalisation runs one of two ways ([`Tridiagonal`]):
+//! - `OneBlock` (`EigenMethod::Own`): one thread block, the packed matrix in its shared memory up to
+//!   238 bands on an H100 (an L2-resident scratch above); bound by one SM.
+//! - `Cluster` (`EigenMethod::OwnCluster`, Hopper and later): a thread-block cluster of 8 (or 16)
+//!   blocks with the matrix spread over their shared memory by columns, one cluster barrier a step.
+//!
+//! `EigenMethod::for_bands` picks between them and syevd per size and device, from `hypermnf bench
+//! eigen` (BENCHMARKS.md, "Eigen").
 
 use std::sync::Arc;
 
+use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
 
 use super::compile;
@@ -20,18 +25,36 @@ use crate::backend::BackendError;
 /// kernels/eigen.cu.
 const TRIDIAG_THREADS: u32 = 1024;
 const BACK_COLS: u32 = 8;
-const BACK_PANEL: usize = 8;
+const BACK_PANEL: usize = 16;
+/// Threads of each block of the cluster tridiagonalisation (`EIG_CL_THREADS`), and the warps a Gram
+/// matrix entry of the back-transform takes (one), in blocks of 128 threads.
+const CLUSTER_THREADS: u32 = 512;
+const GRAM_PAIRS: usize = BACK_PANEL * (BACK_PANEL - 1) / 2;
+
+/// How the tridiagonalisation runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tridiagonal {
+    /// One block of 1024 threads (any device).
+    OneBlock,
+    /// One thread-block cluster (compute capability 9.0 and later).
+    Cluster,
+}
 
 /// The kernels, loaded on one context.
 pub(crate) struct OwnEigen {
     _module: Arc<CudaModule>,
     tridiagonalize: CudaFunction,
+    /// The cluster tridiagonalisation, on devices that launch clusters.
+    tridiagonalize_cluster: Option<CudaFunction>,
+    gram: CudaFunction,
     squares: CudaFunction,
     bisect: CudaFunction,
     vectors: CudaFunction,
     back_transform: CudaFunction,
     /// Dynamic shared memory a block may opt in to (bytes).
     smem_optin: usize,
+    /// Whether the device schedules the cluster tridiagonalisation as clusters of 16 blocks.
+    sixteen: bool,
 }
 
 /// Where one solve's scratch lies in the workspace (float64 offsets).
@@ -42,6 +65,7 @@ struct Scratch {
     tau: usize,
     e2: usize,
     lu: usize,
+    gram: usize,
     len: usize,
 }
 
@@ -53,13 +77,19 @@ impl Scratch {
         let tau = e + n;
         let e2 = tau + n;
         let lu = e2 + n;
-        Scratch { packed, d, e, tau, e2, lu, len: lu + 2 * n * n }
+        let gram = lu + 2 * n * n;
+        Scratch { packed, d, e, tau, e2, lu, gram, len: gram + panels(n) * BACK_PANEL * BACK_PANEL }
     }
 }
 
+/// The back-transform's panels of reflectors at n bands.
+fn panels(n: usize) -> usize {
+    n.saturating_sub(2).div_ceil(BACK_PANEL)
+}
+
 impl OwnEigen {
-    /// The largest problem the kernels take: the back-transform keeps 16 rows of n float64 in shared
-    /// memory (128 KB at 1024 bands), and the packed scratch's 32-bit indices stay far from overflow.
+    /// The largest problem the kernels take: the back-transform keeps 24 rows of n float64 in shared
+    /// memory (194 KB at 1024 bands), and the packed scratch's 32-bit indices stay far from overflow.
     pub(crate) const MAX_BANDS: usize = 1024;
 
     /// Compiles (or loads from the PTX cache) and loads kernels/eigen.cu on `ctx`.
@@ -82,8 +112,27 @@ impl OwnEigen {
         };
         let tridiagonalize = opt_in("eig_tridiagonalize")?;
         let back_transform = opt_in("eig_back_transform")?;
+        let (major, _) = ctx.compute_capability().map_err(cuda("cuDeviceGetAttribute"))?;
+        let tridiagonalize_cluster = if major >= 9 {
+            let func = opt_in("eig_tridiagonalize_cluster")?;
+            // Clusters of 16 (beyond the portable 8) are taken where 8 blocks' shared memory cannot
+            // hold the matrix.
+            func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+                .map_err(cuda("cuFuncSetAttribute"))?;
+            Some(func)
+        } else {
+            None
+        };
+        // Clusters of 16 at the largest size the job's pick gives them (425 bands: 106 KB a block).
+        let sixteen = tridiagonalize_cluster.as_ref().is_some_and(|func| {
+            // SAFETY: a loaded function; the query launches nothing.
+            unsafe { clusters_fit(ctx, func, 16, CLUSTER_THREADS, Self::cluster_shared_bytes(425, 16)) }
+        });
         Ok(OwnEigen {
             tridiagonalize,
+            tridiagonalize_cluster,
+            sixteen,
+            gram: f("eig_bt_gram")?,
             squares: f("eig_squares")?,
             bisect: f("eig_bisect")?,
             vectors: f("eig_vectors")?,
@@ -108,6 +157,23 @@ impl OwnEigen {
         (2 * n + 2 + if packed { n * (n + 1) / 2 } else { 0 }) * std::mem::size_of::<f64>()
     }
 
+    /// Shared memory of each block of a cluster of `c` at n bands: its columns, the published
+    /// products (two slots), the reflectors of two steps, p, the copy of the next column, two taus.
+    fn cluster_shared_bytes(n: usize, c: usize) -> usize {
+        let cols = n.div_ceil(c);
+        (cols * n + 2 * cols + 4 * n + 2) * std::mem::size_of::<f64>()
+    }
+
+    /// The cluster size the cluster tridiagonalisation takes at n bands: 16 blocks where the device
+    /// schedules clusters of 16 (beyond the portable 8; on an H200 16 were 4–8 % faster than 8 at 224
+    /// and 425 bands, and equal at 128), else 8; None where their shared memory cannot hold the
+    /// matrix or the device launches no clusters.
+    pub(crate) fn cluster_size(&self, n: usize) -> Option<usize> {
+        self.tridiagonalize_cluster.as_ref()?;
+        let sizes: &[usize] = if self.sixteen { &[16, 8] } else { &[8] };
+        sizes.iter().copied().find(|&c| Self::cluster_shared_bytes(n, c) <= self.smem_optin)
+    }
+
     /// Queues the solve of the n × n matrix at `a` (lower triangle read; overwritten by V, column-
     /// major), the eigenvalues ascending to `w`, on `stream`.
     ///
@@ -115,13 +181,13 @@ impl OwnEigen {
     /// `a` (n² float64), `w` (n) and `work` (`workspace_bytes(n)`) are device allocations of this
     /// module's context that stay alive, and are touched by nothing else, until `stream` has run
     /// the kernels.
-    pub(crate) unsafe fn enqueue(&self, stream: &CudaStream, n: usize, a: u64, w: u64, work: u64) -> Result<(), BackendError> {
+    pub(crate) unsafe fn enqueue(&self, stream: &CudaStream, n: usize, a: u64, w: u64, work: u64, how: Tridiagonal) -> Result<(), BackendError> {
         if n == 0 || n > Self::MAX_BANDS {
             return Err(BackendError::Invalid(format!("the own eigen kernels take 1 to {} bands, not {n}", Self::MAX_BANDS)));
         }
         let s = Scratch::of(n);
         let at = |off: usize| work + (off * std::mem::size_of::<f64>()) as u64;
-        let (packed, d, e, tau, e2, lu) = (at(s.packed), at(s.d), at(s.e), at(s.tau), at(s.e2), at(s.lu));
+        let (packed, d, e, tau, e2, lu, gram) = (at(s.packed), at(s.d), at(s.e), at(s.tau), at(s.e2), at(s.lu), at(s.gram));
         let ni = n as i32;
         let shared = self.in_shared(n);
         let in_shared = i32::from(shared);
@@ -134,9 +200,21 @@ impl OwnEigen {
         // (device pointers as u64, int as i32); every pointer lies in the allocations the caller
         // vouches for, sized by `Scratch::of(n)`; the dynamic shared memory is what the kernel indexes
         // (the tridiagonalisation's within the opt-in set at load).
-        let mut b = stream.launch_builder(&self.tridiagonalize);
-        b.arg(&a).arg(&ni).arg(&packed).arg(&in_shared).arg(&d).arg(&e).arg(&tau);
-        unsafe { b.launch(cfg(1, TRIDIAG_THREADS, Self::shared_bytes(n, shared))) }.map_err(cuda("eig_tridiagonalize"))?;
+        match how {
+            Tridiagonal::OneBlock => {
+                let mut b = stream.launch_builder(&self.tridiagonalize);
+                b.arg(&a).arg(&ni).arg(&packed).arg(&in_shared).arg(&d).arg(&e).arg(&tau);
+                unsafe { b.launch(cfg(1, TRIDIAG_THREADS, Self::shared_bytes(n, shared))) }.map_err(cuda("eig_tridiagonalize"))?;
+            }
+            Tridiagonal::Cluster => {
+                let (Some(func), Some(c)) = (&self.tridiagonalize_cluster, self.cluster_size(n)) else {
+                    return Err(BackendError::Invalid(format!("no cluster tridiagonalisation on this device at {n} bands")));
+                };
+                // SAFETY: as above; the arguments are eig_tridiagonalize_cluster's, in order.
+                unsafe { launch_cluster(stream, func, c as u32, CLUSTER_THREADS, Self::cluster_shared_bytes(n, c), &[a, packed, d, e, tau], ni) }
+                    .map_err(cuda("eig_tridiagonalize_cluster"))?;
+            }
+        }
         let mut b = stream.launch_builder(&self.squares);
         b.arg(&e).arg(&ni).arg(&e2);
         unsafe { b.launch(cfg(n.div_ceil(128), 128, 0)) }.map_err(cuda("eig_squares"))?;
@@ -146,13 +224,85 @@ impl OwnEigen {
         let mut b = stream.launch_builder(&self.vectors);
         b.arg(&d).arg(&e).arg(&w).arg(&ni).arg(&a).arg(&lu);
         unsafe { b.launch(cfg(n.div_ceil(64), 64, 0)) }.map_err(cuda("eig_vectors"))?;
+        if panels(n) == 0 {
+            return Ok(()); // n ≤ 2: T is A, no reflectors to apply
+        }
+        let mut b = stream.launch_builder(&self.gram);
+        b.arg(&packed).arg(&ni).arg(&gram);
+        unsafe { b.launch(cfg((panels(n) * GRAM_PAIRS * 32).div_ceil(128), 128, 0)) }.map_err(cuda("eig_bt_gram"))?;
         let mut b = stream.launch_builder(&self.back_transform);
-        b.arg(&packed).arg(&tau).arg(&ni).arg(&a);
-        let back_smem = (BACK_COLS as usize + BACK_PANEL) * n * std::mem::size_of::<f64>();
+        b.arg(&packed).arg(&tau).arg(&gram).arg(&ni).arg(&a);
+        let back_smem = ((BACK_COLS as usize + BACK_PANEL) * n + BACK_PANEL * BACK_PANEL + BACK_PANEL) * std::mem::size_of::<f64>();
         if back_smem > self.smem_optin {
             return Err(BackendError::Invalid(format!("the own eigen back-transform needs {back_smem} bytes of shared memory at {n} bands")));
         }
         unsafe { b.launch(cfg(n.div_ceil(BACK_COLS as usize), BACK_COLS * 32, back_smem)) }.map_err(cuda("eig_back_transform"))?;
         Ok(())
     }
+}
+
+/// Launches `func` as one cluster of `blocks` blocks (cuLaunchKernelEx with a cluster dimension) with
+/// the kernel arguments (a, n, then the other pointers): `ptrs` = [a, packed, d, e, tau].
+///
+/// # Safety
+/// As for any launch: the arguments match the kernel's parameters and the pointers stay valid until
+/// `stream` has run it.
+unsafe fn launch_cluster(stream: &CudaStream, func: &CudaFunction, blocks: u32, threads: u32, smem: usize, ptrs: &[u64; 5], n: i32) -> Result<(), cudarc::driver::DriverError> {
+    let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+    value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: blocks, y: 1, z: 1 };
+    let mut attr = sys::CUlaunchAttribute { id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, pad: [0; 4], value };
+    let cfg = sys::CUlaunchConfig {
+        gridDimX: blocks,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: threads,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: smem as u32,
+        hStream: stream.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    let [mut a, mut packed, mut d, mut e, mut tau] = *ptrs;
+    let mut n = n;
+    let mut params: [*mut std::ffi::c_void; 6] = [
+        &mut a as *mut u64 as *mut _,
+        &mut n as *mut i32 as *mut _,
+        &mut packed as *mut u64 as *mut _,
+        &mut d as *mut u64 as *mut _,
+        &mut e as *mut u64 as *mut _,
+        &mut tau as *mut u64 as *mut _,
+    ];
+    // SAFETY: cfg and params point to locals alive for the call; the driver copies the arguments.
+    unsafe { sys::cuLaunchKernelEx(&cfg, func.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) }.result()
+}
+
+/// Whether the device can run at least one cluster of `blocks` blocks of `func` at once
+/// (cuOccupancyMaxActiveClusters; false where the query fails).
+///
+/// # Safety
+/// `func` is a function of a module loaded on `ctx`.
+unsafe fn clusters_fit(ctx: &Arc<CudaContext>, func: &CudaFunction, blocks: u32, threads: u32, smem: usize) -> bool {
+    if ctx.bind_to_thread().is_err() {
+        return false;
+    }
+    let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+    value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: blocks, y: 1, z: 1 };
+    let mut attr = sys::CUlaunchAttribute { id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, pad: [0; 4], value };
+    let cfg = sys::CUlaunchConfig {
+        gridDimX: blocks,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: threads,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: smem as u32,
+        hStream: std::ptr::null_mut(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    let mut clusters = 0i32;
+    // SAFETY: cfg and its attribute are locals alive for the call; out-pointer to a local.
+    let ok = unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, func.cu_function(), &cfg) } == sys::CUresult::CUDA_SUCCESS;
+    ok && clusters > 0
 }

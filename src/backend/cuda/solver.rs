@@ -1,7 +1,8 @@
 //! The generalized eigenproblem of the MNF on the device: C_N = L Lᵀ by cuSOLVER's `potrf`,
-//! A = L⁻¹ C_D L⁻ᵀ by two cuBLAS triangular solves, A = V Λ Vᵀ by cuSOLVER's `syevd` (float64, divide
-//! and conquer) or, up to 144 bands, by our own kernels (`own_eigen.rs`; `EigenMethod::for_bands`),
-//! W = L⁻ᵀ V by a third triangular solve.
+//! A = L⁻¹ C_D L⁻ᵀ by two cuBLAS triangular solves, A = V Λ Vᵀ by our own kernels (`own_eigen.rs`: up
+//! to 425 bands on devices that launch thread-block clusters, up to 144 elsewhere) or cuSOLVER's
+//! `syevd` (float64, divide and conquer; `EigenMethod::for_bands`), W = L⁻ᵀ V by a third triangular
+//! solve.
 //!
 //! Why on the device: at 224 bands this host step (faer, one core) took ~9 ms on the H100's host,
 //! longer than all the device work of a 299 MB cube, and nothing can overlap it (the projection needs
@@ -59,9 +60,13 @@ pub(crate) struct DeviceEigen {
     inner: Mutex<Inner>,
     stream: Arc<CudaStream>,
     /// Cleared when the own eigen kernels fail to load or run: the sizes they would take then go to
-    /// syevd. They load at their first solve, not in the warm-up, so that a process that never meets
-    /// their sizes (`hypermnf run` on a 224-band cube) does not pay for their compile and load.
+    /// syevd. They load at their first solve: on a device with clusters that is the warm-up (256
+    /// bands, on the solver's own thread, beside the statistics); elsewhere a process that never
+    /// meets their sizes (up to 144 bands) never pays for their compile and load.
     own_usable: std::sync::atomic::AtomicBool,
+    /// Whether the device launches thread-block clusters (compute capability 9.0+): the own kernels'
+    /// cluster tridiagonalisation.
+    clusters: bool,
 }
 
 struct Inner {
@@ -154,7 +159,7 @@ struct Workspace {
     plans: Vec<MethodPlan>,
     /// Timing events, made at the first timed solve.
     events: Vec<CudaEvent>,
-    /// The own eigen kernels, loaded at the first `EigenMethod::Own` solve.
+    /// The own eigen kernels, loaded at the first `EigenMethod::Own` or `OwnCluster` solve.
     own: Option<Arc<OwnEigen>>,
 }
 
@@ -307,6 +312,7 @@ impl DeviceEigen {
         // SAFETY: valid handle and stream.
         check("cusolverDnSetStream", unsafe { sol::cusolverDnSetStream(handle.0, stream.cu_stream() as _) })?;
         let blas = Blas::new()?;
+        let (major, _) = ctx.compute_capability().map_err(cuda("cuDeviceGetAttribute"))?;
         let solver = DeviceEigen {
             inner: Mutex::new(Inner {
                 handle,
@@ -315,6 +321,7 @@ impl DeviceEigen {
             }),
             stream,
             own_usable: std::sync::atomic::AtomicBool::new(true),
+            clusters: major >= 9,
         };
         // One solve now, at more bands than most cubes have: the workspace is allocated, cuBLAS
         // allocates its own (32 MiB on sm_90) and cuSOLVER loads its kernels at first use (lazy module
@@ -343,8 +350,9 @@ impl DeviceEigen {
     fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
         let timed = tracing::enabled!(target: "hypermnf::timing", tracing::Level::DEBUG);
         use std::sync::atomic::Ordering;
-        if EigenMethod::for_bands(n) == EigenMethod::Own && self.own_usable.load(Ordering::Relaxed) {
-            match self.solve_using(EigenMethod::Own, cn, cd, n, timed) {
+        let method = EigenMethod::for_bands(n, self.clusters);
+        if matches!(method, EigenMethod::Own | EigenMethod::OwnCluster) && self.own_usable.load(Ordering::Relaxed) {
+            match self.solve_using(method, cn, cd, n, timed) {
                 // A C_N that is not positive definite is the input's fault, whichever method runs.
                 Ok(s) => return Ok((s.values, s.w)),
                 Err(e @ SolverError::NotPositiveDefinite(_)) => return Err(e),
