@@ -12,7 +12,7 @@
 //   2. eig_bisect: every eigenvalue of T by Sturm-count multisection, one warp per eigenvalue (32
 //      points an iteration, five bits of the answer each time), in ascending order as syevd gives them.
 //   3. eig_vectors: each eigenvector of T from its eigenvalue by one twisted factorization (the core of
-//      MRRR's single-vector step), one thread per eigenvector: O(n) each.
+//      MRRR's single-vector step), two threads per eigenvector: O(n) each.
 //   4. eig_bt_gram + eig_back_transform: V = Q Z, the reflectors applied to the eigenvectors 16 at a
 //      time, a warp per column.
 //
@@ -230,52 +230,87 @@ extern "C" __global__ void eig_bisect(const double* __restrict__ d, const double
 }
 
 // Column c of z (n × n, column-major) = the unit eigenvector of T for w[c], by the twisted
-// factorization T − λI = N_r Δ_r N_rᵀ at the index r of the smallest |γ_r|. One thread per vector;
-// lu: 2n doubles of scratch per thread (the forward and backward multipliers). (Running the forward
-// and backward factorizations in one loop made it 1.3x slower on an H200: their divisions did not
-// overlap.)
-extern "C" __global__ void eig_vectors(const double* __restrict__ d, const double* __restrict__ e,
-                                       const double* __restrict__ w, int n, double* __restrict__ z,
-                                       double* __restrict__ lu)
+// factorization T − λI = N_r Δ_r N_rᵀ at the index r of the smallest |γ_r|. TWO threads per vector,
+// adjacent in a block of EIG_VEC_THREADS: the even one runs the forward factorization (D+ and L) and
+// then the recurrence below r, the odd one the backward factorization (D- and U) and the recurrence
+// above r. Each half is a chain of float64 divisions whose latency bounds the kernel, and the two
+// chains overlap only in different threads (in one thread's loop they ran one after the other).
+// lu: 3n doubles of scratch per vector (L, U, D-). Launch 2n threads.
+#define EIG_VEC_THREADS 64
+extern "C" __global__ void __launch_bounds__(EIG_VEC_THREADS) eig_vectors(
+    const double* __restrict__ d, const double* __restrict__ e, const double* __restrict__ w, int n,
+    double* __restrict__ z, double* __restrict__ lu)
 {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= n) return;
-    const double lam = w[c];
-    double* L = lu + (long long)c * 2 * n;   // L[i] = e[i] / D+[i]
+    __shared__ int pivot[EIG_VEC_THREADS / 2];
+    __shared__ double half[EIG_VEC_THREADS];
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const int c = t >> 1, pair = threadIdx.x >> 1;
+    const bool forward = (t & 1) == 0, live = c < n;
+    double* L = lu + (long long)c * 3 * n;   // L[i] = e[i] / D+[i]
     double* U = L + n;                        // U[i] = e[i] / D-[i+1]
-    double* col = z + (long long)c * n;
-    double tnorm = 0.0;
-    for (int i = 0; i < n; ++i) tnorm = fmax(tnorm, fabs(d[i]) + (i > 0 ? fabs(e[i - 1]) : 0.0) + (i < n - 1 ? fabs(e[i]) : 0.0));
-    const double tiny = 2.220446049250313e-16 * fmax(tnorm, 1e-300) * 1e-3;
-    // Forward: D+ into col (as scratch), multipliers into L.
-    double dp = d[0] - lam;
-    for (int i = 0; i < n - 1; ++i) {
-        if (fabs(dp) < tiny) dp = dp < 0.0 ? -tiny : tiny;
-        col[i] = dp;
-        L[i] = e[i] / dp;
-        dp = d[i + 1] - lam - L[i] * e[i];
+    double* Dm = U + n;                       // D-[i]
+    double* col = z + (long long)c * n;       // D+ first (as scratch), then the vector
+    const double lam = live ? w[c] : 0.0;
+    double tiny = 0.0;
+    if (live) {
+        double tnorm = 0.0;
+        for (int i = 0; i < n; ++i) tnorm = fmax(tnorm, fabs(d[i]) + (i > 0 ? fabs(e[i - 1]) : 0.0) + (i < n - 1 ? fabs(e[i]) : 0.0));
+        tiny = 2.220446049250313e-16 * fmax(tnorm, 1e-300) * 1e-3;
+        if (forward) {
+            double dp = d[0] - lam;
+            for (int i = 0; i < n - 1; ++i) {
+                if (fabs(dp) < tiny) dp = dp < 0.0 ? -tiny : tiny;
+                col[i] = dp;
+                const double l = e[i] / dp;
+                L[i] = l;
+                dp = d[i + 1] - lam - l * e[i];
+            }
+            if (fabs(dp) < tiny) dp = dp < 0.0 ? -tiny : tiny;
+            col[n - 1] = dp;
+        } else {
+            double dm = d[n - 1] - lam;
+            if (fabs(dm) < tiny) dm = dm < 0.0 ? -tiny : tiny;
+            Dm[n - 1] = dm;
+            for (int i = n - 2; i >= 0; --i) {
+                const double u = e[i] / dm;
+                U[i] = u;
+                dm = d[i] - lam - u * e[i];
+                if (fabs(dm) < tiny) dm = dm < 0.0 ? -tiny : tiny;
+                Dm[i] = dm;
+            }
+        }
     }
-    if (fabs(dp) < tiny) dp = dp < 0.0 ? -tiny : tiny;
-    col[n - 1] = dp;
-    // Backward: D- running, γ_r = D+_r + D-_r − (d_r − λ); keep the r of the smallest |γ|.
-    double dm = d[n - 1] - lam;
-    if (fabs(dm) < tiny) dm = dm < 0.0 ? -tiny : tiny;
-    int r = n - 1;
-    double best = fabs(col[n - 1] + dm - (d[n - 1] - lam));
-    for (int i = n - 2; i >= 0; --i) {
-        U[i] = e[i] / dm;
-        dm = d[i] - lam - U[i] * e[i];
-        if (fabs(dm) < tiny) dm = dm < 0.0 ? -tiny : tiny;
-        const double g = fabs(col[i] + dm - (d[i] - lam));
-        if (g < best) { best = g; r = i; }
+    __syncthreads();   // both halves' factorizations are visible to the pair
+    if (live && forward) {
+        // γ_r = D+_r + D-_r − (d_r − λ); the r of the smallest |γ| (the highest of equal ones).
+        int r = n - 1;
+        double best = fabs(col[n - 1] + Dm[n - 1] - (d[n - 1] - lam));
+        for (int i = n - 2; i >= 0; --i) {
+            const double g = fabs(col[i] + Dm[i] - (d[i] - lam));
+            if (g < best) { best = g; r = i; }
+        }
+        pivot[pair] = r;
     }
-    // z_r = 1, then outwards.
-    col[r] = 1.0;
-    double nrm = 1.0;
-    for (int i = r - 1; i >= 0; --i) { double zi = -L[i] * col[i + 1]; col[i] = zi; nrm += zi * zi; }
-    for (int i = r; i < n - 1; ++i) { double zi = -U[i] * col[i]; col[i + 1] = zi; nrm += zi * zi; }
-    const double inv = 1.0 / sqrt(nrm);
-    for (int i = 0; i < n; ++i) col[i] *= inv;
+    __syncthreads();
+    double sum = 0.0;
+    if (live) {
+        // z_r = 1, then outwards: below r by the even thread, above by the odd one.
+        const int r = pivot[pair];
+        double x = 1.0;
+        if (forward) {
+            col[r] = 1.0;
+            for (int i = r - 1; i >= 0; --i) { x = -L[i] * x; col[i] = x; sum += x * x; }
+        } else {
+            for (int i = r; i < n - 1; ++i) { x = -U[i] * x; col[i + 1] = x; sum += x * x; }
+        }
+    }
+    half[threadIdx.x] = sum;
+    __syncthreads();   // both halves of the vector are written
+    if (live) {
+        const double inv = 1.0 / sqrt(1.0 + half[2 * pair] + half[2 * pair + 1]);
+        const int mid = n / 2;
+        for (int i = forward ? 0 : mid; i < (forward ? mid : n); ++i) col[i] *= inv;
+    }
 }
 
 // V = Q Z = H_0 H_1 ⋯ H_{n−3} Z in place over z (n × n, column-major). packed holds the reflectors as
@@ -488,7 +523,8 @@ extern "C" __global__ void __launch_bounds__(EIG_CL_THREADS) eig_tridiagonalize_
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ double eig_cl_smem[];
-    const int C = (int)eig_cluster_size();
+    const int C = (int)eig_cluster_size();   // 8 or 16: a power of two (own_eigen.rs launches no other)
+    const int lgC = __ffs(C) - 1;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int rank = (int)eig_cluster_rank();
     const int ncols = (n + C - 1) / C;                 // column slots of every block
@@ -537,10 +573,10 @@ extern "C" __global__ void __launch_bounds__(EIG_CL_THREADS) eig_tridiagonalize_
         double* vn = vv + (par ^ 1) * n;       // v_{k+1}, rows ≥ r1, built below
         // p_k (entry i in block i mod C, slot i / C) and column k + 1 from its holder.
         const double* pslot = ppub + par * ncols;
-        const int hold = r0 % C;
-        const unsigned csrc = eig_dsmem(cols + (long long)(r0 / C) * n, hold);
+        const int hold = r0 & (C - 1);
+        const unsigned csrc = eig_dsmem(cols + (long long)(r0 >> lgC) * n, hold);
         for (int i = r0 + tid; i < n; i += EIG_CL_THREADS) {
-            p[i] = eig_dsmem_load(eig_dsmem(pslot + i / C, i % C));
+            p[i] = eig_dsmem_load(eig_dsmem(pslot + (i >> lgC), i & (C - 1)));
             cr[i] = eig_dsmem_load(csrc + 8u * i);
         }
         __syncthreads();

@@ -30,6 +30,8 @@ const BACK_PANEL: usize = 16;
 /// matrix entry of the back-transform takes (one), in blocks of 128 threads.
 const CLUSTER_THREADS: u32 = 512;
 const GRAM_PAIRS: usize = BACK_PANEL * (BACK_PANEL - 1) / 2;
+/// Threads of a block of the eigenvector kernel, two per vector (`EIG_VEC_THREADS`).
+const VECTOR_THREADS: u32 = 64;
 
 /// How the tridiagonalisation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +79,7 @@ impl Scratch {
         let tau = e + n;
         let e2 = tau + n;
         let lu = e2 + n;
-        let gram = lu + 2 * n * n;
+        let gram = lu + 3 * n * n;
         Scratch { packed, d, e, tau, e2, lu, gram, len: gram + panels(n) * BACK_PANEL * BACK_PANEL }
     }
 }
@@ -223,7 +225,7 @@ impl OwnEigen {
         unsafe { b.launch(cfg((n * 32).div_ceil(128), 128, 0)) }.map_err(cuda("eig_bisect"))?;
         let mut b = stream.launch_builder(&self.vectors);
         b.arg(&d).arg(&e).arg(&w).arg(&ni).arg(&a).arg(&lu);
-        unsafe { b.launch(cfg(n.div_ceil(64), 64, 0)) }.map_err(cuda("eig_vectors"))?;
+        unsafe { b.launch(cfg((2 * n).div_ceil(VECTOR_THREADS as usize), VECTOR_THREADS, 0)) }.map_err(cuda("eig_vectors"))?;
         if panels(n) == 0 {
             return Ok(()); // n ≤ 2: T is A, no reflectors to apply
         }
