@@ -39,6 +39,24 @@ __device__ __forceinline__ double eig_warp_sum(double v) {
     return __shfl_sync(0xffffffffu, v, 0);
 }
 
+// The Householder reflector H = I − t v vᵀ with H y = beta e1 of the column y = rows r0..n−1, row i at
+// x[at + (i − r0)] (LAPACK dlarfg without its rescaling of tiny norms), by one warp: beta = −sign(y_r0)
+// ‖y‖, t = (beta − y_r0) / beta, and v = (1, y_{r0+1..} · scale), scale = 1 / (y_r0 − beta). Every lane
+// gets all three.
+__device__ __forceinline__ void eig_householder(const double* x, int at, int r0, int n, int lane, double& t, double& beta, double& scale) {
+    const double alpha = x[at];
+    double s = 0.0;
+    for (int i = r0 + 1 + lane; i < n; i += 32) { double y = x[at + (i - r0)]; s += y * y; }
+    s = eig_warp_sum(s);
+    if (s == 0.0) {
+        t = 0.0; beta = alpha; scale = 0.0;
+    } else {
+        beta = -copysign(sqrt(alpha * alpha + s), alpha);
+        t = (beta - alpha) / beta;
+        scale = 1.0 / (alpha - beta);
+    }
+}
+
 // a: n × n column-major (lower triangle read). packed: n(n+1)/2 doubles of global scratch, used when
 // the packed matrix does not fit shared memory (in_shared == 0), and always written at the end (the
 // reflectors for eig_back_transform). d (n), e (n − 1), tau (n − 2) out.
@@ -72,18 +90,8 @@ extern "C" __global__ void __launch_bounds__(EIG_THREADS) eig_tridiagonalize(
         const int ck = (int)eig_packed(n, r0, k);  // A[k+1, k]
         // 1. The reflector from A[k+1:n, k] (warp 0): H = I − tau v vᵀ, v[0] = 1, H x = beta e1.
         if (warp == 0) {
-            const double alpha = m[ck];
-            double s = 0.0;
-            for (int i = r0 + 1 + lane; i < n; i += 32) { double x = m[ck + (i - r0)]; s += x * x; }
-            s = eig_warp_sum(s);
             double t, beta, scale;
-            if (s == 0.0) {
-                t = 0.0; beta = alpha; scale = 0.0;
-            } else {
-                beta = -copysign(sqrt(alpha * alpha + s), alpha);
-                t = (beta - alpha) / beta;
-                scale = 1.0 / (alpha - beta);
-            }
+            eig_householder(m, ck, r0, n, lane, t, beta, scale);
             for (int i = r0 + lane; i < n; i += 32) {
                 double vi = (i == r0) ? 1.0 : m[ck + (i - r0)] * scale;
                 v[i] = vi;
@@ -488,18 +496,8 @@ __device__ __forceinline__ void eig_cluster_sync() {
 __device__ __forceinline__ void eig_cl_reflector(const double* col, int n, int k, int lane, double* v,
                                                  double* tv, bool out, double* packed, double* d, double* e, double* tau) {
     const int r0 = k + 1;
-    const double alpha = col[r0];
-    double s = 0.0;
-    for (int i = r0 + 1 + lane; i < n; i += 32) { double x = col[i]; s += x * x; }
-    s = eig_warp_sum(s);
     double t, beta, scale;
-    if (s == 0.0) {
-        t = 0.0; beta = alpha; scale = 0.0;
-    } else {
-        beta = -copysign(sqrt(alpha * alpha + s), alpha);
-        t = (beta - alpha) / beta;
-        scale = 1.0 / (alpha - beta);
-    }
+    eig_householder(col, r0, r0, n, lane, t, beta, scale);
     const long long ck = eig_packed(n, r0, k);
     for (int i = r0 + lane; i < n; i += 32) {
         double vi = (i == r0) ? 1.0 : col[i] * scale;

@@ -250,21 +250,8 @@ impl OwnEigen {
 /// As for any launch: the arguments match the kernel's parameters and the pointers stay valid until
 /// `stream` has run it.
 unsafe fn launch_cluster(stream: &CudaStream, func: &CudaFunction, blocks: u32, threads: u32, smem: usize, ptrs: &[u64; 5], n: i32) -> Result<(), cudarc::driver::DriverError> {
-    let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
-    value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: blocks, y: 1, z: 1 };
-    let mut attr = sys::CUlaunchAttribute { id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, pad: [0; 4], value };
-    let cfg = sys::CUlaunchConfig {
-        gridDimX: blocks,
-        gridDimY: 1,
-        gridDimZ: 1,
-        blockDimX: threads,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: smem as u32,
-        hStream: stream.cu_stream(),
-        attrs: &mut attr,
-        numAttrs: 1,
-    };
+    let mut attr = cluster_dimension(blocks);
+    let cfg = cluster_config(blocks, threads, smem, stream.cu_stream(), &mut attr);
     let [mut a, mut packed, mut d, mut e, mut tau] = *ptrs;
     let mut n = n;
     let mut params: [*mut std::ffi::c_void; 6] = [
@@ -288,10 +275,26 @@ unsafe fn clusters_fit(ctx: &Arc<CudaContext>, func: &CudaFunction, blocks: u32,
     if ctx.bind_to_thread().is_err() {
         return false;
     }
+    let mut attr = cluster_dimension(blocks);
+    let cfg = cluster_config(blocks, threads, smem, std::ptr::null_mut(), &mut attr);
+    let mut clusters = 0i32;
+    // SAFETY: cfg and its attribute are locals alive for the call; out-pointer to a local.
+    let ok = unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, func.cu_function(), &cfg) } == sys::CUresult::CUDA_SUCCESS;
+    ok && clusters > 0
+}
+
+/// The launch attribute of a cluster of `blocks` blocks in x.
+fn cluster_dimension(blocks: u32) -> sys::CUlaunchAttribute {
+    // SAFETY: the attribute value is a plain C union; all zeros is a valid bit pattern for it.
     let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
     value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: blocks, y: 1, z: 1 };
-    let mut attr = sys::CUlaunchAttribute { id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, pad: [0; 4], value };
-    let cfg = sys::CUlaunchConfig {
+    sys::CUlaunchAttribute { id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, pad: [0; 4], value }
+}
+
+/// A one-dimensional launch of one cluster of `blocks` blocks on `stream`; the configuration points to
+/// `attr`, which must outlive its use.
+fn cluster_config(blocks: u32, threads: u32, smem: usize, stream: sys::CUstream, attr: &mut sys::CUlaunchAttribute) -> sys::CUlaunchConfig {
+    sys::CUlaunchConfig {
         gridDimX: blocks,
         gridDimY: 1,
         gridDimZ: 1,
@@ -299,12 +302,8 @@ unsafe fn clusters_fit(ctx: &Arc<CudaContext>, func: &CudaFunction, blocks: u32,
         blockDimY: 1,
         blockDimZ: 1,
         sharedMemBytes: smem as u32,
-        hStream: std::ptr::null_mut(),
-        attrs: &mut attr,
+        hStream: stream,
+        attrs: attr,
         numAttrs: 1,
-    };
-    let mut clusters = 0i32;
-    // SAFETY: cfg and its attribute are locals alive for the call; out-pointer to a local.
-    let ok = unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, func.cu_function(), &cfg) } == sys::CUresult::CUDA_SUCCESS;
-    ok && clusters > 0
+    }
 }
