@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as the README gives it: Rust unit and integration tests (GPU tests are reported
-# as ignored on machines without a CUDA device), the parsers fuzzed, the doc tests and the library
+# as ignored on machines without a CUDA device), every kernel program compiled by NVRTC (NVIDIA's wheel,
+# scripts/lib/nvrtc.sh), the parsers fuzzed, the doc tests and the library
 # example, the comparison with Spectral Python on the real cubes, the Python client's tests against a
 # live server, the hostile-input and auth tests (scripts/hostile-test.sh), OGC API - Processes with
 # OWSLib (scripts/ogc-test.sh), the web page in Chromium (scripts/web-test.sh), schemathesis against
@@ -19,6 +20,8 @@ source scripts/lib/postgres.sh
 source scripts/lib/garage.sh
 # shellcheck source=lib/gdal.sh
 source scripts/lib/gdal.sh
+# shellcheck source=lib/nvrtc.sh
+source scripts/lib/nvrtc.sh
 
 step() { printf '\n== %s\n' "$*"; }
 # The PostgreSQL and Garage servers started below go on any exit.
@@ -66,6 +69,15 @@ echo "HYPERMNF_TEST_S3_URL=$HYPERMNF_TEST_S3_URL (AWS_ENDPOINT_URL=$AWS_ENDPOINT
 step "cargo test"
 cargo test --all-targets 2>&1 | tee /tmp/hypermnf-cargo-test.log
 grep -q "test result: ok" /tmp/hypermnf-cargo-test.log
+
+# Every kernel program (the pipeline's, the eigen step's, the GPU hash table's) compiled by NVRTC, as a
+# GPU host would at its first job, with the NVRTC the container ships (scripts/lib/nvrtc.sh): without a
+# GPU this is where a kernel that does not compile shows. Those tests skipped above, with no libnvrtc.
+step "kernels compile with NVRTC (cargo test --lib -- compile_with_nvrtc compiles_with_nvrtc)"
+hypermnf_nvrtc_install
+LD_LIBRARY_PATH="$HYPERMNF_NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" HYPERMNF_REQUIRE_NVRTC=1 \
+  cargo test --lib -- compile_with_nvrtc compiles_with_nvrtc 2>&1 | tee /tmp/hypermnf-cargo-test-nvrtc.log
+grep -q "test result: ok. 2 passed" /tmp/hypermnf-cargo-test-nvrtc.log
 
 # The GDAL formats (feature `gdal`): EMIT/NEON/PRISMA/GeoTIFF readers and COG outputs. Only this test
 # binary is built with the feature (the crate once more; the dependencies are shared), so the rest of

@@ -602,7 +602,19 @@ const _: () = assert!(BUCKET_CELLS == 4);
 
 #[cfg(test)]
 mod tests {
-    use super::is_define;
+    use super::{base_options, compile, is_define, SOURCE};
+
+    /// The table's kernels compile with NVRTC (where libnvrtc loads; see
+    /// `backend::cuda::compile::nvrtc_required`): CI has no GPU to show a kernel that does not.
+    #[test]
+    fn the_table_kernels_compile_with_nvrtc() {
+        match std::panic::catch_unwind(|| compile(SOURCE, "hashtable.cu", base_options())) {
+            Ok(Ok(ptx)) => assert!(ptx.to_src().contains(".entry"), "no kernel in the PTX"),
+            Ok(Err(log)) => panic!("hashtable.cu does not compile: {log}"),
+            Err(_) if !crate::backend::cuda::compile::nvrtc_required() => eprintln!("skipped: libnvrtc could not be loaded"),
+            Err(_) => panic!("libnvrtc could not be loaded, and HYPERMNF_REQUIRE_NVRTC=1"),
+        }
+    }
 
     #[test]
     fn only_plain_defines_reach_the_compiler() {

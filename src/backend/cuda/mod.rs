@@ -9,7 +9,7 @@
 //! - `prepared`: a cube on the device (resident, or streamed in chunks when it does not fit), and the
 //!   statistics, projection and inverse passes with chunked, double-buffered, overlapped transfers.
 
-mod compile;
+pub(crate) mod compile;
 mod cublas;
 mod device;
 mod kernels;
