@@ -5,8 +5,9 @@
 //! The tridiagonalisation runs one of two ways ([`Tridiagonal`]):
 //! - `OneBlock` (`EigenMethod::Own`): one thread block, the packed matrix in its shared memory up to
 //!   238 bands on an H100 (an L2-resident scratch above); bound by one SM.
-//! - `Cluster` (`EigenMethod::OwnCluster`, Hopper and later): a thread-block cluster of 8 (or 16)
-//!   blocks with the matrix spread over their shared memory by columns, one cluster barrier a step.
+//! - `Cluster` (`EigenMethod::OwnCluster`, Hopper and later): a thread-block cluster of 16 blocks (8
+//!   where 16 cannot be scheduled) with the matrix spread over their shared memory by columns, one
+//!   cluster barrier a step.
 //!
 //! `EigenMethod::for_bands` picks between them and syevd per size and device, from `hypermnf bench
 //! eigen` (BENCHMARKS.md, "Eigen").
@@ -26,9 +27,9 @@ use crate::backend::BackendError;
 const TRIDIAG_THREADS: u32 = 1024;
 const BACK_COLS: u32 = 8;
 const BACK_PANEL: usize = 16;
-/// Threads of each block of the cluster tridiagonalisation (`EIG_CL_THREADS`), and the warps a Gram
-/// matrix entry of the back-transform takes (one), in blocks of 128 threads.
+/// Threads of each block of the cluster tridiagonalisation (`EIG_CL_THREADS`).
 const CLUSTER_THREADS: u32 = 512;
+/// Entries of a panel's Gram matrix that `eig_bt_gram` forms, a warp each (`EIG_BT_PAIRS`).
 const GRAM_PAIRS: usize = BACK_PANEL * (BACK_PANEL - 1) / 2;
 /// Threads of a block of the eigenvector kernel, two per vector (`EIG_VEC_THREADS`).
 const VECTOR_THREADS: u32 = 64;
@@ -117,8 +118,7 @@ impl OwnEigen {
         let (major, _) = ctx.compute_capability().map_err(cuda("cuDeviceGetAttribute"))?;
         let tridiagonalize_cluster = if major >= 9 {
             let func = opt_in("eig_tridiagonalize_cluster")?;
-            // Clusters of 16 (beyond the portable 8) are taken where 8 blocks' shared memory cannot
-            // hold the matrix.
+            // Clusters of 16 are beyond the portable size (8): the attribute allows them.
             func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
                 .map_err(cuda("cuFuncSetAttribute"))?;
             Some(func)
