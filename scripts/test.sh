@@ -77,7 +77,7 @@ step "kernels compile with NVRTC (cargo test --lib -- compile_with_nvrtc compile
 hypermnf_nvrtc_install
 LD_LIBRARY_PATH="$HYPERMNF_NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" HYPERMNF_REQUIRE_NVRTC=1 \
   cargo test --lib -- compile_with_nvrtc compiles_with_nvrtc 2>&1 | tee /tmp/hypermnf-cargo-test-nvrtc.log
-grep -q "test result: ok. 2 passed" /tmp/hypermnf-cargo-test-nvrtc.log
+grep -q "test result: ok. 3 passed" /tmp/hypermnf-cargo-test-nvrtc.log
 
 # The GDAL formats (feature `gdal`): EMIT/NEON/PRISMA/GeoTIFF readers and COG outputs. Only this test
 # binary is built with the feature (the crate once more; the dependencies are shared), so the rest of

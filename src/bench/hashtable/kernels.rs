@@ -114,3 +114,32 @@ impl DesignKernels {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SOURCE;
+    use crate::hashtable::gpu;
+
+    /// The benchmark's programs compile with NVRTC as `load_once` compiles them (where libnvrtc loads;
+    /// see `backend::cuda::compile::nvrtc_required`): CI has no GPU to show one that does not.
+    #[test]
+    fn the_bench_kernels_compile_with_nvrtc() {
+        let with_table = format!("{}\n{SOURCE}", gpu::SOURCE);
+        let programs = [
+            (with_table.as_str(), "hashtable_bench.cu"),
+            (include_str!("../../../kernels/bench/ht_hopscotch.cu"), "ht_hopscotch.cu"),
+            (include_str!("../../../kernels/bench/ht_slab.cu"), "ht_slab.cu"),
+        ];
+        for (source, file) in programs {
+            match std::panic::catch_unwind(|| gpu::compile(source, file, gpu::base_options())) {
+                Ok(Ok(ptx)) => assert!(ptx.to_src().contains(".entry"), "{file}: no kernel in the PTX"),
+                Ok(Err(log)) => panic!("{file} does not compile: {log}"),
+                Err(_) if !crate::backend::cuda::compile::nvrtc_required() => {
+                    eprintln!("skipped: libnvrtc could not be loaded");
+                    return;
+                }
+                Err(_) => panic!("libnvrtc could not be loaded, and HYPERMNF_REQUIRE_NVRTC=1"),
+            }
+        }
+    }
+}
