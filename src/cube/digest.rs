@@ -307,9 +307,9 @@ impl Arriving {
                 let row = samples * size;
                 // Each line's band rows, taken off the pending pieces in order, then the lines
                 // transposed on the digest pool, one task each (from TRANSPOSE_ON_POOL_FROM threads):
-                // on the H100 host (16 cores) the one
-                // thread that transposed every line of a BIL upload was 100 % busy while the upload
-                // ran at 1.1–1.3 GB/s, the ingest's bottleneck (2026-11-27, issue 29).
+                // on the H100 host (16 cores) the one thread that transposed every line of a BIL
+                // upload was 100 % busy while the upload ran at 1.1–1.3 GB/s, the ingest's bottleneck
+                // (2026-11-27, issue 29).
                 let lines: Vec<Vec<bytes::Bytes>> = (0..n / self.unit)
                     .map(|_| {
                         let mut rows = Vec::with_capacity(bands);

@@ -600,20 +600,33 @@ fn decode(op: &Op, st: u32, okey: u64, oval: u64) -> Result<OpResult, HashTableE
 /// Cells per bucket as the kernels see them (compile-time check that the layouts agree).
 const _: () = assert!(BUCKET_CELLS == 4);
 
+/// For the tests that compile a program as the table's are compiled (`compile` with `base_options`):
+/// panics if NVRTC rejects `source` (called `file`) or gives PTX without a kernel. Returns false,
+/// skipped, where libnvrtc cannot be loaded, unless `HYPERMNF_REQUIRE_NVRTC=1` makes that a failure
+/// (`backend::cuda::compile::nvrtc_required`). CI has no GPU to show a kernel that does not compile.
+#[cfg(test)]
+pub(crate) fn assert_compiles(source: &str, file: &str) -> bool {
+    match std::panic::catch_unwind(|| compile(source, file, base_options())) {
+        Ok(Ok(ptx)) => {
+            assert!(ptx.to_src().contains(".entry"), "{file}: no kernel in the PTX");
+            true
+        }
+        Ok(Err(log)) => panic!("{file} does not compile: {log}"),
+        Err(_) if !crate::backend::cuda::compile::nvrtc_required() => {
+            eprintln!("skipped: libnvrtc could not be loaded");
+            false
+        }
+        Err(_) => panic!("libnvrtc could not be loaded, and HYPERMNF_REQUIRE_NVRTC=1"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{base_options, compile, is_define, SOURCE};
+    use super::{assert_compiles, is_define, SOURCE};
 
-    /// The table's kernels compile with NVRTC (where libnvrtc loads; see
-    /// `backend::cuda::compile::nvrtc_required`): CI has no GPU to show a kernel that does not.
     #[test]
     fn the_table_kernels_compile_with_nvrtc() {
-        match std::panic::catch_unwind(|| compile(SOURCE, "hashtable.cu", base_options())) {
-            Ok(Ok(ptx)) => assert!(ptx.to_src().contains(".entry"), "no kernel in the PTX"),
-            Ok(Err(log)) => panic!("hashtable.cu does not compile: {log}"),
-            Err(_) if !crate::backend::cuda::compile::nvrtc_required() => eprintln!("skipped: libnvrtc could not be loaded"),
-            Err(_) => panic!("libnvrtc could not be loaded, and HYPERMNF_REQUIRE_NVRTC=1"),
-        }
+        assert_compiles(SOURCE, "hashtable.cu");
     }
 
     #[test]

@@ -120,8 +120,7 @@ mod tests {
     use super::SOURCE;
     use crate::hashtable::gpu;
 
-    /// The benchmark's programs compile with NVRTC as `load_once` compiles them (where libnvrtc loads;
-    /// see `backend::cuda::compile::nvrtc_required`): CI has no GPU to show one that does not.
+    /// The benchmark's programs compile with NVRTC as `load_once` compiles them (`gpu::assert_compiles`).
     #[test]
     fn the_bench_kernels_compile_with_nvrtc() {
         let with_table = format!("{}\n{SOURCE}", gpu::SOURCE);
@@ -131,14 +130,8 @@ mod tests {
             (include_str!("../../../kernels/bench/ht_slab.cu"), "ht_slab.cu"),
         ];
         for (source, file) in programs {
-            match std::panic::catch_unwind(|| gpu::compile(source, file, gpu::base_options())) {
-                Ok(Ok(ptx)) => assert!(ptx.to_src().contains(".entry"), "{file}: no kernel in the PTX"),
-                Ok(Err(log)) => panic!("{file} does not compile: {log}"),
-                Err(_) if !crate::backend::cuda::compile::nvrtc_required() => {
-                    eprintln!("skipped: libnvrtc could not be loaded");
-                    return;
-                }
-                Err(_) => panic!("libnvrtc could not be loaded, and HYPERMNF_REQUIRE_NVRTC=1"),
+            if !gpu::assert_compiles(source, file) {
+                return;
             }
         }
     }
