@@ -171,6 +171,20 @@ extern "C" __global__ void __launch_bounds__(EIG_THREADS) eig_tridiagonalize(
     }
 }
 
+// 1 / q to within an ulp or two: the hardware's approximate reciprocal and two Newton steps. The Sturm
+// count's chain of float64 divisions bounds eig_bisect, and a division is a ~10-instruction subroutine
+// with a branch; this is the approximation and four dependent FMAs. On an H100 it halved eig_bisect (0.51 → 0.27 ms at 425
+// bands); eigenvalues moved by ≤ 1.1e-15 relative each. (|q| ≥ pivmin keeps q normal; a reciprocal
+// that would be subnormal is flushed to 0, a change below e2's rounding.)
+__device__ __forceinline__ double eig_rcp(double q) {
+    double y;
+    asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(q));
+    double r = fma(-q, y, 1.0);
+    y = fma(y, r, y);
+    r = fma(-q, y, 1.0);
+    return fma(y, r, y);
+}
+
 // The number of eigenvalues of T smaller than x (Sturm sequence of the LDLᵀ of T − xI). e2 = e².
 // A zero pivot is replaced by −pivmin, as LAPACK's dstebz does.
 __device__ __forceinline__ int eig_sturm(const double* d, const double* e2, int n, double x, double pivmin) {
@@ -179,7 +193,7 @@ __device__ __forceinline__ int eig_sturm(const double* d, const double* e2, int 
     if (fabs(q) < pivmin) q = -pivmin;
     if (q < 0.0) ++count;
     for (int i = 1; i < n; ++i) {
-        q = d[i] - x - e2[i - 1] / q;
+        q = (d[i] - x) - e2[i - 1] * eig_rcp(q);
         if (fabs(q) < pivmin) q = -pivmin;
         if (q < 0.0) ++count;
     }
@@ -241,10 +255,12 @@ extern "C" __global__ void eig_bisect(const double* __restrict__ d, const double
 // factorization T − λI = N_r Δ_r N_rᵀ at the index r of the smallest |γ_r|. TWO threads per vector,
 // adjacent in a block of EIG_VEC_THREADS: the even one runs the forward factorization (D+ and L) and
 // then the recurrence below r, the odd one the backward factorization (D- and U) and the recurrence
-// above r. Each half is a chain of float64 divisions whose latency bounds the kernel, and the two
-// chains overlap only in different threads (in one thread's loop they ran one after the other).
-// lu: 3n doubles of scratch per vector (L, U, D-). Launch 2n threads.
-#define EIG_VEC_THREADS 64
+// above r. Each half is a chain of float64 divisions (by eig_rcp, as in the Sturm count) whose latency
+// bounds the kernel, and the two chains overlap only in different threads (in one thread's loop they
+// ran one after the other).
+// lu: 3n doubles of scratch per vector (L, U, D-). Launch 2n threads. Blocks of 32 (16 vectors) were
+// 18–20 % faster than 64 on an H100 at 224 and 425 bands: twice the blocks spread over more SMs.
+#define EIG_VEC_THREADS 32
 extern "C" __global__ void __launch_bounds__(EIG_VEC_THREADS) eig_vectors(
     const double* __restrict__ d, const double* __restrict__ e, const double* __restrict__ w, int n,
     double* __restrict__ z, double* __restrict__ lu)
@@ -263,13 +279,14 @@ extern "C" __global__ void __launch_bounds__(EIG_VEC_THREADS) eig_vectors(
     if (live) {
         double tnorm = 0.0;
         for (int i = 0; i < n; ++i) tnorm = fmax(tnorm, fabs(d[i]) + (i > 0 ? fabs(e[i - 1]) : 0.0) + (i < n - 1 ? fabs(e[i]) : 0.0));
-        tiny = 2.220446049250313e-16 * fmax(tnorm, 1e-300) * 1e-3;
+        // (The floor keeps every pivot a normal number, which eig_rcp needs.)
+        tiny = 2.220446049250313e-16 * fmax(tnorm, 1e-280) * 1e-3;
         if (forward) {
             double dp = d[0] - lam;
             for (int i = 0; i < n - 1; ++i) {
                 if (fabs(dp) < tiny) dp = dp < 0.0 ? -tiny : tiny;
                 col[i] = dp;
-                const double l = e[i] / dp;
+                const double l = e[i] * eig_rcp(dp);
                 L[i] = l;
                 dp = d[i + 1] - lam - l * e[i];
             }
@@ -280,7 +297,7 @@ extern "C" __global__ void __launch_bounds__(EIG_VEC_THREADS) eig_vectors(
             if (fabs(dm) < tiny) dm = dm < 0.0 ? -tiny : tiny;
             Dm[n - 1] = dm;
             for (int i = n - 2; i >= 0; --i) {
-                const double u = e[i] / dm;
+                const double u = e[i] * eig_rcp(dm);
                 U[i] = u;
                 dm = d[i] - lam - u * e[i];
                 if (fabs(dm) < tiny) dm = dm < 0.0 ? -tiny : tiny;
