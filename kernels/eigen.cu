@@ -652,3 +652,88 @@ extern "C" __global__ void __launch_bounds__(EIG_CL_THREADS) eig_tridiagonalize_
     eig_cluster_sync();
 #endif
 }
+
+// ---------------------------------------------------------------------------------------------------
+// The whitening's triangular inverse (whitening.rs): L⁻¹ of the Cholesky factor of C_N, so that the
+// whitening A = L⁻¹ C_D L⁻ᵀ and the back-transform W = L⁻ᵀ V are three float64 GEMMs. cuBLAS's three
+// triangular solves took 0.66 ms at 425 bands on an H100 (a GEMM of that size 23 µs), and cuSOLVER's
+// trtri 0.38 ms: both walk the diagonal in small sequential steps. Here L is padded to p = 64 · 2^m
+// with an identity (its inverse is L⁻¹ padded the same way), its 64 × 64 diagonal blocks are inverted
+// by eig_invert_leaves, one block each, all at once, and whitening.rs joins them pairwise by
+// log2(p / 64) levels of two strided-batched GEMMs:
+//   [X 0; Y Z]⁻¹ = [X⁻¹ 0; −Z⁻¹ Y X⁻¹  Z⁻¹].
+#define EIG_INV_LEAF 64
+
+// lp (p × p, column-major) = L's lower triangle (l: n × n, column-major; its strict upper triangle is
+// never read) with zeros above the diagonal and the identity on rows and columns n..p−1.
+// Launch p² threads.
+extern "C" __global__ void eig_lower_padded(const double* __restrict__ l, int n, int p, double* __restrict__ lp)
+{
+    const long long x = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (x >= (long long)p * p) return;
+    const int i = (int)(x % p), j = (int)(x / p);
+    double v;
+    if (i < n && j < n) v = i >= j ? l[i + (long long)j * n] : 0.0;
+    else v = i == j ? 1.0 : 0.0;
+    lp[x] = v;
+}
+
+// Each block inverts one EIG_INV_LEAF² diagonal block of lp (p × p, column-major, lower triangular,
+// zeros above the diagonal) in place. Thread j < EIG_INV_LEAF forms column j of the inverse by forward
+// substitution: x_i = (δ_ij − Σ_{k<i} l_ik x_k) / l_ii, over all k (x_k = 0 for k < j), so a warp's
+// threads read the same l_ik (broadcast) and their own x_kj (consecutive banks). All EIG_INV_THREADS
+// threads move the block in and out, a few loads each, issued together: with one thread per column
+// (64 dependent global loads each) the kernel took 38 µs, almost all of it waiting on those loads.
+// Launch p / EIG_INV_LEAF blocks of EIG_INV_THREADS threads with EIG_INV_SMEM bytes of dynamic shared
+// memory (past the static 48 KB).
+#define EIG_INV_THREADS 256
+#define EIG_INV_LD (EIG_INV_LEAF + 1)   // rows padded by one: row and column walks are both conflict-free
+#define EIG_INV_SMEM ((2 * EIG_INV_LEAF * EIG_INV_LD + EIG_INV_LEAF) * 8)
+extern "C" __global__ void __launch_bounds__(EIG_INV_THREADS) eig_invert_leaves(double* __restrict__ lp, int p)
+{
+    extern __shared__ double eig_inv_smem[];
+    double* l = eig_inv_smem;                            // l[i · LD + k]: the leaf, row-major
+    double* x = l + EIG_INV_LEAF * EIG_INV_LD;           // x[i · LD + j]: row i of column j of the inverse
+    double* rdiag = x + EIG_INV_LEAF * EIG_INV_LD;
+    const int t = threadIdx.x;
+    const long long base = (long long)blockIdx.x * EIG_INV_LEAF;
+    double* leaf = lp + base + base * p;
+    constexpr int PER = EIG_INV_LEAF * EIG_INV_LEAF / EIG_INV_THREADS;
+    double v[PER];
+#pragma unroll
+    for (int q = 0; q < PER; ++q) {   // element (i, k) = (idx % LEAF, idx / LEAF): coalesced in i
+        const int idx = t + q * EIG_INV_THREADS;
+        v[q] = leaf[idx % EIG_INV_LEAF + (long long)(idx / EIG_INV_LEAF) * p];
+    }
+#pragma unroll
+    for (int q = 0; q < PER; ++q) {
+        const int idx = t + q * EIG_INV_THREADS;
+        l[(idx % EIG_INV_LEAF) * EIG_INV_LD + idx / EIG_INV_LEAF] = v[q];
+    }
+    __syncthreads();
+    if (t < EIG_INV_LEAF) rdiag[t] = 1.0 / l[t * EIG_INV_LD + t];
+    __syncthreads();
+    if (t < EIG_INV_LEAF) {
+        const int j = t;
+        for (int i = 0; i < EIG_INV_LEAF; ++i) {
+            const double* li = l + i * EIG_INV_LD;
+            // Four partial sums: a quarter of the dependent chain of FMAs.
+            double s0 = i == j ? 1.0 : 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+            int k = 0;
+            for (; k + 3 < i; k += 4) {
+                s0 = fma(-li[k], x[k * EIG_INV_LD + j], s0);
+                s1 = fma(-li[k + 1], x[(k + 1) * EIG_INV_LD + j], s1);
+                s2 = fma(-li[k + 2], x[(k + 2) * EIG_INV_LD + j], s2);
+                s3 = fma(-li[k + 3], x[(k + 3) * EIG_INV_LD + j], s3);
+            }
+            for (; k < i; ++k) s0 = fma(-li[k], x[k * EIG_INV_LD + j], s0);
+            x[i * EIG_INV_LD + j] = i < j ? 0.0 : ((s0 + s1) + (s2 + s3)) * rdiag[i];
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < PER; ++q) {
+        const int idx = t + q * EIG_INV_THREADS;
+        leaf[idx % EIG_INV_LEAF + (long long)(idx / EIG_INV_LEAF) * p] = x[(idx % EIG_INV_LEAF) * EIG_INV_LD + idx / EIG_INV_LEAF];
+    }
+}

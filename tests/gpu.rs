@@ -389,7 +389,7 @@ fn device_name_and_backend_names() {
         .is_none());
 }
 
-/// The eigen step on the device (cuSOLVER potrf + syevd, cuBLAS trsm) against the host (faer) and the
+/// The eigen step on the device (potrf, the whitening, the job's eigensolver) against the host (faer) and the
 /// CPU backend, on the real cubes: the device solver is called directly (it must succeed, so a silent
 /// fall-back to the host cannot hide a failure) and through the pipeline; the eigenvalues agree to
 /// 1e-9, the transforms closely, and the components correlate ≥ 0.9999.

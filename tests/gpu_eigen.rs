@@ -3,7 +3,7 @@
 //! synthetic cubes; and a singular noise covariance refused by every one of them as it is today.
 //! Every test needs a CUDA device: ignored elsewhere, run on the GPU host with `--include-ignored`.
 
-use hypermnf::backend::cuda::{EigenBench, EigenMethod};
+use hypermnf::backend::cuda::{EigenBench, EigenMethod, Whitening};
 use hypermnf::bench::eigen::{cube_problem, errors, random_problem, reference, Problem, EIGENVALUE_BOUND, VECTOR_BOUND};
 use hypermnf::mnf::eigen::SolverError;
 
@@ -46,6 +46,90 @@ fn every_device_eigensolver_matches_the_host_float64_reference() {
     }
 }
 
+/// A pair whose noise covariance is far worse conditioned than real data's: bands in nearly equal
+/// pairs (the second of each pair the first plus 10⁻³ of independent noise), so C_N's eigenvalues span
+/// about eight decades; C_D = C_N + a signal of a dozen dimensions.
+fn poorly_conditioned_problem(n: usize, seed: u64) -> Problem {
+    let mut x = seed | 1;
+    let mut normal = move || {
+        let mut u = || {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        };
+        let (a, b) = (u(), u());
+        (-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos()
+    };
+    let m = 2 * n;
+    let mut g: Vec<f64> = (0..n * m).map(|_| normal()).collect();
+    for i in (1..n).step_by(2) {
+        for t in 0..m {
+            g[i * m + t] = g[(i - 1) * m + t] + 1e-3 * g[i * m + t];
+        }
+    }
+    let mut cn = vec![0.0; n * n];
+    for i in 0..n {
+        for j in 0..=i {
+            cn[i * n + j] = (0..m).map(|t| g[i * m + t] * g[j * m + t]).sum::<f64>() / m as f64;
+            cn[j * n + i] = cn[i * n + j];
+        }
+    }
+    let r = 12.min(n);
+    let sig: Vec<f64> = (0..n * r).map(|k| normal() * 10f64.powf(0.5 + 2.0 * (k % r) as f64 / r as f64) * 0.1).collect();
+    let mut cd = cn.clone();
+    for i in 0..n {
+        for j in 0..n {
+            cd[i * n + j] += (0..r).map(|t| sig[i * r + t] * sig[j * r + t]).sum::<f64>();
+        }
+    }
+    Problem { name: "poorly conditioned", n, cn, cd }
+}
+
+/// Both whitenings, by L⁻¹ and GEMMs (the job's) and by cuBLAS's triangular solves (the fall-back once
+/// the own kernels fail), with syevd and with the cluster kernels, against the host float64 reference:
+/// on random pairs with real data's conditioning and on a cube's covariances both hold the bounds (sizes
+/// across the inverse's padding: one 64-row block, two, four and eight). On a noise covariance
+/// conditioned far worse no method holds 1e-12 (the eigenvalues are as sensitive as C_N is ill-
+/// conditioned); there the inverse must be as close to the reference as the triangular solves are.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn both_whitenings_match_the_host_float64_reference() {
+    let bench = EigenBench::open(0).expect("a CUDA device with cuSOLVER");
+    let s = seed();
+    let mut problems: Vec<Problem> = [5, 64, 65, 200, 425].iter().map(|&n| random_problem(n, s.wrapping_add(n as u64))).collect();
+    problems.push(cube_problem(224, s % 1000).expect("cube statistics"));
+    problems.extend([96, 300].map(|n| poorly_conditioned_problem(n, s.wrapping_add(7 * n as u64))));
+    for p in &problems {
+        let want = reference(p).expect("host reference");
+        let k = p.n.min(10);
+        'methods: for m in [EigenMethod::Syevd, EigenMethod::OwnCluster] {
+            let mut errs = Vec::new();
+            for w in [Whitening::Inverse, Whitening::Triangular] {
+                let got = match bench.solve_whitened(m, w, &p.cn, &p.cd, p.n, false) {
+                    Ok(got) => got,
+                    // A device without clusters refuses the cluster kernels; that is not a wrong answer.
+                    Err(e) if m == EigenMethod::OwnCluster && e.to_string().contains("no cluster") => continue 'methods,
+                    Err(e) => panic!("{} whitened by {} at {} bands ({}): {e}", m.label(), w.label(), p.n, p.name),
+                };
+                let (ve, we) = errors(&want, p.n, &got.values, &got.w, m.pairs(p.n), k);
+                eprintln!("{:>4} bands {:<19} {:<34} {:<18} eigenvalues {ve:.1e}, top {k} vectors {we:.1e}", p.n, p.name, m.label(), w.label());
+                errs.push((ve, we));
+            }
+            let what = |w: &str| format!("{} whitened by {w} at {} bands ({})", m.label(), p.n, p.name);
+            if p.name == "poorly conditioned" {
+                let ((vi, wi), (vt, wt)) = (errs[0], errs[1]);
+                assert!(vi <= EIGENVALUE_BOUND.max(4.0 * vt), "{}: eigenvalues {vi:e}, triangular solves {vt:e}", what("L⁻¹"));
+                assert!(wi <= VECTOR_BOUND.max(4.0 * wt), "{}: vectors {wi:e}, triangular solves {wt:e}", what("L⁻¹"));
+                assert!(wi <= VECTOR_BOUND && wt <= VECTOR_BOUND, "{}: vectors {wi:e} (L⁻¹), {wt:e} (triangular)", what("either"));
+            } else {
+                for (&(ve, we), w) in errs.iter().zip(["L⁻¹", "triangular solves"]) {
+                    assert!(ve <= EIGENVALUE_BOUND, "{}: eigenvalues {ve:e}", what(w));
+                    assert!(we <= VECTOR_BOUND, "{}: vectors {we:e}", what(w));
+                }
+            }
+        }
+    }
+}
+
 /// A noise covariance whose band 7 repeats band 3 with a slightly smaller variance is not positive
 /// definite (as noise covariances of duplicated or nearly dependent bands become in float64): every
 /// method stops at the shared Cholesky factor with the leading minor that failed, which the pipeline
@@ -73,5 +157,11 @@ fn a_singular_noise_covariance_is_refused_by_every_method() {
             Err(e) => panic!("{}: {e}, not 'not positive definite'", m.label()),
             Ok(_) => panic!("{}: solved a singular C_N", m.label()),
         }
+    }
+    // And whitened by triangular solves (the fall-back).
+    match bench.solve_whitened(EigenMethod::Syevd, Whitening::Triangular, &p.cn, &p.cd, n, false) {
+        Err(SolverError::NotPositiveDefinite(k)) => assert!(k >= 8, "triangular solves: minor {k}"),
+        Err(e) => panic!("triangular solves: {e}, not 'not positive definite'"),
+        Ok(_) => panic!("triangular solves: solved a singular C_N"),
     }
 }

@@ -9,8 +9,10 @@
 //! components' vectors to the reference's; a row "holds" when both are within the bounds below.
 //!
 //! Rows: the host (faer, one thread: also without a GPU) and, on a device, the whole device step
-//! (upload, potrf, two trsm, the eigensolver, trsm, download) with each cuSOLVER eigensolver in turn
-//! ([`EigenMethod`]). Times are medians of `--repeat` solves after one warm-up: the host clock around
+//! (upload, potrf, the whitening, the eigensolver, the back-transform, download) with each cuSOLVER
+//! eigensolver and our own kernels in turn ([`EigenMethod`]), whitened as a job whitens (by L⁻¹ and
+//! GEMMs); syevd and the cluster kernels once more whitened by cuBLAS's triangular solves, the way
+//! before L⁻¹ (the fall-back). Times are medians of `--repeat` solves after one warm-up: the host clock around
 //! the whole call (what a job waits) and the device clock of the eigensolver alone.
 
 use std::path::PathBuf;
@@ -294,16 +296,19 @@ fn device_solver(ordinal: usize) -> Option<(String, crate::backend::cuda::EigenB
 
 /// Every cuSOLVER eigensolver and our own kernels, in the whole device step.
 fn device_rows(solver: &crate::backend::cuda::EigenBench, p: &Problem, reference: &eigen::EigenPairs, args: &Args) -> Vec<Row> {
-    use crate::backend::cuda::EigenMethod;
+    use crate::backend::cuda::{EigenMethod, Whitening};
     let k = args.components.min(p.n);
-    let methods = EigenMethod::all(k);
-    methods
-        .iter()
-        .map(|&m| {
+    let mut runs: Vec<(EigenMethod, Option<Whitening>)> = EigenMethod::all(k).into_iter().map(|m| (m, None)).collect();
+    runs.extend([EigenMethod::Syevd, EigenMethod::OwnCluster].map(|m| (m, Some(Whitening::Triangular))));
+    runs.iter()
+        .map(|&(m, whitening)| {
             let mut row = Row {
                 bands: p.n,
                 problem: p.name,
-                solver: format!("device {}", m.label()),
+                solver: match whitening {
+                    None => format!("device {}", m.label()),
+                    Some(w) => format!("device {}, {}", m.label(), w.label()),
+                },
                 wall_ms: f64::NAN,
                 wall_min_ms: f64::NAN,
                 eigensolver_ms: None,
@@ -319,7 +324,10 @@ fn device_rows(solver: &crate::backend::cuda::EigenBench, p: &Problem, reference
             let mut last = None;
             for i in 0..args.repeat.max(1) + 1 {
                 let t = Instant::now();
-                let solved = solver.solve(m, &p.cn, &p.cd, p.n, true);
+                let solved = match whitening {
+                    None => solver.solve(m, &p.cn, &p.cd, p.n, true),
+                    Some(w) => solver.solve_whitened(m, w, &p.cn, &p.cd, p.n, true),
+                };
                 let ms = t.elapsed().as_secs_f64() * 1e3;
                 match solved {
                     Ok(s) => {

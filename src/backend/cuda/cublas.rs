@@ -171,6 +171,85 @@ impl Blas {
     }
 }
 
+/// A float64 column-major matrix operand on the device: its first element and leading dimension.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Mat {
+    pub ptr: u64,
+    pub ld: usize,
+}
+
+impl Mat {
+    /// The operand starting at row `i`, column `j` of this one.
+    pub(crate) fn at(self, i: usize, j: usize) -> Mat {
+        Mat { ptr: self.ptr + ((i + j * self.ld) * std::mem::size_of::<f64>()) as u64, ld: self.ld }
+    }
+}
+
+fn op(transpose: bool) -> blas::cublasOperation_t {
+    if transpose {
+        blas::cublasOperation_t::CUBLAS_OP_T
+    } else {
+        blas::cublasOperation_t::CUBLAS_OP_N
+    }
+}
+
+fn int(what: &'static str, v: usize) -> Result<i32, BackendError> {
+    i32::try_from(v).map_err(|_| BackendError::Invalid(format!("{what} {v} is too large for cuBLAS")))
+}
+
+impl Blas {
+    /// c (m × n) = alpha · op(a) · op(b) + beta · c, float64; op(x) = xᵀ where `ta`/`tb`, k the inner
+    /// dimension.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn dgemm(&self, stream: &CudaStream, ta: bool, tb: bool, (m, n, k): (usize, usize, usize), alpha: f64, a: Mat, b: Mat, beta: f64, c: Mat) -> Result<(), BackendError> {
+        self.dgemm_batched(stream, ta, tb, (m, n, k), alpha, (a, 0), (b, 0), beta, (c, 0), 1)
+    }
+
+    /// `count` products as [`Blas::dgemm`], the i-th with each operand advanced by i times its stride
+    /// (float64 elements).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn dgemm_batched(
+        &self,
+        stream: &CudaStream,
+        ta: bool,
+        tb: bool,
+        (m, n, k): (usize, usize, usize),
+        alpha: f64,
+        (a, sa): (Mat, usize),
+        (b, sb): (Mat, usize),
+        beta: f64,
+        (c, sc): (Mat, usize),
+        count: usize,
+    ) -> Result<(), BackendError> {
+        self.bind(stream)?;
+        let stride = |s: usize| i64::try_from(s).map_err(|_| BackendError::Invalid(format!("stride {s} is too large for cuBLAS")));
+        // SAFETY: the caller's operands hold the matrices the sizes, leading dimensions and strides
+        // describe, on the stream's device; alpha and beta are host scalars (the default pointer mode).
+        check("cublasDgemmStridedBatched", unsafe {
+            blas::cublasDgemmStridedBatched(
+                self.handle,
+                op(ta),
+                op(tb),
+                int("m", m)?,
+                int("n", n)?,
+                int("k", k)?,
+                &alpha,
+                a.ptr as *const f64,
+                int("lda", a.ld)?,
+                stride(sa)?,
+                b.ptr as *const f64,
+                int("ldb", b.ld)?,
+                stride(sb)?,
+                &beta,
+                c.ptr as *mut f64,
+                int("ldc", c.ld)?,
+                stride(sc)?,
+                int("batch", count)?,
+            )
+        })
+    }
+}
+
 impl Drop for Blas {
     fn drop(&mut self) {
         // SAFETY: created in new(), destroyed once.

@@ -17,6 +17,7 @@ mod prepared;
 mod eigen_methods;
 mod own_eigen;
 mod solver;
+mod whitening;
 
 use std::sync::{Arc, Mutex};
 
@@ -41,7 +42,7 @@ pub fn device_count() -> Result<usize, BackendError> {
 }
 pub use prepared::{CudaCube, Timeline};
 pub use eigen_methods::EigenMethod;
-pub use solver::Solved as EigenSolved;
+pub use solver::{Solved as EigenSolved, Whitening};
 
 /// The device's eigen step on its own (`hypermnf bench eigen`, the GPU tests): a context on one device
 /// and its cuSOLVER solver, made now, solving with any [`EigenMethod`].
@@ -61,9 +62,15 @@ impl EigenBench {
         &self.device_name
     }
 
-    /// One solve of C_D w = λ C_N w (n × n each) by `method`, with each step's device time when `timed`.
+    /// One solve of C_D w = λ C_N w (n × n each) by `method` and the job's whitening, with each step's
+    /// device time when `timed`.
     pub fn solve(&self, method: EigenMethod, cn: &[f64], cd: &[f64], n: usize, timed: bool) -> Result<EigenSolved, crate::mnf::eigen::SolverError> {
-        self.solver.solve_using(method, cn, cd, n, timed)
+        self.solver.solve_using(method, self.solver.whitening(n), cn, cd, n, timed)
+    }
+
+    /// As [`EigenBench::solve`], whitening by `whitening`.
+    pub fn solve_whitened(&self, method: EigenMethod, whitening: Whitening, cn: &[f64], cd: &[f64], n: usize, timed: bool) -> Result<EigenSolved, crate::mnf::eigen::SolverError> {
+        self.solver.solve_using(method, whitening, cn, cd, n, timed)
     }
 }
 

@@ -34,6 +34,13 @@ const GRAM_PAIRS: usize = BACK_PANEL * (BACK_PANEL - 1) / 2;
 /// Threads of a block of the eigenvector kernel, two per vector (`EIG_VEC_THREADS`).
 const VECTOR_THREADS: u32 = 32;
 
+/// Rows and columns of the diagonal blocks `eig_invert_leaves` inverts (`EIG_INV_LEAF`), its threads a
+/// block (`EIG_INV_THREADS`) and its dynamic shared memory (`EIG_INV_SMEM`: the block and its inverse
+/// with rows padded by one, the reciprocal diagonal).
+pub(crate) const INVERSE_LEAF: usize = 64;
+const INVERSE_THREADS: u32 = 256;
+const INVERSE_SHARED: usize = (2 * INVERSE_LEAF * (INVERSE_LEAF + 1) + INVERSE_LEAF) * std::mem::size_of::<f64>();
+
 /// How the tridiagonalisation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Tridiagonal {
@@ -54,6 +61,9 @@ pub(crate) struct OwnEigen {
     bisect: CudaFunction,
     vectors: CudaFunction,
     back_transform: CudaFunction,
+    /// The whitening's triangular inverse (whitening.rs): L padded, its diagonal blocks inverted.
+    lower_padded: CudaFunction,
+    invert_leaves: CudaFunction,
     /// Dynamic shared memory a block may opt in to (bytes).
     smem_optin: usize,
     /// Whether the device schedules the cluster tridiagonalisation as clusters of 16 blocks.
@@ -115,6 +125,7 @@ impl OwnEigen {
         };
         let tridiagonalize = opt_in("eig_tridiagonalize")?;
         let back_transform = opt_in("eig_back_transform")?;
+        let invert_leaves = opt_in("eig_invert_leaves")?;
         let (major, _) = ctx.compute_capability().map_err(cuda("cuDeviceGetAttribute"))?;
         let tridiagonalize_cluster = if major >= 9 {
             let func = opt_in("eig_tridiagonalize_cluster")?;
@@ -139,6 +150,8 @@ impl OwnEigen {
             bisect: f("eig_bisect")?,
             vectors: f("eig_vectors")?,
             back_transform,
+            lower_padded: f("eig_lower_padded")?,
+            invert_leaves,
             smem_optin,
             _module: module,
         })
@@ -239,6 +252,39 @@ impl OwnEigen {
             return Err(BackendError::Invalid(format!("the own eigen back-transform needs {back_smem} bytes of shared memory at {n} bands")));
         }
         unsafe { b.launch(cfg(n.div_ceil(BACK_COLS as usize), BACK_COLS * 32, back_smem)) }.map_err(cuda("eig_back_transform"))?;
+        Ok(())
+    }
+}
+
+impl OwnEigen {
+    /// Queues lp (p × p, column-major) = L's lower triangle (l: n × n, column-major) padded with the
+    /// identity to p, then each `INVERSE_LEAF`² diagonal block of lp inverted in place.
+    ///
+    /// # Safety
+    /// `l` (n² float64) and `lp` (p² float64) are device allocations of this module's context that
+    /// stay alive, and are touched by nothing else, until `stream` has run the kernels.
+    pub(crate) unsafe fn enqueue_inverted_leaves(&self, stream: &CudaStream, n: usize, l: u64, p: usize, lp: u64) -> Result<(), BackendError> {
+        if n == 0 || n > p || p % INVERSE_LEAF != 0 || p > Self::MAX_BANDS * 2 {
+            return Err(BackendError::Invalid(format!("cannot pad {n} bands to {p}")));
+        }
+        if INVERSE_SHARED > self.smem_optin {
+            return Err(BackendError::Invalid(format!("the triangular inverse needs {INVERSE_SHARED} bytes of shared memory a block")));
+        }
+        let (ni, pi) = (n as i32, p as i32);
+        let cfg = |blocks: usize, threads: u32, smem: usize| LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: smem as u32,
+        };
+        // SAFETY (both): the parameters are those of the kernels in kernels/eigen.cu, in order; the
+        // pointers lie in the allocations the caller vouches for; eig_invert_leaves's dynamic shared
+        // memory is INVERSE_SHARED (within the opt-in set at load).
+        let mut b = stream.launch_builder(&self.lower_padded);
+        b.arg(&l).arg(&ni).arg(&pi).arg(&lp);
+        unsafe { b.launch(cfg((p * p).div_ceil(256), 256, 0)) }.map_err(cuda("eig_lower_padded"))?;
+        let mut b = stream.launch_builder(&self.invert_leaves);
+        b.arg(&lp).arg(&pi);
+        unsafe { b.launch(cfg(p / INVERSE_LEAF, INVERSE_THREADS, INVERSE_SHARED)) }.map_err(cuda("eig_invert_leaves"))?;
         Ok(())
     }
 }

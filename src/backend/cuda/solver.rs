@@ -1,8 +1,9 @@
 //! The generalized eigenproblem of the MNF on the device: C_N = L Lᵀ by cuSOLVER's `potrf`,
-//! A = L⁻¹ C_D L⁻ᵀ by two cuBLAS triangular solves, A = V Λ Vᵀ by our own kernels (`own_eigen.rs`: up
-//! to 425 bands on devices that launch thread-block clusters, up to 144 elsewhere) or cuSOLVER's
-//! `syevd` (float64, divide and conquer; `EigenMethod::for_bands`), W = L⁻ᵀ V by a third triangular
-//! solve.
+//! A = L⁻¹ C_D L⁻ᵀ, A = V Λ Vᵀ by our own kernels (`own_eigen.rs`: up to 425 bands on devices that
+//! launch thread-block clusters, up to 144 elsewhere) or cuSOLVER's `syevd` (float64, divide and
+//! conquer; `EigenMethod::for_bands`), and W = L⁻ᵀ V. The whitening and the back-transform use L⁻¹,
+//! formed by our kernels and cuBLAS GEMMs (`whitening.rs`), wherever the own kernels load; else (or
+//! once they have failed) cuBLAS's triangular solves.
 //!
 //! Why on the device: at 224 bands this host step (faer, one core) took ~9 ms on the H100's host,
 //! longer than all the device work of a 299 MB cube, and nothing can overlap it (the projection needs
@@ -10,8 +11,8 @@
 //! the critical path: the device finishes C_D ~0.1 ms after the noise moments) only selects bands and
 //! scales C_N. Ordering and signs stay in `mnf::eigen`, so both backends share one convention.
 //!
-//! One solve is one host → device copy (C_N and C_D side by side, from page-locked staging), the five
-//! library calls, one device → host copy (W, the eigenvalues and both `info`s, adjacent on the device)
+//! One solve is one host → device copy (C_N and C_D side by side, from page-locked staging), the library
+//! calls and kernels, one device → host copy (W, the eigenvalues and both `info`s, adjacent on the device)
 //! and one synchronize. The device buffers, the `syevd`/`potrf` workspace and the staging are kept
 //! between solves (behind the Mutex) and grow when more bands arrive: no allocation, zero-fill or
 //! workspace query per solve at a size seen before.
@@ -34,14 +35,16 @@ use super::cublas::Blas;
 use super::device::{cuda, dtoh_async, htod_async, DevBuf, PinnedBuf};
 use super::eigen_methods::{EigenMethod, MethodPlan};
 use super::own_eigen::OwnEigen;
+use super::whitening;
 
 /// Bands the workspace is sized for (and the warm-up solve run at) when the solver is created: more
 /// than the 224 of AVIRIS, so the first job neither allocates nor loads kernels the warm-up missed.
 const WARM_BANDS: usize = 256;
 
 /// Device events of one timed solve (`hypermnf::timing` at debug level): before the upload, after the
-/// upload, potrf, the two whitening trsm, syevd, the back-transform trsm, and the download.
-pub(crate) const TIMED_STEPS: [&str; 6] = ["h2d", "potrf", "trsm_whiten", "eigen", "trsm_back", "d2h"];
+/// upload, potrf, the whitening (L⁻¹ and two GEMMs, or two triangular solves), the eigensolver, the
+/// back-transform, and the download.
+pub(crate) const TIMED_STEPS: [&str; 6] = ["h2d", "potrf", "whiten", "eigen", "back", "d2h"];
 
 /// One solve's answer with what the benchmark reports of it.
 pub struct Solved {
@@ -99,10 +102,11 @@ fn check(what: &'static str, s: sol::cusolverStatus_t) -> Result<(), BackendErro
 /// Offsets (in float64 elements) of one solve of n bands in the device buffer `mats` and the
 /// page-locked `staging`.
 ///
-/// `mats`: C_N, factored in place into L (n², column-major) | C_D, whitened in place into A, then
-/// overwritten by V and by W (n²) | the eigenvalues (n) | potrf's and syevd's `info` (two i32 in one
-/// float64 slot). `staging`: the inputs as uploaded (2 n²) | the outputs as downloaded (n² + n + 1:
-/// the tail of `mats` from W on, in one copy).
+/// `mats`: C_N, factored in place into L (n², column-major) | C_D, whitened into A, then overwritten
+/// by V (n²) | W, and before it the whitening's intermediate L⁻¹ C_D (n²) | the eigenvalues (n) |
+/// potrf's and the eigensolver's `info` (two i32 in one float64 slot). `staging`: the inputs as
+/// uploaded (2 n²) | the outputs as downloaded (n² + n + 1: the tail of `mats` from W on, in one
+/// copy).
 #[derive(Clone, Copy)]
 struct Layout {
     n: usize,
@@ -118,21 +122,24 @@ impl Layout {
     fn a(self) -> usize {
         self.nn()
     }
-    fn values(self) -> usize {
+    fn w(self) -> usize {
         2 * self.nn()
     }
+    fn values(self) -> usize {
+        3 * self.nn()
+    }
     fn info(self) -> usize {
-        2 * self.nn() + self.n
+        3 * self.nn() + self.n
     }
     /// float64 elements of `mats`.
     fn mats_len(self) -> usize {
-        2 * self.nn() + self.n + 1
+        3 * self.nn() + self.n + 1
     }
     /// Elements uploaded (C_N, C_D), from `mats` offset 0 and staging offset 0.
     fn upload_len(self) -> usize {
         2 * self.nn()
     }
-    /// Elements downloaded (W, the eigenvalues, the infos), from `mats` offset `a()` to staging offset
+    /// Elements downloaded (W, the eigenvalues, the infos), from `mats` offset `w()` to staging offset
     /// `upload_len()`.
     fn download_len(self) -> usize {
         self.nn() + self.n + 1
@@ -159,16 +166,20 @@ struct Workspace {
     plans: Vec<MethodPlan>,
     /// Timing events, made at the first timed solve.
     events: Vec<CudaEvent>,
-    /// The own eigen kernels, loaded at the first `EigenMethod::Own` or `OwnCluster` solve.
+    /// The own eigen kernels, loaded at the first `EigenMethod::Own` or `OwnCluster` solve or the first
+    /// whitening by the inverse.
     own: Option<Arc<OwnEigen>>,
+    /// The whitening's scratch (`whitening::scratch_len` float64 of it), `inverse_len` long.
+    inverse: Option<DevBuf>,
+    inverse_len: usize,
 }
 
 const F64: usize = std::mem::size_of::<f64>();
 
 impl Workspace {
-    /// Buffers for n bands (grown if needed), potrf's workspace size and the index of `method`'s plan
-    /// at n in `plans`.
-    fn ensure(&mut self, ctx: &Arc<CudaContext>, handle: sol::cusolverDnHandle_t, n: usize, method: EigenMethod) -> Result<(i32, usize), BackendError> {
+    /// Buffers for n bands (grown if needed), potrf's workspace size, the index of `method`'s plan at
+    /// n in `plans`, and the kernels of the whitening by the inverse where `inverse` asks for it.
+    fn ensure(&mut self, ctx: &Arc<CudaContext>, handle: sol::cusolverDnHandle_t, n: usize, method: EigenMethod, inverse: bool) -> Result<(i32, usize, Option<Arc<OwnEigen>>), BackendError> {
         let lay = Layout { n };
         if n > self.capacity || self.mats.is_none() || self.staging.is_none() {
             let cap = Layout { n: n.max(self.capacity) };
@@ -221,7 +232,21 @@ impl Workspace {
             self.work = Some(DevBuf::alloc(ctx, need * F64)?);
             self.work_len = need;
         }
-        Ok((lp, plan))
+        let kernels = if inverse {
+            if self.own.is_none() {
+                self.own = Some(Arc::new(OwnEigen::load(ctx)?));
+            }
+            let len = whitening::scratch_len(n);
+            if self.inverse.is_none() || len > self.inverse_len {
+                self.inverse = None;
+                self.inverse = Some(DevBuf::alloc(ctx, len * F64)?);
+                self.inverse_len = len;
+            }
+            self.own.clone()
+        } else {
+            None
+        };
+        Ok((lp, plan, kernels))
     }
 }
 
@@ -351,22 +376,31 @@ impl DeviceEigen {
         let timed = tracing::enabled!(target: "hypermnf::timing", tracing::Level::DEBUG);
         use std::sync::atomic::Ordering;
         let method = EigenMethod::for_bands(n, self.clusters);
-        if matches!(method, EigenMethod::Own | EigenMethod::OwnCluster) && self.own_usable.load(Ordering::Relaxed) {
-            match self.solve_using(method, cn, cd, n, timed) {
+        if self.own_usable.load(Ordering::Relaxed) {
+            match self.solve_using(method, self.whitening(n), cn, cd, n, timed) {
                 // A C_N that is not positive definite is the input's fault, whichever method runs.
                 Ok(s) => return Ok((s.values, s.w)),
                 Err(e @ SolverError::NotPositiveDefinite(_)) => return Err(e),
                 Err(SolverError::Failed(e)) => {
-                    tracing::warn!("own eigen kernels failed ({e}); syevd takes every size from now on");
+                    tracing::warn!("own eigen kernels failed ({e}); cuSOLVER's syevd and cuBLAS's triangular solves take every size from now on");
                     self.own_usable.store(false, Ordering::Relaxed);
                 }
             }
         }
-        self.solve_using(EigenMethod::Syevd, cn, cd, n, timed).map(|s| (s.values, s.w))
+        self.solve_using(EigenMethod::Syevd, Whitening::Triangular, cn, cd, n, timed).map(|s| (s.values, s.w))
     }
 
-    /// One solve by `method`, with the device time of each step when `timed`.
-    pub(crate) fn solve_using(&self, method: EigenMethod, cn: &[f64], cd: &[f64], n: usize, timed: bool) -> Result<Solved, SolverError> {
+    /// The job's whitening at n bands: by the inverse while the own kernels are usable and take n.
+    pub(crate) fn whitening(&self, n: usize) -> Whitening {
+        if self.own_usable.load(std::sync::atomic::Ordering::Relaxed) && n <= OwnEigen::MAX_BANDS {
+            Whitening::Inverse
+        } else {
+            Whitening::Triangular
+        }
+    }
+
+    /// One solve by `method` and `whitening`, with the device time of each step when `timed`.
+    pub(crate) fn solve_using(&self, method: EigenMethod, whitening: Whitening, cn: &[f64], cd: &[f64], n: usize, timed: bool) -> Result<Solved, SolverError> {
         let failed = |e: BackendError| SolverError::Failed(e.to_string());
         if n == 0 || cn.len() != n * n || cd.len() != n * n {
             return Err(SolverError::Failed(format!("bad shapes: n = {n}, C_N {} and C_D {} values", cn.len(), cd.len())));
@@ -376,7 +410,8 @@ impl DeviceEigen {
         let Inner { handle, blas, ws } = &mut *guard;
         let ctx = self.stream.context();
         ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent")).map_err(failed)?;
-        let (lwork_potrf, plan) = ws.ensure(ctx, handle.0, n, method).map_err(failed)?;
+        let inverse = whitening == Whitening::Inverse;
+        let (lwork_potrf, plan, kernels) = ws.ensure(ctx, handle.0, n, method, inverse).map_err(failed)?;
         if timed && ws.events.len() < TIMED_STEPS.len() + 1 {
             ws.events.clear();
             for _ in 0..=TIMED_STEPS.len() {
@@ -398,7 +433,11 @@ impl DeviceEigen {
         let work = ws.work.as_ref().expect("ensured");
         let events = if timed { &ws.events[..] } else { &[][..] };
         let plan = &mut ws.plans[plan];
-        let enqueued = self.enqueue(handle.0, blas, mats, work, lwork_potrf, plan, lay, up, down, events);
+        let whiten = match (&kernels, &ws.inverse) {
+            (Some(k), Some(scratch)) => Whiten::Inverse(k, scratch),
+            _ => Whiten::Triangular,
+        };
+        let enqueued = self.enqueue(handle.0, blas, mats, work, lwork_potrf, plan, whiten, lay, up, down, events);
         let t_enqueued = Instant::now();
         // Synchronize even after a failed enqueue: copies already queued must not outlive this call's
         // use of the staging.
@@ -444,7 +483,8 @@ impl DeviceEigen {
         result.map(|(values, w)| Solved { values, w, steps_ms, sweeps })
     }
 
-    /// Queues the upload, the five library calls and the download on the solver's stream. `events`
+    /// Queues the upload, potrf, the whitening, the eigensolver, the back-transform and the download
+    /// on the solver's stream. `events`
     /// (empty or `TIMED_STEPS.len() + 1`) are recorded between the steps.
     #[allow(clippy::too_many_arguments)]
     fn enqueue(
@@ -455,6 +495,7 @@ impl DeviceEigen {
         work: &DevBuf,
         lwork_potrf: i32,
         plan: &mut MethodPlan,
+        whiten: Whiten<'_>,
         lay: Layout,
         up: &[f64],
         down: &mut [f64],
@@ -470,6 +511,7 @@ impl DeviceEigen {
             }
         };
         let (pl, pa, pw) = (mats.at(lay.l() * F64), mats.at(lay.a() * F64), mats.at(lay.values() * F64));
+        let pv = mats.at(lay.w() * F64);
         let pinfo = mats.at(lay.info() * F64);
         let lower = sol::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER;
 
@@ -489,31 +531,76 @@ impl DeviceEigen {
             sol::cusolverDnDpotrf(handle, lower, ni, pl as *mut f64, ni, work.ptr() as *mut f64, lwork_potrf, pinfo as *mut i32)
         })?;
         mark(2)?;
-        // A = L⁻¹ C_D, then A L⁻ᵀ. (After a failed potrf these compute garbage that is never read:
-        // potrf's info is checked first.)
-        blas.dtrsm_lower(stream, true, false, n, pl, pa)?;
-        blas.dtrsm_lower(stream, false, true, n, pl, pa)?;
+        // A = L⁻¹ C_D L⁻ᵀ in place of C_D. (After a failed potrf these compute garbage that is never
+        // read: potrf's info is checked first.)
+        let inverse = match whiten {
+            Whiten::Inverse(kernels, scratch) => {
+                // SAFETY: L (n²) in mats, the scratch sized by whitening::scratch_len(n) in `ensure`;
+                // both stay alive until the caller's synchronize.
+                let li = unsafe { whitening::enqueue_inverse(stream, blas, kernels, n, pl, scratch.ptr())? };
+                // Through W's slot, which the back-transform overwrites.
+                whitening::enqueue_whiten(stream, blas, n, li, pa, pv, pa)?;
+                Some(li)
+            }
+            Whiten::Triangular => {
+                blas.dtrsm_lower(stream, true, false, n, pl, pa)?;
+                blas.dtrsm_lower(stream, false, true, n, pl, pa)?;
+                None
+            }
+        };
         mark(3)?;
         // SAFETY: n × n float64 at pa (lda = n), n eigenvalues at pw, the plan's device workspace (the
         // work buffer is sized for it in `ensure`), the second i32 of the info slot; all on the handle's
         // stream. Every method reads the lower triangle only, so A needs no symmetrising.
         unsafe { plan.enqueue(handle, stream, pa, pw, work.ptr(), pinfo + 4)? };
         mark(4)?;
-        // W = L⁻ᵀ V.
-        blas.dtrsm_lower(stream, true, true, n, pl, pa)?;
+        // W = L⁻ᵀ V, into W's slot.
+        match inverse {
+            Some(li) => whitening::enqueue_back(stream, blas, n, li, pa, pv)?,
+            None => {
+                blas.dtrsm_lower(stream, true, true, n, pl, pa)?;
+                // SAFETY: n² float64 at pa and at pv, both inside mats, not overlapping.
+                unsafe { result::memcpy_dtod_async(pv, pa, lay.nn() * F64, stream.cu_stream()) }.map_err(cuda("cuMemcpyDtoDAsync"))?;
+            }
+        }
         mark(5)?;
         // W, the eigenvalues and the infos are adjacent: one copy.
         // SAFETY: `down` is page-locked staging that outlives the copy (the caller synchronizes);
-        // download_len float64 from offset a() lie inside mats.
-        unsafe { dtoh_async(as_bytes_mut(&mut down[..lay.download_len()]), pa, stream)? };
+        // download_len float64 from offset w() lie inside mats.
+        unsafe { dtoh_async(as_bytes_mut(&mut down[..lay.download_len()]), pv, stream)? };
         mark(6)?;
         Ok(())
     }
 }
 
+/// How the whitening A = L⁻¹ C_D L⁻ᵀ and the back-transform W = L⁻ᵀ V are computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Whitening {
+    /// L⁻¹ by our kernels and batched GEMMs, then three GEMMs (`whitening.rs`; up to
+    /// `OwnEigen::MAX_BANDS` bands).
+    Inverse,
+    /// Three cuBLAS triangular solves.
+    Triangular,
+}
+
+impl Whitening {
+    pub fn label(self) -> &'static str {
+        match self {
+            Whitening::Inverse => "L⁻¹ and GEMMs",
+            Whitening::Triangular => "triangular solves",
+        }
+    }
+}
+
+/// A solve's whitening with what it needs: L⁻¹'s kernels and scratch, or nothing.
+enum Whiten<'a> {
+    Inverse(&'a OwnEigen, &'a DevBuf),
+    Triangular,
+}
+
 impl GeneralizedEigenSolver for DeviceEigen {
     fn name(&self) -> &'static str {
-        "cuSOLVER potrf + cuBLAS trsm + syevd or the own kernels (device)"
+        "cuSOLVER potrf, whitening by L⁻¹ and cuBLAS GEMMs, the own kernels or syevd (device)"
     }
     fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
         DeviceEigen::solve(self, cn, cd, n)
