@@ -424,9 +424,19 @@ impl DeviceEigen {
         let nn = lay.nn();
         let staging = as_f64_mut(ws.staging.as_mut().expect("ensured").as_mut_slice());
         let (up, down) = staging[..lay.staging_len()].split_at_mut(lay.upload_len());
-        // Both are symmetric: row-major is column-major.
-        up[..nn].copy_from_slice(cn);
-        up[nn..].copy_from_slice(cd);
+        // Both are symmetric: row-major is column-major. Above 256 bands the two copies run on two
+        // threads: at 425 bands one thread took 0.38 ms for the 2.9 MB (on an H100 host), more than
+        // their upload; below, a thread's start would cost more than it saves.
+        let (up_cn, up_cd) = up.split_at_mut(nn);
+        if n > 256 {
+            std::thread::scope(|s| {
+                s.spawn(|| up_cn.copy_from_slice(cn));
+                up_cd.copy_from_slice(cd);
+            });
+        } else {
+            up_cn.copy_from_slice(cn);
+            up_cd.copy_from_slice(cd);
+        }
         let t_staged = Instant::now();
 
         let mats = ws.mats.as_ref().expect("ensured");
