@@ -620,7 +620,8 @@ impl GeneralizedEigenSolver for DeviceEigen {
     }
 }
 
-/// Band counts up to which the host's faer solves the whole eigen step faster than the device round
-/// trip (`hypermnf bench eigen` on an H100: at 64 bands faer takes 0.29–0.44 ms and the device step
-/// 0.76–0.87 ms, at 128 bands faer 2.2–3.2 ms and the device 1.66–1.84 ms; BENCHMARKS.md, "Eigen").
-const HOST_FASTER_UP_TO: usize = 96;
+/// Band counts up to which the host's faer solves the whole eigen step about as fast as the device
+/// round trip or faster (`hypermnf bench eigen` on an H100, BENCHMARKS.md "Eigen": at 64 bands faer
+/// took 0.26–0.63 ms over two calls and the device step with the cluster kernels 0.38–0.42; at 96
+/// bands faer 0.67–1.65 ms and the device 0.55–0.64). Above 64 the device wins in every call measured.
+const HOST_FASTER_UP_TO: usize = 64;
