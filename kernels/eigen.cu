@@ -737,3 +737,52 @@ extern "C" __global__ void __launch_bounds__(EIG_INV_THREADS) eig_invert_leaves(
         leaf[idx % EIG_INV_LEAF + (long long)(idx / EIG_INV_LEAF) * p] = x[(idx % EIG_INV_LEAF) * EIG_INV_LD + idx / EIG_INV_LEAF];
     }
 }
+
+// ---------------------------------------------------------------------------------------------------
+// The pairs in the job's convention (mnf::eigen's order_and_sign), on the device: the transform
+// row-major, its columns in descending order of the eigenvalue, each signed so that its largest-
+// magnitude loading (the first of equal ones) is positive. W arrives column-major with the
+// eigenvalues ascending, so column c of the answer is ±column n − 1 − c of W. On the host this took
+// 0.30–0.34 ms of the eigen phase at 224 bands (an H100's host), after the download.
+
+// signs[c] = the sign of column c of the answer, one warp per column. Launch n warps in all.
+extern "C" __global__ void eig_column_signs(const double* __restrict__ w, int n, double* __restrict__ signs)
+{
+    const int lane = threadIdx.x & 31;
+    const int c = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (c >= n) return;
+    const double* col = w + (long long)(n - 1 - c) * n;
+    // Each lane's first largest |loading| (rows ascending, a strictly larger one replaces it), then
+    // the warp's: the larger, or of equal ones the lower row, as the host's scan keeps the first.
+    double best = -1.0, val = 0.0;
+    int at = n;
+    for (int r = lane; r < n; r += 32) {
+        const double v = col[r];
+        if (fabs(v) > best) { best = fabs(v); at = r; val = v; }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const double b2 = __shfl_xor_sync(0xffffffffu, best, o);
+        const int at2 = __shfl_xor_sync(0xffffffffu, at, o);
+        const double v2 = __shfl_xor_sync(0xffffffffu, val, o);
+        if (b2 > best || (b2 == best && at2 < at)) { best = b2; at = at2; val = v2; }
+    }
+    if (lane == 0) signs[c] = val < 0.0 ? -1.0 : 1.0;
+}
+
+// out[r · n + c] = signs[c] · w[(n − 1 − c) · n + r], by 32 × 32 tiles through shared memory so that
+// both the reads and the writes are coalesced. Launch (ceil(n/32), ceil(n/32)) blocks of 32 × 8.
+extern "C" __global__ void eig_order_transpose(const double* __restrict__ w, const double* __restrict__ signs, int n,
+                                               double* __restrict__ out)
+{
+    __shared__ double tile[32][33];
+    const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+    for (int j = threadIdx.y; j < 32; j += 8) {
+        const int c = c0 + j, r = r0 + threadIdx.x;
+        if (c < n && r < n) tile[j][threadIdx.x] = w[(long long)(n - 1 - c) * n + r];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        const int r = r0 + i, c = c0 + threadIdx.x;
+        if (r < n && c < n) out[(long long)r * n + c] = signs[c] * tile[threadIdx.x][i];
+    }
+}

@@ -389,6 +389,21 @@ fn device_name_and_backend_names() {
         .is_none());
 }
 
+/// A solver seen through `solve` alone: its answers ordered and signed by the host.
+struct Unordered<'a>(&'a dyn hypermnf::mnf::eigen::GeneralizedEigenSolver);
+
+impl hypermnf::mnf::eigen::GeneralizedEigenSolver for Unordered<'_> {
+    fn name(&self) -> &'static str {
+        "the device solver, ordered by the host"
+    }
+    fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), hypermnf::mnf::eigen::SolverError> {
+        self.0.solve(cn, cd, n)
+    }
+    fn takes(&self, n: usize) -> bool {
+        self.0.takes(n)
+    }
+}
+
 /// The eigen step on the device (potrf, the whitening, the job's eigensolver) against the host (faer) and the
 /// CPU backend, on the real cubes: the device solver is called directly (it must succeed, so a silent
 /// fall-back to the host cannot hide a failure) and through the pipeline; the eigenvalues agree to
@@ -449,6 +464,13 @@ fn device_eigen_step_matches_host() {
             // near-tie of the largest loadings could flip it), where their eigenvalues are separated.
             let got = eigen::solve_with(&NoiseWhitening::deferred(b.noise_covariance.clone(), n), &cd, Some(solver))
                 .unwrap();
+            // The pairs ordered and signed on the device are the host's ordering of the device's W,
+            // bit for bit (the solver seen through `solve` alone leaves the ordering to the host).
+            let by_host = eigen::solve_with(&NoiseWhitening::deferred(b.noise_covariance.clone(), n), &cd, Some(&Unordered(solver)))
+                .unwrap();
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+            assert_eq!(bits(&got.eigenvalues), bits(&by_host.eigenvalues), "{name} {noise:?}: eigenvalues ordered on the device");
+            assert_eq!(bits(&got.transform), bits(&by_host.transform), "{name} {noise:?}: transform ordered on the device");
             let ev = &want.eigenvalues;
             let col = |t: &[f64], c: usize| (0..n).map(|r| t[r * n + c]).collect::<Vec<f64>>();
             for c in 0..n.min(10) {

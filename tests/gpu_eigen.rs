@@ -24,7 +24,7 @@ fn check(bench: &EigenBench, p: &Problem, k: usize) {
     let want = reference(p).expect("host reference");
     for m in methods(k) {
         let got = bench.solve(m, &p.cn, &p.cd, p.n, false).unwrap_or_else(|e| panic!("{} at {} bands ({}): {e}", m.label(), p.n, p.name));
-        let (ve, we) = errors(&want, p.n, &got.values, &got.w, m.pairs(p.n), k);
+        let (ve, we) = errors(&want, p.n, &got.values, &got.w_column_major(p.n), m.pairs(p.n), k);
         eprintln!("{:>4} bands {:<7} {:<28} eigenvalues {ve:.1e}, top {k} vectors {we:.1e}", p.n, p.name, m.label());
         assert!(ve <= EIGENVALUE_BOUND, "{} at {} bands ({}): eigenvalues {ve:e} from the reference", m.label(), p.n, p.name);
         assert!(we <= VECTOR_BOUND, "{} at {} bands ({}): vectors {we:e} from the reference", m.label(), p.n, p.name);
@@ -110,7 +110,7 @@ fn both_whitenings_match_the_host_float64_reference() {
                     Err(e) if m == EigenMethod::OwnCluster && e.to_string().contains("no cluster") => continue 'methods,
                     Err(e) => panic!("{} whitened by {} at {} bands ({}): {e}", m.label(), w.label(), p.n, p.name),
                 };
-                let (ve, we) = errors(&want, p.n, &got.values, &got.w, m.pairs(p.n), k);
+                let (ve, we) = errors(&want, p.n, &got.values, &got.w_column_major(p.n), m.pairs(p.n), k);
                 eprintln!("{:>4} bands {:<19} {:<34} {:<18} eigenvalues {ve:.1e}, top {k} vectors {we:.1e}", p.n, p.name, m.label(), w.label());
                 errs.push((ve, we));
             }

@@ -352,7 +352,7 @@ fn device_rows(solver: &crate::backend::cuda::EigenBench, p: &Problem, reference
             row.eigensolver_ms = (!eig.is_empty()).then(|| median(eig));
             row.device_chain_ms = (!chain.is_empty()).then(|| median(chain));
             row.sweeps = s.sweeps;
-            let (ve, we) = errors(reference, p.n, &s.values, &s.w, row.pairs, k);
+            let (ve, we) = errors(reference, p.n, &s.values, &s.w_column_major(p.n), row.pairs, k);
             row.eigenvalue_error = ve;
             row.vector_error = we;
             row.holds = ve <= EIGENVALUE_BOUND && we <= VECTOR_BOUND;

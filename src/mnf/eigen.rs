@@ -119,12 +119,28 @@ impl std::fmt::Display for SolverError {
 pub trait GeneralizedEigenSolver: Send + Sync {
     fn name(&self) -> &'static str;
     fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError>;
+    /// [`GeneralizedEigenSolver::solve`], or the pairs already in [`EigenPairs`]' order and signs where
+    /// the solver can put them so itself (the device's, which then spares the host the transposition).
+    fn solve_ordered(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<Solution, SolverError> {
+        self.solve(cn, cd, n).map(|(values, w)| Solution::Unordered { values, w })
+    }
     /// Whether [`solve_with`] gives it a problem of n bands: a solver slower than the host's at some
     /// sizes declines them (the device's, at few bands), so every path (a job, a pooled batch) picks
     /// the same solver for the same size and gives the same bits.
     fn takes(&self, _n: usize) -> bool {
         true
     }
+}
+
+/// A solver's answer to C_D w = λ C_N w.
+pub enum Solution {
+    /// The eigenvalues in any order and W (n × n, column-major) in the same order, as
+    /// [`GeneralizedEigenSolver::solve`] returns them.
+    Unordered { values: Vec<f64>, w: Vec<f64> },
+    /// The eigenvalues ascending and the transform (n × n, row-major) with its columns in descending
+    /// order of the eigenvalue (column c the pair of `ascending[n − 1 − c]`), each signed as
+    /// [`solve`] signs them.
+    Descending { ascending: Vec<f64>, transform: Vec<f64> },
 }
 
 /// Eigenvalues (descending) and the transform W (n × n, row-major; column c = component c).
@@ -153,8 +169,23 @@ pub fn solve_with(
     let n = whitening.n;
     if let Some(d) = device.filter(|d| d.takes(n)) {
         let t = std::time::Instant::now();
-        match d.solve(&whitening.cn, cd, n) {
-            Ok((values, w)) if values.len() == n && w.len() == n * n => {
+        match d.solve_ordered(&whitening.cn, cd, n) {
+            Ok(Solution::Descending { ascending, transform }) if ascending.len() == n && transform.len() == n * n => {
+                let t_solved = std::time::Instant::now();
+                if ascending.iter().chain(&transform).all(|v| v.is_finite()) {
+                    let pairs = from_descending(n, ascending, transform);
+                    tracing::debug!(
+                        target: "hypermnf::timing",
+                        n,
+                        device_solve_ms = (t_solved - t).as_secs_f64() * 1e3,
+                        check_order_sign_ms = t_solved.elapsed().as_secs_f64() * 1e3,
+                        "eigen step: device solve with the order and signs, then the host's checks"
+                    );
+                    return pairs;
+                }
+                tracing::warn!("{}: non-finite result; solving on the host", d.name());
+            }
+            Ok(Solution::Unordered { values, w }) if values.len() == n && w.len() == n * n => {
                 let t_solved = std::time::Instant::now();
                 if values.iter().chain(&w).all(|v| v.is_finite()) {
                     let pairs = order_and_sign_column_major(n, &values, w);
@@ -207,8 +238,19 @@ pub fn solve_with(
     order_and_sign(n, &values, |r, c| w[(r, c)])
 }
 
-/// Eigenpairs in descending order of the eigenvalue, each column of W (`w(row, column)`) signed so that
-/// its largest-magnitude loading is positive; W row-major.
+/// The pairs of a [`Solution::Descending`] as [`EigenPairs`]. Where every eigenvalue is distinct (the
+/// rule) its columns are already the host's; where some are equal, the host's stable sort would put
+/// them in another order, so the host's ordering runs on the columns as they came: they differ from
+/// the solver's W only by their order and signs, which it recomputes, so the bits are the same as
+/// from W.
+fn from_descending(n: usize, ascending: Vec<f64>, transform: Vec<f64>) -> Result<EigenPairs, MnfError> {
+    if ascending.windows(2).all(|p| p[0] < p[1]) {
+        let eigenvalues = ascending.into_iter().rev().collect();
+        return Ok(EigenPairs { eigenvalues, transform });
+    }
+    order_and_sign(n, &ascending, |r, src| transform[r * n + (n - 1 - src)])
+}
+
 /// [`order_and_sign`] for a column-major W (the device solver's), turned into the row-major transform
 /// in place. The same values bit for bit; at n = 224 it takes ~0.1 ms instead of ~0.3 ms, most of which
 /// was first-touch page faults of a fresh n × n buffer and strided writes into it.
@@ -249,6 +291,8 @@ fn order_and_sign_column_major(n: usize, values: &[f64], mut w: Vec<f64>) -> Res
     Ok(EigenPairs { eigenvalues, transform: w })
 }
 
+/// Eigenpairs in descending order of the eigenvalue, each column of W (`w(row, column)`) signed so that
+/// its largest-magnitude loading is positive; W row-major.
 fn order_and_sign(n: usize, values: &[f64], w: impl Fn(usize, usize) -> f64) -> Result<EigenPairs, MnfError> {
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(|&i, &j| values[j].total_cmp(&values[i]));
@@ -328,6 +372,51 @@ mod tests {
         let b = order_and_sign_column_major(n, &values, w.clone()).unwrap();
         assert_eq!(a.eigenvalues, b.eigenvalues);
         assert_eq!(a.transform, b.transform);
+    }
+
+    /// What the device's ordering kernels give (columns reversed, each signed by its first largest
+    /// loading, row-major), simulated here, comes out of `from_descending` with the bits of the host's
+    /// ordering of the same W: with distinct eigenvalues, and with equal ones (where the host's order
+    /// differs from the reversal).
+    #[test]
+    fn descending_pairs_give_the_host_ordering_bits() {
+        let n = 29;
+        let mut s: u64 = 0x9e3779b97f4a7c15;
+        let mut rnd = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 20_000) as f64 / 1_000.0 - 10.0
+        };
+        let w: Vec<f64> = (0..n * n).map(|_| rnd()).collect();
+        let device = |w: &[f64]| -> Vec<f64> {
+            let mut t = vec![0.0; n * n];
+            for c in 0..n {
+                let col = &w[(n - 1 - c) * n..(n - c) * n];
+                let mut best = 0;
+                for r in 1..n {
+                    if col[r].abs() > col[best].abs() {
+                        best = r;
+                    }
+                }
+                let sign = if col[best] < 0.0 { -1.0 } else { 1.0 };
+                for r in 0..n {
+                    t[r * n + c] = sign * col[r];
+                }
+            }
+            t
+        };
+        let distinct: Vec<f64> = (0..n).map(|i| i as f64 * 0.5 - 3.0).collect();
+        let mut tied = distinct.clone();
+        tied[10] = tied[11];
+        tied[20] = tied[21];
+        tied[22] = tied[21];
+        for values in [distinct, tied] {
+            let want = order_and_sign_column_major(n, &values, w.clone()).unwrap();
+            let got = from_descending(n, values.clone(), device(&w)).unwrap();
+            assert_eq!(bits(&want.eigenvalues), bits(&got.eigenvalues));
+            assert_eq!(bits(&want.transform), bits(&got.transform));
+        }
     }
 
     #[test]

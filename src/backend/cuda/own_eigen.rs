@@ -64,6 +64,9 @@ pub(crate) struct OwnEigen {
     /// The whitening's triangular inverse (whitening.rs): L padded, its diagonal blocks inverted.
     lower_padded: CudaFunction,
     invert_leaves: CudaFunction,
+    /// The pairs in the job's order and signs, row-major.
+    column_signs: CudaFunction,
+    order_transpose: CudaFunction,
     /// Dynamic shared memory a block may opt in to (bytes).
     smem_optin: usize,
     /// Whether the device schedules the cluster tridiagonalisation as clusters of 16 blocks.
@@ -152,6 +155,8 @@ impl OwnEigen {
             back_transform,
             lower_padded: f("eig_lower_padded")?,
             invert_leaves,
+            column_signs: f("eig_column_signs")?,
+            order_transpose: f("eig_order_transpose")?,
             smem_optin,
             _module: module,
         })
@@ -285,6 +290,34 @@ impl OwnEigen {
         let mut b = stream.launch_builder(&self.invert_leaves);
         b.arg(&lp).arg(&pi);
         unsafe { b.launch(cfg(p / INVERSE_LEAF, INVERSE_THREADS, INVERSE_SHARED)) }.map_err(cuda("eig_invert_leaves"))?;
+        Ok(())
+    }
+}
+
+impl OwnEigen {
+    /// Queues `out` (n × n, row-major) = W's columns (`w`: n × n, column-major, the eigenvalues
+    /// ascending) in descending order of the eigenvalue, each signed so that its largest-magnitude
+    /// loading is positive (mnf::eigen's convention), through `signs` (n float64 of scratch).
+    ///
+    /// # Safety
+    /// `w`, `out` (n² float64, not overlapping) and `signs` (n) are device allocations of this module's
+    /// context that stay alive, and are touched by nothing else, until `stream` has run the kernels.
+    pub(crate) unsafe fn enqueue_ordered(&self, stream: &CudaStream, n: usize, w: u64, signs: u64, out: u64) -> Result<(), BackendError> {
+        if n == 0 || n > Self::MAX_BANDS {
+            return Err(BackendError::Invalid(format!("the ordering kernels take 1 to {} bands, not {n}", Self::MAX_BANDS)));
+        }
+        let ni = n as i32;
+        let tiles = n.div_ceil(32) as u32;
+        // SAFETY (both): the parameters are those of the kernels in kernels/eigen.cu, in order; the
+        // pointers lie in the allocations the caller vouches for.
+        let mut b = stream.launch_builder(&self.column_signs);
+        b.arg(&w).arg(&ni).arg(&signs);
+        let cfg = LaunchConfig { grid_dim: ((n * 32).div_ceil(128) as u32, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        unsafe { b.launch(cfg) }.map_err(cuda("eig_column_signs"))?;
+        let mut b = stream.launch_builder(&self.order_transpose);
+        b.arg(&w).arg(&signs).arg(&ni).arg(&out);
+        let cfg = LaunchConfig { grid_dim: (tiles, tiles, 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
+        unsafe { b.launch(cfg) }.map_err(cuda("eig_order_transpose"))?;
         Ok(())
     }
 }

@@ -29,7 +29,7 @@ use cudarc::cusolver::sys as sol;
 use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream};
 
 use crate::backend::BackendError;
-use crate::mnf::eigen::{GeneralizedEigenSolver, SolverError};
+use crate::mnf::eigen::{GeneralizedEigenSolver, Solution, SolverError};
 
 use super::cublas::Blas;
 use super::device::{cuda, dtoh_async, htod_async, DevBuf, PinnedBuf};
@@ -43,15 +43,17 @@ const WARM_BANDS: usize = 256;
 
 /// Device events of one timed solve (`hypermnf::timing` at debug level): before the upload, after the
 /// upload, potrf, the whitening (L⁻¹ and two GEMMs, or two triangular solves), the eigensolver, the
-/// back-transform, and the download.
+/// back-transform (with the own kernels, and the ordering of the pairs), and the download.
 pub(crate) const TIMED_STEPS: [&str; 6] = ["h2d", "potrf", "whiten", "eigen", "back", "d2h"];
 
 /// One solve's answer with what the benchmark reports of it.
 pub struct Solved {
     /// Eigenvalues (ascending; the method's `pairs(n)` of them, the rest unset) and W = L⁻ᵀ V (n × n,
-    /// column-major; its first `pairs` columns set).
+    /// column-major; its first `pairs` columns set), or, where `ordered`, the transform in the job's
+    /// order and signs (row-major, columns in descending order of the eigenvalue; every pair).
     pub values: Vec<f64>,
     pub w: Vec<f64>,
+    pub ordered: bool,
     /// Device time of each of [`TIMED_STEPS`] (ms), when asked for.
     pub steps_ms: Option<Vec<f32>>,
     /// Sweeps a Jacobi solve ran.
@@ -372,14 +374,16 @@ impl DeviceEigen {
         Ok(solver)
     }
 
-    fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
+    /// The job's solve: its method, whitening and (with the own kernels) the pairs ordered on the
+    /// device.
+    fn solve_job(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<Solved, SolverError> {
         let timed = tracing::enabled!(target: "hypermnf::timing", tracing::Level::DEBUG);
         use std::sync::atomic::Ordering;
         let method = EigenMethod::for_bands(n, self.clusters);
         if self.own_usable.load(Ordering::Relaxed) {
             match self.solve_using(method, self.whitening(n), cn, cd, n, timed) {
                 // A C_N that is not positive definite is the input's fault, whichever method runs.
-                Ok(s) => return Ok((s.values, s.w)),
+                Ok(s) => return Ok(s),
                 Err(e @ SolverError::NotPositiveDefinite(_)) => return Err(e),
                 Err(SolverError::Failed(e)) => {
                     tracing::warn!("own eigen kernels failed ({e}); cuSOLVER's syevd and cuBLAS's triangular solves take every size from now on");
@@ -387,7 +391,14 @@ impl DeviceEigen {
                 }
             }
         }
-        self.solve_using(EigenMethod::Syevd, Whitening::Triangular, cn, cd, n, timed).map(|s| (s.values, s.w))
+        self.solve_using(EigenMethod::Syevd, Whitening::Triangular, cn, cd, n, timed)
+    }
+
+    fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
+        self.solve_job(cn, cd, n).map(|s| {
+            let w = s.w_column_major(n);
+            (s.values, w)
+        })
     }
 
     /// The job's whitening at n bands: by the inverse while the own kernels are usable and take n.
@@ -447,7 +458,9 @@ impl DeviceEigen {
             (Some(k), Some(scratch)) => Whiten::Inverse(k, scratch),
             _ => Whiten::Triangular,
         };
-        let enqueued = self.enqueue(handle.0, blas, mats, work, lwork_potrf, plan, whiten, lay, up, down, events);
+        // The own kernels order the pairs too where the method gives every pair.
+        let ordered = matches!(whiten, Whiten::Inverse(..)) && method.pairs(n) == n;
+        let enqueued = self.enqueue(handle.0, blas, mats, work, lwork_potrf, plan, whiten, ordered, lay, up, down, events);
         let t_enqueued = Instant::now();
         // Synchronize even after a failed enqueue: copies already queued must not outlive this call's
         // use of the staging.
@@ -490,7 +503,7 @@ impl DeviceEigen {
             tracing::debug!(target: "hypermnf::timing", n, method = %method.label(), device_ms = %steps.join(" "), "eigen step on the device (device clock, ms)");
             steps_ms = Some(ms);
         }
-        result.map(|(values, w)| Solved { values, w, steps_ms, sweeps })
+        result.map(|(values, w)| Solved { values, w, ordered, steps_ms, sweeps })
     }
 
     /// Queues the upload, potrf, the whitening, the eigensolver, the back-transform and the download
@@ -506,6 +519,7 @@ impl DeviceEigen {
         lwork_potrf: i32,
         plan: &mut MethodPlan,
         whiten: Whiten<'_>,
+        ordered: bool,
         lay: Layout,
         up: &[f64],
         down: &mut [f64],
@@ -543,7 +557,7 @@ impl DeviceEigen {
         mark(2)?;
         // A = L⁻¹ C_D L⁻ᵀ in place of C_D. (After a failed potrf these compute garbage that is never
         // read: potrf's info is checked first.)
-        let inverse = match whiten {
+        let inverse = match &whiten {
             Whiten::Inverse(kernels, scratch) => {
                 // SAFETY: L (n²) in mats, the scratch sized by whitening::scratch_len(n) in `ensure`;
                 // both stay alive until the caller's synchronize.
@@ -564,10 +578,18 @@ impl DeviceEigen {
         // stream. Every method reads the lower triangle only, so A needs no symmetrising.
         unsafe { plan.enqueue(handle, stream, pa, pw, work.ptr(), pinfo + 4)? };
         mark(4)?;
-        // W = L⁻ᵀ V, into W's slot.
-        match inverse {
-            Some(li) => whitening::enqueue_back(stream, blas, n, li, pa, pv)?,
-            None => {
+        // W = L⁻ᵀ V, into W's slot; or into L's (no longer read: L⁻¹ is in the scratch) and from there
+        // into W's slot in the job's order and signs.
+        match (inverse, &whiten) {
+            (Some(li), Whiten::Inverse(kernels, scratch)) if ordered => {
+                whitening::enqueue_back(stream, blas, n, li, pa, pl)?;
+                let signs = scratch.ptr() + (whitening::spare_offset(n) * F64) as u64;
+                // SAFETY: W (n²) at pl and the ordered copy at pv, both in mats, apart; n signs in the
+                // scratch's spare part (whitening::spare_offset); alive until the caller's synchronize.
+                unsafe { kernels.enqueue_ordered(stream, n, pl, signs, pv)? };
+            }
+            (Some(li), _) => whitening::enqueue_back(stream, blas, n, li, pa, pv)?,
+            (None, _) => {
                 blas.dtrsm_lower(stream, true, true, n, pl, pa)?;
                 // SAFETY: n² float64 at pa and at pv, both inside mats, not overlapping.
                 unsafe { result::memcpy_dtod_async(pv, pa, lay.nn() * F64, stream.cu_stream()) }.map_err(cuda("cuMemcpyDtoDAsync"))?;
@@ -608,12 +630,35 @@ enum Whiten<'a> {
     Triangular,
 }
 
+impl Solved {
+    /// W column-major with the eigenvalues ascending, as the solvers give it: `w` itself, or the
+    /// ordered transform's columns put back (up to their signs).
+    pub fn w_column_major(&self, n: usize) -> Vec<f64> {
+        if !self.ordered {
+            return self.w.clone();
+        }
+        let mut w = vec![0.0; n * n];
+        for (r, row) in self.w.chunks_exact(n).enumerate() {
+            for (c, &v) in row.iter().enumerate() {
+                w[(n - 1 - c) * n + r] = v;
+            }
+        }
+        w
+    }
+}
+
 impl GeneralizedEigenSolver for DeviceEigen {
     fn name(&self) -> &'static str {
         "cuSOLVER potrf, whitening by L⁻¹ and cuBLAS GEMMs, the own kernels or syevd (device)"
     }
     fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
         DeviceEigen::solve(self, cn, cd, n)
+    }
+    fn solve_ordered(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<Solution, SolverError> {
+        self.solve_job(cn, cd, n).map(|s| match s.ordered {
+            true => Solution::Descending { ascending: s.values, transform: s.w },
+            false => Solution::Unordered { values: s.values, w: s.w },
+        })
     }
     fn takes(&self, n: usize) -> bool {
         n > HOST_FASTER_UP_TO

@@ -32,6 +32,13 @@ pub(crate) fn scratch_len(n: usize) -> usize {
     p * p + p * p / 4
 }
 
+/// Offset (float64 elements) in the scratch of its spare part, free once `enqueue_inverse`'s work has
+/// run: at least n elements (the products of the widest level, p² / 4 ≥ p ≥ n).
+pub(crate) fn spare_offset(n: usize) -> usize {
+    let p = padded(n);
+    p * p
+}
+
 /// Queues L⁻¹ of the lower triangle of `l` (n × n, column-major) into `scratch` (`scratch_len(n)`
 /// float64) and returns it: the leading n × n block of a p × p column-major matrix.
 ///
