@@ -169,32 +169,23 @@ pub fn solve_with(
     let n = whitening.n;
     if let Some(d) = device.filter(|d| d.takes(n)) {
         let t = std::time::Instant::now();
-        match d.solve_ordered(&whitening.cn, cd, n) {
-            Ok(Solution::Descending { ascending, transform }) if ascending.len() == n && transform.len() == n * n => {
-                let t_solved = std::time::Instant::now();
-                if ascending.iter().chain(&transform).all(|v| v.is_finite()) {
-                    let pairs = from_descending(n, ascending, transform);
-                    tracing::debug!(
-                        target: "hypermnf::timing",
-                        n,
-                        device_solve_ms = (t_solved - t).as_secs_f64() * 1e3,
-                        check_order_sign_ms = t_solved.elapsed().as_secs_f64() * 1e3,
-                        "eigen step: device solve with the order and signs, then the host's checks"
-                    );
-                    return pairs;
-                }
-                tracing::warn!("{}: non-finite result; solving on the host", d.name());
-            }
-            Ok(Solution::Unordered { values, w }) if values.len() == n && w.len() == n * n => {
+        // The values and W with whether the solver ordered them already.
+        let answer = d.solve_ordered(&whitening.cn, cd, n).map(|s| match s {
+            Solution::Descending { ascending, transform } => (ascending, transform, true),
+            Solution::Unordered { values, w } => (values, w, false),
+        });
+        match answer {
+            Ok((values, w, ordered)) if values.len() == n && w.len() == n * n => {
                 let t_solved = std::time::Instant::now();
                 if values.iter().chain(&w).all(|v| v.is_finite()) {
-                    let pairs = order_and_sign_column_major(n, &values, w);
+                    let pairs = if ordered { from_descending(n, values, w) } else { order_and_sign_column_major(n, &values, w) };
                     tracing::debug!(
                         target: "hypermnf::timing",
                         n,
+                        ordered_on_device = ordered,
                         device_solve_ms = (t_solved - t).as_secs_f64() * 1e3,
                         check_order_sign_ms = t_solved.elapsed().as_secs_f64() * 1e3,
-                        "eigen step: device solve, then the host's checks, ordering and signs"
+                        "eigen step: device solve, then the host's checks (and ordering and signs, where the device left them)"
                     );
                     return pairs;
                 }
@@ -389,23 +380,6 @@ mod tests {
             (s % 20_000) as f64 / 1_000.0 - 10.0
         };
         let w: Vec<f64> = (0..n * n).map(|_| rnd()).collect();
-        let device = |w: &[f64]| -> Vec<f64> {
-            let mut t = vec![0.0; n * n];
-            for c in 0..n {
-                let col = &w[(n - 1 - c) * n..(n - c) * n];
-                let mut best = 0;
-                for r in 1..n {
-                    if col[r].abs() > col[best].abs() {
-                        best = r;
-                    }
-                }
-                let sign = if col[best] < 0.0 { -1.0 } else { 1.0 };
-                for r in 0..n {
-                    t[r * n + c] = sign * col[r];
-                }
-            }
-            t
-        };
         let distinct: Vec<f64> = (0..n).map(|i| i as f64 * 0.5 - 3.0).collect();
         let mut tied = distinct.clone();
         tied[10] = tied[11];
@@ -413,7 +387,7 @@ mod tests {
         tied[22] = tied[21];
         for values in [distinct, tied] {
             let want = order_and_sign_column_major(n, &values, w.clone()).unwrap();
-            let got = from_descending(n, values.clone(), device(&w)).unwrap();
+            let got = from_descending(n, values.clone(), device_order(n, &w)).unwrap();
             assert_eq!(bits(&want.eigenvalues), bits(&got.eigenvalues));
             assert_eq!(bits(&want.transform), bits(&got.transform));
         }
@@ -491,6 +465,63 @@ mod tests {
             let w = li.transpose() * e.eigenvectors;
             Ok((e.eigenvalues.as_slice().to_vec(), w.as_slice().to_vec()))
         }
+    }
+
+    /// What the device's ordering kernels do to W (column-major, eigenvalues ascending): columns
+    /// reversed, each signed by its first largest loading, row-major.
+    fn device_order(n: usize, w: &[f64]) -> Vec<f64> {
+        let mut t = vec![0.0; n * n];
+        for c in 0..n {
+            let col = &w[(n - 1 - c) * n..(n - c) * n];
+            let mut best = 0;
+            for r in 1..n {
+                if col[r].abs() > col[best].abs() {
+                    best = r;
+                }
+            }
+            let sign = if col[best] < 0.0 { -1.0 } else { 1.0 };
+            for r in 0..n {
+                t[r * n + c] = sign * col[r];
+            }
+        }
+        t
+    }
+
+    /// A solver answering `Solution::Descending` (Nalgebra's pairs sorted ascending, then ordered as
+    /// the device orders them) gives `solve_with` the bits it gets from the same pairs unordered.
+    #[test]
+    fn a_solver_that_orders_its_pairs_gives_the_same_bits() {
+        struct Sorted;
+        impl GeneralizedEigenSolver for Sorted {
+            fn name(&self) -> &'static str {
+                "sorted nalgebra test solver"
+            }
+            fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
+                let (values, w) = Nalgebra.solve(cn, cd, n)?;
+                let mut order: Vec<usize> = (0..n).collect();
+                order.sort_by(|&i, &j| values[i].total_cmp(&values[j]));
+                Ok((order.iter().map(|&i| values[i]).collect(), order.iter().flat_map(|&i| w[i * n..(i + 1) * n].to_vec()).collect()))
+            }
+        }
+        struct Ordering;
+        impl GeneralizedEigenSolver for Ordering {
+            fn name(&self) -> &'static str {
+                "ordering nalgebra test solver"
+            }
+            fn solve(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<(Vec<f64>, Vec<f64>), SolverError> {
+                Sorted.solve(cn, cd, n)
+            }
+            fn solve_ordered(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<Solution, SolverError> {
+                let (ascending, w) = Sorted.solve(cn, cd, n)?;
+                Ok(Solution::Descending { ascending, transform: device_order(n, &w) })
+            }
+        }
+        let n = 11;
+        let (cd, cn) = random_pair(n, 8);
+        let a = solve_with(&NoiseWhitening::deferred(cn.clone(), n), &cd, Some(&Sorted)).unwrap();
+        let b = solve_with(&NoiseWhitening::deferred(cn, n), &cd, Some(&Ordering)).unwrap();
+        assert_eq!(bits(&a.eigenvalues), bits(&b.eigenvalues));
+        assert_eq!(bits(&a.transform), bits(&b.transform));
     }
 
     /// A solver that declines a size is never called for it: the host solves, with the host's bits.
