@@ -313,17 +313,22 @@ mod tests {
     use super::*;
     use nalgebra::DMatrix;
 
+    /// A xorshift64 stream from `seed`: the tests' small deterministic random numbers.
+    fn xorshift(mut s: u64) -> impl FnMut() -> u64 {
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        }
+    }
+
     /// W must satisfy C_D W = C_N W Λ and Wᵀ C_N W = I on a random positive definite pair.
     #[test]
     fn solves_the_generalized_problem() {
         let n = 6;
-        let mut s: u64 = 0x9e3779b97f4a7c15;
-        let mut rnd = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % 10_000) as f64 / 5_000.0 - 1.0
-        };
+        let mut next = xorshift(0x9e3779b97f4a7c15);
+        let mut rnd = || (next() % 10_000) as f64 / 5_000.0 - 1.0;
         let ga = DMatrix::from_fn(n, n + 3, |_, _| rnd());
         let gb = DMatrix::from_fn(n, n + 3, |_, _| rnd());
         let cd = &ga * ga.transpose();
@@ -350,13 +355,8 @@ mod tests {
     #[test]
     fn column_major_ordering_matches_the_accessor_version() {
         let n = 37;
-        let mut s: u64 = 0x2545f4914f6cdd1d;
-        let mut rnd = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % 20_000) as f64 / 1_000.0 - 10.0
-        };
+        let mut next = xorshift(0x2545f4914f6cdd1d);
+        let mut rnd = || (next() % 20_000) as f64 / 1_000.0 - 10.0;
         let values: Vec<f64> = (0..n).map(|_| rnd()).collect();
         let w: Vec<f64> = (0..n * n).map(|_| rnd()).collect();
         let a = order_and_sign(n, &values, |r, c| w[c * n + r]).unwrap();
@@ -372,13 +372,8 @@ mod tests {
     #[test]
     fn descending_pairs_give_the_host_ordering_bits() {
         let n = 29;
-        let mut s: u64 = 0x9e3779b97f4a7c15;
-        let mut rnd = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % 20_000) as f64 / 1_000.0 - 10.0
-        };
+        let mut next = xorshift(0x9e3779b97f4a7c15);
+        let mut rnd = || (next() % 20_000) as f64 / 1_000.0 - 10.0;
         let w: Vec<f64> = (0..n * n).map(|_| rnd()).collect();
         let distinct: Vec<f64> = (0..n).map(|i| i as f64 * 0.5 - 3.0).collect();
         let mut tied = distinct.clone();
