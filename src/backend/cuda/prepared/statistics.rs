@@ -542,5 +542,5 @@ fn moments_from(n: u64, shift: &[f64], bytes: &[u8]) -> Moments {
     let b = shift.len();
     let at = |k: usize| f64::from_le_bytes(bytes[8 * k..8 * k + 8].try_into().expect("8 bytes"));
     let sum: Vec<f64> = (0..b).map(|i| at(b * b + i)).collect();
-    Moments::from_shifted_sums_with(n, shift, &sum, |i, j| at(i.max(j) * b + i.min(j)))
+    Moments::from_shifted_lower_sums(n, shift, &sum, |i, j| at(i * b + j))
 }
