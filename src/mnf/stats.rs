@@ -23,38 +23,14 @@ impl Moments {
         Moments { bands, n: 0, mean: vec![0.0; bands], m2: vec![0.0; bands * bands] }
     }
 
-    /// From sums of shifted samples d = x − shift: n, Σd and Σddᵀ (B × B row-major, both triangles).
-    /// For backends that accumulate raw sums per tile; pick `shift` near the data so the subtraction
-    /// below does not cancel.
-    pub fn from_shifted_sums(n: u64, shift: &[f64], sum: &[f64], cross: &[f64]) -> Self {
-        let b = shift.len();
-        Self::from_shifted_sums_with(n, shift, sum, |i, j| cross[i * b + j])
-    }
-
-    /// [`from_shifted_sums`](Self::from_shifted_sums) with Σddᵀ read through `cross(i, j)`, so that a
-    /// backend can hand over its results where they lie (one triangle, in a download buffer) without
-    /// first copying and mirroring them: on the GPU this runs between the device's last sums and the
-    /// eigen step, where every pass over B × B values counts.
-    pub fn from_shifted_sums_with(n: u64, shift: &[f64], sum: &[f64], cross: impl Fn(usize, usize) -> f64) -> Self {
-        let b = shift.len();
-        if n == 0 {
-            return Moments::new(b);
-        }
-        let nf = n as f64;
-        let mean = (0..b).map(|i| shift[i] + sum[i] / nf).collect();
-        let mut m2 = Vec::with_capacity(b * b);
-        for i in 0..b {
-            m2.extend((0..b).map(|j| cross(i, j) - sum[i] * sum[j] / nf));
-        }
-        Moments { bands: b, n, mean, m2 }
-    }
-
-    /// [`from_shifted_sums_with`](Self::from_shifted_sums_with) for a symmetric Σddᵀ read through
-    /// `lower(i, j)` for j ≤ i only. Each co-moment is computed once, in the lower triangle, and
-    /// mirrored: the same bits as from both triangles (cross(i, j) = cross(j, i), and the product of
-    /// the sums commutes), with half the divisions and reads along rows. On an H100's host the general
-    /// form took ~0.2 ms at 224 bands from the device's download buffer, twice on the way from the
-    /// device's last sums to the eigen step.
+    /// From sums of shifted samples d = x − shift: n, Σd and the symmetric Σddᵀ, read through
+    /// `lower(i, j)` for j ≤ i only. For backends that accumulate raw sums per tile (pick `shift` near
+    /// the data so the subtraction below does not cancel) and hand over one triangle where it lies (in a
+    /// download buffer), without first copying and mirroring it. Each co-moment is computed once, in the
+    /// lower triangle, and mirrored: the bits are those of computing both triangles (cross(i, j) =
+    /// cross(j, i), and the product of the sums commutes), with half the divisions and reads along
+    /// rows. This runs between the device's last sums and the eigen step, twice (noise, then data):
+    /// reading both triangles took ~0.2 ms at 224 bands on an H100's host.
     pub fn from_shifted_lower_sums(n: u64, shift: &[f64], sum: &[f64], lower: impl Fn(usize, usize) -> f64) -> Self {
         let b = shift.len();
         if n == 0 {
@@ -326,8 +302,16 @@ mod tests {
                 cross[j * b + i] = cross[i * b + j];
             }
         }
-        let both = Moments::from_shifted_sums(123_457, &shift, &sum, &cross);
-        let lower = Moments::from_shifted_lower_sums(123_457, &shift, &sum, |i, j| {
+        // Both triangles, each pair on its own (the form this replaced).
+        let n = 123_457u64;
+        let nf = n as f64;
+        let both = Moments {
+            bands: b,
+            n,
+            mean: (0..b).map(|i| shift[i] + sum[i] / nf).collect(),
+            m2: (0..b * b).map(|k| cross[k] - sum[k / b] * sum[k % b] / nf).collect(),
+        };
+        let lower = Moments::from_shifted_lower_sums(n, &shift, &sum, |i, j| {
             assert!(j <= i, "read ({i}, {j}) above the diagonal");
             cross[i * b + j]
         });

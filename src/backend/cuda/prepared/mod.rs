@@ -10,7 +10,7 @@
 //!
 //! Statistics: covariance sums are formed from float32 values shifted by a per-band value near their
 //! mean (sampled on the host from at most 1024 pixels), summed per thread over at most 1024 pixels in
-//! float32, then in float64; `Moments::from_shifted_sums` turns them into centred moments. When the
+//! float32, then in float64; `Moments::from_shifted_lower_sums` turns them into centred moments. When the
 //! cube is resident the noise sums are finished and copied back first, so the host's noise
 //! eigen-decomposition overlaps the data covariance.
 
