@@ -19,6 +19,10 @@
 // Why: syevd takes ~1.8 ms at 224 bands on an H100 for a few tens of MFLOP: its steps are bound by
 // latency, not arithmetic, and so are these; they win by doing fewer, cheaper steps.
 //
+// At the end of the file, the steps around them in the device eigen step (solver.rs): the whitening's
+// triangular inverse L⁻¹ (eig_lower_padded, eig_invert_leaves; whitening.rs joins the blocks by GEMMs)
+// and the pairs put in the job's order and signs (eig_column_signs, eig_order_transpose).
+//
 // Packed lower storage: element (i, j), i ≥ j, at j·(2n − j + 1)/2 + (i − j).
 
 // 1024 threads: 512 and 256 were 17 % and 75 % slower at 224 bands on an H100 (Nsight Compute: the

@@ -9,7 +9,9 @@
 //! longer than all the device work of a 299 MB cube, and nothing can overlap it (the projection needs
 //! its result). The Cholesky factor is computed here too, so that the host's `on_noise` callback (on
 //! the critical path: the device finishes C_D ~0.1 ms after the noise moments) only selects bands and
-//! scales C_N. Ordering and signs stay in `mnf::eigen`, so both backends share one convention.
+//! scales C_N. The order and signs of the pairs are `mnf::eigen`'s convention, which both backends
+//! share: where the own kernels whiten, the device applies it (`OwnEigen::enqueue_ordered`, bit for bit
+//! the host's, tested on the GPU), else `mnf::eigen` does after the download.
 //!
 //! One solve is one host → device copy (C_N and C_D side by side, from page-locked staging), the library
 //! calls and kernels, one device → host copy (W, the eigenvalues and both `info`s, adjacent on the device)
