@@ -146,18 +146,13 @@ impl Blas {
         } else {
             blas::cublasSideMode_t::CUBLAS_SIDE_RIGHT
         };
-        let op = if transpose {
-            blas::cublasOperation_t::CUBLAS_OP_T
-        } else {
-            blas::cublasOperation_t::CUBLAS_OP_N
-        };
         // SAFETY: l and b hold n × n doubles on the stream's device.
         check("cublasDtrsm", unsafe {
             blas::cublasDtrsm_v2(
                 self.handle,
                 side,
                 blas::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER,
-                op,
+                op(transpose),
                 blas::cublasDiagType_t::CUBLAS_DIAG_NON_UNIT,
                 n as i32,
                 n as i32,
