@@ -399,6 +399,37 @@ extern "C" __global__ void __launch_bounds__(256) reduce_parts(
     }
 }
 
+// The eigen step's inputs straight from the pass's device sums, so that the solver can start as soon as
+// they are done instead of after a round trip through the host (issue 31's statistics' tail): C_N
+// (scaled by 1 / noise_scale) and C_D of the bands `used` (u of them), each u × u and exactly symmetric
+// (row- and column-major alike). The arithmetic is the host's, operation for operation, so the bits
+// are the host's: Moments::from_shifted_lower_sums (m2 = S_ij − s_i s_j / n, S the lower triangle of
+// the shifted cross sums, B × B row-major, s the shifted band sums) then Moments::covariance_of
+// (m2 / (n − 1) / scale). The _rn intrinsics keep the compiler from contracting anything into an FMA.
+// counters: [valid pixels, noise residuals]; the data's n is the valid count where the pass masked
+// pixels, else `total`.
+extern "C" __global__ void __launch_bounds__(256) cov_pair_from_sums(
+    const double* __restrict__ n_cross, const double* __restrict__ n_sum, const double* __restrict__ d_cross,
+    const double* __restrict__ d_sum, const unsigned long long* __restrict__ counters, int masked, i64 total,
+    int bands, const int* __restrict__ used, int u, double noise_scale, double* __restrict__ cn,
+    double* __restrict__ cd)
+{
+    const unsigned long long nn_ = counters[1];
+    const unsigned long long nd_ = masked ? counters[0] : (unsigned long long)total;
+    const double nn = (double)nn_, dn = (double)(nn_ - 1ull);
+    const double nd = (double)nd_, dd = (double)(nd_ - 1ull);
+    const i64 count = (i64)u * u;
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < count; e += (i64)gridDim.x * blockDim.x) {
+        const int a = used[e / u], b = used[e % u];
+        const int hi = a > b ? a : b, lo = a > b ? b : a;
+        const i64 at = (i64)hi * bands + lo;
+        const double mn = __dsub_rn(n_cross[at], __ddiv_rn(__dmul_rn(n_sum[hi], n_sum[lo]), nn));
+        cn[e] = __ddiv_rn(__ddiv_rn(mn, dn), noise_scale);
+        const double md = __dsub_rn(d_cross[at], __ddiv_rn(__dmul_rn(d_sum[hi], d_sum[lo]), nd));
+        cd[e] = __ddiv_rn(md, dd);
+    }
+}
+
 // out = (double)in: the cuBLAS route's DSYRK input (the float32 values are exact, so is this).
 extern "C" __global__ void __launch_bounds__(256) widen_f64(const float* __restrict__ in, i64 n, double* __restrict__ out)
 {

@@ -818,3 +818,77 @@ async fn an_upload_fed_to_the_device_while_it_arrives_gives_the_in_memory_result
     }
     srv.stop().await;
 }
+
+/// The early solve (`PreparedCube::solve_early`): C_N and C_D formed on the device from the pass's
+/// sums, with the solve started there, give the pairs the host path gives from the downloaded moments,
+/// bit for bit; the statistics themselves are those of a pass without it. On the real cubes (every
+/// band, both estimators), and on a random float cube with no-data pixels, a noise window, mask bands
+/// and a subset of the bands, resident and streamed, on both covariance routes.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn an_early_solve_from_the_device_sums_has_the_host_paths_bits() {
+    use hypermnf::mnf::eigen::{self, NoiseWhitening};
+    fn check(what: &str, backend: &CudaBackend, cube: &Cube, sp: &StatsSpec, bands: &[usize], scale: f64) {
+        let mut prepared = backend.prepare(cube, &Monitor::silent()).expect("prepare");
+        assert!(prepared.solve_early(bands, scale), "{what}: the CUDA backend solves early");
+        let stats = prepared.statistics(sp, &mut |_| {}, &Monitor::silent()).expect("statistics");
+        let early = prepared.early_solution().expect("an early answer");
+        assert!(prepared.early_solution().is_none(), "{what}: the answer is taken once");
+        assert_eq!(early.bands, bands, "{what}");
+        let (plain, _) = stats_of(backend, cube, sp);
+        assert_eq!(stats.data, plain.data, "{what}: data moments with and without the early solve");
+        assert_eq!(stats.noise, plain.noise, "{what}: noise moments with and without the early solve");
+        let n = bands.len();
+        let cn = stats.noise.covariance_of(bands, scale).expect("n >= 2");
+        let cd = stats.data.covariance_of(bands, 1.0).expect("n >= 2");
+        let solver = prepared.eigen_solver().expect("a device solver");
+        let want = eigen::solve_with(&NoiseWhitening::deferred(cn, n), &cd, Some(solver)).expect("host path");
+        let got = eigen::pairs_from_device(early.answer, n, early.solver)
+            .expect("a usable early answer")
+            .expect("pairs");
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+        assert_eq!(bits(&got.eigenvalues), bits(&want.eigenvalues), "{what}: eigenvalues");
+        assert_eq!(bits(&got.transform), bits(&want.transform), "{what}: transform");
+        eprintln!("{what}: {n} bands, early solve = host path bit for bit (waited {:.3} ms)", early.wait_ms);
+    }
+
+    let dev = gpu(Route::Kernels);
+    assert!(dev.eigen_on_device(), "libcusolver should be available on the GPU host");
+    for (name, cube) in real_cubes() {
+        for noise in ESTIMATORS {
+            let all: Vec<usize> = (0..cube.bands()).collect();
+            check(&format!("{name} {noise:?}"), &dev, &cube, &spec(noise, &cube), &all, noise.scale());
+        }
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let (l, s, b) = (61, 47, 120);
+    let cube = random_cube(&mut rng, l, s, b, DataType::F32, ByteOrder::Little);
+    let hole = cube.to_f64()[((l / 2) * s + s / 2) * b + 3];
+    let sp = StatsSpec {
+        noise: NoiseEstimator::MeanFilter,
+        window: Some(Window { x0: 2, y0: 1, x1: s - 3, y1: l - 2 }),
+        ignore_value: Some(hole),
+        mask_bands: (0..b).filter(|x| x % 4 != 1).collect(),
+    };
+    let used: Vec<usize> = (0..b).filter(|x| x % 7 != 3).collect();
+    for route in ROUTES {
+        let streamed = gpu(route).with_memory_budget(cube.raw().len() / 5);
+        assert!(!streamed.prepare_cuda(&cube).unwrap().is_resident(), "the budget must force streaming");
+        for (how, backend) in [("resident", gpu(route)), ("streamed", streamed)] {
+            check(&format!("random {l}x{s}x{b} {route:?} {how}"), &backend, &cube, &sp, &used, 1.7);
+        }
+    }
+
+    // A band the host then drops (constant: no noise) leaves the early answer unused: the pipeline
+    // solves the bands it kept, as the CPU does.
+    let mut raw = cube.raw().to_vec();
+    for p in 0..l * s {
+        let at = (p * b + 5) * 4;
+        raw[at..at + 4].copy_from_slice(&100.0f32.to_le_bytes());
+    }
+    let constant = Cube::from_raw(l, s, b, DataType::F32, ByteOrder::Little, raw, CubeMeta::default()).expect("cube");
+    let params = MnfParams { components: Some(8), ..Default::default() };
+    let sys = mnf::pipeline::analyse(&constant, &params, &dev, &Monitor::silent()).expect("analyse");
+    assert!(!sys.bands_used.contains(&5) && sys.bands_used.len() == b - 1, "band 5 is dropped");
+    assert_pipeline_matches("a constant band", &constant, &params, &dev);
+}

@@ -9,7 +9,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::eigen::GeneralizedEigenSolver;
+use super::eigen::{EarlySolution, GeneralizedEigenSolver};
 use super::stats::{Denoise, Moments, Projection, Statistics, StatsSpec};
 pub use super::error::BackendError;
 use crate::cube::Cube;
@@ -128,6 +128,19 @@ pub trait PreparedCube {
     /// passes (the CUDA one) marks it there, so that the time from the last upload to the eigen step
     /// (the statistics' tail, with the host's part) can be measured on one clock.
     fn eigen_starts(&mut self) {}
+    /// Asks the next statistics pass to solve the eigenproblem of `bands` (C_N divided by
+    /// `noise_scale`) on the device as soon as its sums are finished, from those sums, while the host
+    /// forms the moments: the answer is [`PreparedCube::early_solution`]'s. Where the host then selects
+    /// exactly these bands, it has the bits the host's C_N and C_D would have given (the CUDA backend
+    /// forms them with the host's arithmetic), without their round trip through the host. False where
+    /// the backend does not (the default).
+    fn solve_early(&mut self, _bands: &[usize], _noise_scale: f64) -> bool {
+        false
+    }
+    /// The answer of the early solve of the last statistics pass, once (None where none ran).
+    fn early_solution(&mut self) -> Option<EarlySolution> {
+        None
+    }
 }
 
 /// Stages a job goes through, reported with progress.

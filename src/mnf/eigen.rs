@@ -143,6 +143,18 @@ pub enum Solution {
     Descending { ascending: Vec<f64>, transform: Vec<f64> },
 }
 
+/// What a backend's early solve gave ([`crate::mnf::compute::PreparedCube::solve_early`]).
+pub struct EarlySolution {
+    /// The bands it solved for: the answer holds for a job that selected exactly these.
+    pub bands: Vec<usize>,
+    pub answer: Result<Solution, SolverError>,
+    /// The solver's name, for the warnings of [`pairs_from_device`].
+    pub solver: &'static str,
+    /// Host wall time the statistics pass spent waiting for the solve once its moments were done
+    /// (ms): eigen-step time, not statistics time.
+    pub wait_ms: f64,
+}
+
 /// Eigenvalues (descending) and the transform W (n × n, row-major; column c = component c).
 #[derive(Debug, Clone)]
 pub struct EigenPairs {
@@ -169,33 +181,10 @@ pub fn solve_with(
     let n = whitening.n;
     if let Some(d) = device.filter(|d| d.takes(n)) {
         let t = std::time::Instant::now();
-        // The values and W with whether the solver ordered them already.
-        let answer = d.solve_ordered(&whitening.cn, cd, n).map(|s| match s {
-            Solution::Descending { ascending, transform } => (ascending, transform, true),
-            Solution::Unordered { values, w } => (values, w, false),
-        });
-        match answer {
-            Ok((values, w, ordered)) if values.len() == n && w.len() == n * n => {
-                let t_solved = std::time::Instant::now();
-                if values.iter().chain(&w).all(|v| v.is_finite()) {
-                    let pairs = if ordered { from_descending(n, values, w) } else { order_and_sign_column_major(n, &values, w) };
-                    tracing::debug!(
-                        target: "hypermnf::timing",
-                        n,
-                        ordered_on_device = ordered,
-                        device_solve_ms = (t_solved - t).as_secs_f64() * 1e3,
-                        check_order_sign_ms = t_solved.elapsed().as_secs_f64() * 1e3,
-                        "eigen step: device solve, then the host's checks (and ordering and signs, where the device left them)"
-                    );
-                    return pairs;
-                }
-                tracing::warn!("{}: non-finite result; solving on the host", d.name());
-            }
-            Ok(_) => tracing::warn!("{}: wrong result shape; solving on the host", d.name()),
-            Err(e @ SolverError::NotPositiveDefinite(_)) => {
-                tracing::debug!("{}: {e}; solving on the host", d.name())
-            }
-            Err(e) => tracing::warn!("{}: {e}; solving on the host", d.name()),
+        let answer = d.solve_ordered(&whitening.cn, cd, n);
+        tracing::debug!(target: "hypermnf::timing", n, device_solve_ms = t.elapsed().as_secs_f64() * 1e3, "eigen step: device solve");
+        if let Some(pairs) = pairs_from_device(answer, n, d.name()) {
+            return pairs;
         }
     }
     let factored;
@@ -227,6 +216,38 @@ pub fn solve_with(
     l.transpose().solve_upper_triangular_in_place(w.as_mut());
     let values: Vec<f64> = (0..n).map(|i| evd.S()[i]).collect();
     order_and_sign(n, &values, |r, c| w[(r, c)])
+}
+
+/// The pairs of a device solver's answer of n bands, after the host's checks (and the ordering and
+/// signs, where the solver left them); None where there is none to use, and the host must solve: with
+/// a warning, or quietly when the device found C_N not positive definite.
+pub fn pairs_from_device(answer: Result<Solution, SolverError>, n: usize, solver: &str) -> Option<Result<EigenPairs, MnfError>> {
+    let t = std::time::Instant::now();
+    // The values and W with whether the solver ordered them already.
+    let answer = answer.map(|s| match s {
+        Solution::Descending { ascending, transform } => (ascending, transform, true),
+        Solution::Unordered { values, w } => (values, w, false),
+    });
+    match answer {
+        Ok((values, w, ordered)) if values.len() == n && w.len() == n * n => {
+            if values.iter().chain(&w).all(|v| v.is_finite()) {
+                let pairs = if ordered { from_descending(n, values, w) } else { order_and_sign_column_major(n, &values, w) };
+                tracing::debug!(
+                    target: "hypermnf::timing",
+                    n,
+                    ordered_on_device = ordered,
+                    check_order_sign_ms = t.elapsed().as_secs_f64() * 1e3,
+                    "eigen step: the host's checks of the device's answer (and ordering and signs, where the device left them)"
+                );
+                return Some(pairs);
+            }
+            tracing::warn!("{solver}: non-finite result; solving on the host");
+        }
+        Ok(_) => tracing::warn!("{solver}: wrong result shape; solving on the host"),
+        Err(e @ SolverError::NotPositiveDefinite(_)) => tracing::debug!("{solver}: {e}; solving on the host"),
+        Err(e) => tracing::warn!("{solver}: {e}; solving on the host"),
+    }
+    None
 }
 
 /// The pairs of a [`Solution::Descending`] as [`EigenPairs`]. Where every eigenvalue is distinct (the

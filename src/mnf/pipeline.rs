@@ -99,6 +99,10 @@ pub fn analyse_on(
     // eigenproblem on its device, it factors C_N there too, and the host only selects bands and scales
     // C_N here (the callback is on the critical path: the device is about to finish C_D).
     let defer = prepared.eigen_solver().is_some();
+    // Where the device takes the eigen step, it may start it from its own sums, for the bands used
+    // before any is dropped as noise-free (nearly always the bands the job ends up with): the host's
+    // part of the statistics' tail (its moments, band selection, C_N and C_D) then overlaps the solve.
+    let solves_early = prepared.eigen_solver().is_some_and(|d| d.takes(pre.used.len())) && prepared.solve_early(&pre.used, scale);
     let t0 = Instant::now();
     let mut early: Option<(Whitened, f64)> = None;
     let stats = prepared.statistics(
@@ -109,7 +113,8 @@ pub fn analyse_on(
         },
         monitor,
     )?;
-    let stats_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let mut stats_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let early_solution = if solves_early { prepared.early_solution() } else { None };
     check_statistics(&stats, &pre, params)?;
 
     // The eigen stage, for the job's progress and /metrics (without it the service's stage clock
@@ -132,18 +137,34 @@ pub fn analyse_on(
         return Err(MnfError::Degenerate("every band is constant or noise-free".into()));
     }
     let t_cd = Instant::now();
-    let cd = stats.data.covariance_of(&sel.used, 1.0).expect("checked n >= 2");
+    // The early answer, where it was for these bands and is usable; else the solve from the host's C_D.
+    let (mut pairs, mut waited_ms) = (None, 0.0);
+    if let Some(e) = early_solution {
+        waited_ms = e.wait_ms;
+        if e.bands == sel.used {
+            pairs = eigen::pairs_from_device(e.answer, sel.used.len(), e.solver);
+        }
+    }
     let t_solve = Instant::now();
-    prepared.eigen_starts();
-    let pairs = eigen::solve_with(&whitening, &cd, prepared.eigen_solver())?;
-    let eigen_ms = t1.elapsed().as_secs_f64() * 1e3 + noise_ms;
+    let pairs = match pairs {
+        Some(p) => p?,
+        None => {
+            let cd = stats.data.covariance_of(&sel.used, 1.0).expect("checked n >= 2");
+            prepared.eigen_starts();
+            eigen::solve_with(&whitening, &cd, prepared.eigen_solver())?
+        }
+    };
+    // The statistics pass waited for the early solve: eigen-step time.
+    stats_ms -= waited_ms.min(stats_ms);
+    let eigen_ms = t1.elapsed().as_secs_f64() * 1e3 + noise_ms + waited_ms;
     tracing::debug!(
         target: "hypermnf::timing",
         bands = sel.used.len(),
         deferred = defer,
+        early_solve_waited_ms = waited_ms,
         on_noise_ms = noise_ms,
         selection_ms = (t_cd - t1).as_secs_f64() * 1e3,
-        data_covariance_ms = (t_solve - t_cd).as_secs_f64() * 1e3,
+        early_answer_ms = (t_solve - t_cd).as_secs_f64() * 1e3,
         solve_ms = t_solve.elapsed().as_secs_f64() * 1e3,
         eigen_ms,
         "eigen phase"

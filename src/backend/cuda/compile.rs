@@ -216,6 +216,7 @@ mod tests {
             "cov_lower_dmma",
             "reduce_parts",
             "widen_f64",
+            "cov_pair_from_sums",
             "project_px1",
             "project_px16",
             "project_global",

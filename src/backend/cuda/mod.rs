@@ -109,6 +109,9 @@ pub struct CudaBackend {
     eigen: solver::EigenOnDevice,
     /// Project with T in constant memory (the published v3) instead of shared memory.
     constant_projection: bool,
+    /// Whether a job's eigen step starts on the device from the statistics' device sums
+    /// (`PreparedCube::solve_early`); off only to measure the round trip through the host it saves.
+    early_solve: bool,
     /// The constant-memory T is one per module: projections that use it take turns.
     const_lock: Mutex<()>,
     last_timeline: Mutex<Option<Timeline>>,
@@ -169,6 +172,7 @@ impl CudaBackend {
             blas,
             eigen,
             constant_projection: false,
+            early_solve: true,
             const_lock: Mutex::new(()),
             last_timeline: Mutex::new(None),
             dev_pool: device::Pool::new(DEVICE_POOL_BYTES),
@@ -248,6 +252,13 @@ impl CudaBackend {
     /// compare both).
     pub fn with_host_eigen(mut self) -> Self {
         self.eigen = solver::EigenOnDevice::none();
+        self
+    }
+
+    /// Forms C_N and C_D on the host from the downloaded moments, and uploads them, as before the
+    /// early solve (the benchmark compares both).
+    pub fn without_early_solve(mut self) -> Self {
+        self.early_solve = false;
         self
     }
 

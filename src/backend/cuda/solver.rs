@@ -13,6 +13,13 @@
 //! share: where the own kernels whiten, the device applies it (`OwnEigen::enqueue_ordered`, bit for bit
 //! the host's, tested on the GPU), else `mnf::eigen` does after the download.
 //!
+//! A job's solve starts before the host has the statistics (`DeviceEigen::solve_formed_on_device`,
+//! asked for by `PreparedCube::solve_early`): a kernel forms C_N and C_D from the statistics pass's
+//! device sums with the host's arithmetic (the same bits), on the solver's stream once the sums are
+//! done, while the host forms its moments, selects bands and scales C_N (it needs them for the result
+//! and the checks). Where the host then selects other bands (one without noise), its answer is
+//! dropped and the job solves from the host's matrices as below.
+//!
 //! One solve is one host → device copy (C_N and C_D side by side, from page-locked staging), the library
 //! calls and kernels, one device → host copy (W, the eigenvalues and both `info`s, adjacent on the device)
 //! and one synchronize. The device buffers, the `syevd`/`potrf` workspace and the staging are kept
@@ -414,10 +421,56 @@ impl DeviceEigen {
 
     /// One solve by `method` and `whitening`, with the device time of each step when `timed`.
     pub(crate) fn solve_using(&self, method: EigenMethod, whitening: Whitening, cn: &[f64], cd: &[f64], n: usize, timed: bool) -> Result<Solved, SolverError> {
-        let failed = |e: BackendError| SolverError::Failed(e.to_string());
         if n == 0 || cn.len() != n * n || cd.len() != n * n {
             return Err(SolverError::Failed(format!("bad shapes: n = {n}, C_N {} and C_D {} values", cn.len(), cd.len())));
         }
+        self.run(method, whitening, Inputs::Host { cn, cd }, n, timed, &mut || {})
+    }
+
+    /// The job's solve (its method and whitening, as [`DeviceEigen::solve_ordered`] picks them) of a
+    /// problem whose C_N and C_D are formed on the device: `fill` queues their forming on the solver's
+    /// stream, which first waits for `after` (recorded on another stream of the same context, where
+    /// their sources are finished). `meanwhile` runs on the host while the device solves. Where the
+    /// own kernels fail, this does not retry: the caller solves again from host matrices
+    /// ([`GeneralizedEigenSolver::solve_ordered`]), which falls back to syevd.
+    pub(crate) fn solve_formed_on_device(
+        &self,
+        n: usize,
+        after: &CudaEvent,
+        fill: &dyn Fn(&CudaStream, u64, u64) -> Result<(), BackendError>,
+        meanwhile: &mut dyn FnMut(),
+    ) -> Result<Solution, SolverError> {
+        use std::sync::atomic::Ordering;
+        let timed = tracing::enabled!(target: "hypermnf::timing", tracing::Level::DEBUG);
+        let (method, whitening) = if self.own_usable.load(Ordering::Relaxed) {
+            (EigenMethod::for_bands(n, self.clusters), self.whitening(n))
+        } else {
+            (EigenMethod::Syevd, Whitening::Triangular)
+        };
+        if n == 0 {
+            meanwhile();
+            return Err(SolverError::Failed("no bands".into()));
+        }
+        self.run(method, whitening, Inputs::Device { after, fill }, n, timed, meanwhile).map(Solved::into_solution)
+    }
+
+    /// One solve, from `inputs`; `meanwhile` runs once, on the host, while the device solves (also
+    /// when the solve fails before reaching the device).
+    fn run(&self, method: EigenMethod, whitening: Whitening, inputs: Inputs<'_>, n: usize, timed: bool, meanwhile: &mut dyn FnMut()) -> Result<Solved, SolverError> {
+        // `meanwhile` must run whatever happens: the caller's statistics are in it.
+        let mut pending = Some(meanwhile);
+        let mut run_meanwhile = || {
+            if let Some(m) = pending.take() {
+                m();
+            }
+        };
+        let result = self.run_inner(method, whitening, inputs, n, timed, &mut run_meanwhile);
+        run_meanwhile();
+        result
+    }
+
+    fn run_inner(&self, method: EigenMethod, whitening: Whitening, inputs: Inputs<'_>, n: usize, timed: bool, meanwhile: &mut dyn FnMut()) -> Result<Solved, SolverError> {
+        let failed = |e: BackendError| SolverError::Failed(e.to_string());
         let t0 = Instant::now();
         let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Inner { handle, blas, ws } = &mut *guard;
@@ -437,19 +490,25 @@ impl DeviceEigen {
         let nn = lay.nn();
         let staging = as_f64_mut(ws.staging.as_mut().expect("ensured").as_mut_slice());
         let (up, down) = staging[..lay.staging_len()].split_at_mut(lay.upload_len());
-        // Both are symmetric: row-major is column-major. Above 256 bands the two copies run on two
-        // threads: at 425 bands one thread took 0.38 ms for the 2.9 MB (on an H100 host), more than
-        // their upload; below, a thread's start would cost more than it saves.
-        let (up_cn, up_cd) = up.split_at_mut(nn);
-        if n > 256 {
-            std::thread::scope(|s| {
-                s.spawn(|| up_cn.copy_from_slice(cn));
-                up_cd.copy_from_slice(cd);
-            });
-        } else {
-            up_cn.copy_from_slice(cn);
-            up_cd.copy_from_slice(cd);
-        }
+        let source = match inputs {
+            Inputs::Host { cn, cd } => {
+                // Both are symmetric: row-major is column-major. Above 256 bands the two copies run on
+                // two threads: at 425 bands one thread took 0.38 ms for the 2.9 MB (on an H100 host),
+                // more than their upload; below, a thread's start would cost more than it saves.
+                let (up_cn, up_cd) = up.split_at_mut(nn);
+                if n > 256 {
+                    std::thread::scope(|s| {
+                        s.spawn(|| up_cn.copy_from_slice(cn));
+                        up_cd.copy_from_slice(cd);
+                    });
+                } else {
+                    up_cn.copy_from_slice(cn);
+                    up_cd.copy_from_slice(cd);
+                }
+                Source::Staged(up)
+            }
+            Inputs::Device { after, fill } => Source::Formed { after, fill },
+        };
         let t_staged = Instant::now();
 
         let mats = ws.mats.as_ref().expect("ensured");
@@ -462,8 +521,10 @@ impl DeviceEigen {
         };
         // The own kernels order the pairs too where the method gives every pair.
         let ordered = matches!(whiten, Whiten::Inverse(..)) && method.pairs(n) == n;
-        let enqueued = self.enqueue(handle.0, blas, mats, work, lwork_potrf, plan, whiten, ordered, lay, up, down, events);
+        let enqueued = self.enqueue(handle.0, blas, mats, work, lwork_potrf, plan, whiten, ordered, lay, source, down, events);
         let t_enqueued = Instant::now();
+        meanwhile();
+        let t_meanwhile = Instant::now();
         // Synchronize even after a failed enqueue: copies already queued must not outlive this call's
         // use of the staging.
         let synced = self.stream.synchronize().map_err(cuda("cuStreamSynchronize"));
@@ -494,7 +555,8 @@ impl DeviceEigen {
             lock_and_workspace_ms = ms(t0, t_ready),
             stage_inputs_ms = ms(t_ready, t_staged),
             enqueue_ms = ms(t_staged, t_enqueued),
-            wait_ms = ms(t_enqueued, t_done),
+            meanwhile_ms = ms(t_enqueued, t_meanwhile),
+            wait_ms = ms(t_meanwhile, t_done),
             unpack_ms = ms(t_done, t_end),
             "eigen step on the device (host clock)"
         );
@@ -508,8 +570,8 @@ impl DeviceEigen {
         result.map(|(values, w)| Solved { values, w, ordered, steps_ms, sweeps })
     }
 
-    /// Queues the upload, potrf, the whitening, the eigensolver, the back-transform and the download
-    /// on the solver's stream. `events`
+    /// Queues the upload (or the forming on the device), potrf, the whitening, the eigensolver, the
+    /// back-transform and the download on the solver's stream. `events`
     /// (empty or `TIMED_STEPS.len() + 1`) are recorded between the steps.
     #[allow(clippy::too_many_arguments)]
     fn enqueue(
@@ -523,7 +585,7 @@ impl DeviceEigen {
         whiten: Whiten<'_>,
         ordered: bool,
         lay: Layout,
-        up: &[f64],
+        source: Source<'_>,
         down: &mut [f64],
         events: &[CudaEvent],
     ) -> Result<(), BackendError> {
@@ -542,9 +604,15 @@ impl DeviceEigen {
         let lower = sol::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER;
 
         mark(0)?;
-        // SAFETY: `up` is page-locked staging that outlives the copy (the caller synchronizes before
-        // releasing it); mats holds at least upload_len float64 from offset 0.
-        unsafe { htod_async(mats.ptr(), as_bytes(&up[..lay.upload_len()]), stream)? };
+        match source {
+            // SAFETY: `up` is page-locked staging that outlives the copy (the caller synchronizes
+            // before releasing it); mats holds at least upload_len float64 from offset 0.
+            Source::Staged(up) => unsafe { htod_async(mats.ptr(), as_bytes(&up[..lay.upload_len()]), stream)? },
+            Source::Formed { after, fill } => {
+                stream.wait(after).map_err(cuda("cuStreamWaitEvent"))?;
+                fill(stream, pl, pa)?;
+            }
+        }
         // Both infos to 0, so a stale value can never be read (potrf and the eigensolver overwrite them).
         // SAFETY: 8 bytes at the info slot, inside mats.
         unsafe { result::memset_d8_async(pinfo, 0, F64, stream.cu_stream()) }.map_err(cuda("cuMemsetD8Async"))?;
@@ -607,6 +675,26 @@ impl DeviceEigen {
     }
 }
 
+/// Where a solve's C_N and C_D come from.
+enum Inputs<'a> {
+    /// The host's (n × n each, symmetric), staged and uploaded.
+    Host { cn: &'a [f64], cd: &'a [f64] },
+    /// Formed on the device by `fill(stream, C_N's address, C_D's)` once `after` has fired.
+    Device {
+        after: &'a CudaEvent,
+        fill: &'a dyn Fn(&CudaStream, u64, u64) -> Result<(), BackendError>,
+    },
+}
+
+/// [`Inputs`] as `enqueue` takes them: the host's already staged.
+enum Source<'a> {
+    Staged(&'a [f64]),
+    Formed {
+        after: &'a CudaEvent,
+        fill: &'a dyn Fn(&CudaStream, u64, u64) -> Result<(), BackendError>,
+    },
+}
+
 /// How the whitening A = L⁻¹ C_D L⁻ᵀ and the back-transform W = L⁻ᵀ V are computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Whitening {
@@ -633,6 +721,14 @@ enum Whiten<'a> {
 }
 
 impl Solved {
+    /// The answer as `mnf::eigen` takes it.
+    fn into_solution(self) -> Solution {
+        match self.ordered {
+            true => Solution::Descending { ascending: self.values, transform: self.w },
+            false => Solution::Unordered { values: self.values, w: self.w },
+        }
+    }
+
     /// W column-major with the eigenvalues ascending, as the solvers give it: `w` itself, or the
     /// ordered transform's columns put back (up to their signs).
     pub fn w_column_major(&self, n: usize) -> Vec<f64> {
@@ -657,10 +753,7 @@ impl GeneralizedEigenSolver for DeviceEigen {
         DeviceEigen::solve(self, cn, cd, n)
     }
     fn solve_ordered(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<Solution, SolverError> {
-        self.solve_job(cn, cd, n).map(|s| match s.ordered {
-            true => Solution::Descending { ascending: s.values, transform: s.w },
-            false => Solution::Unordered { values: s.values, w: s.w },
-        })
+        self.solve_job(cn, cd, n).map(Solved::into_solution)
     }
     fn takes(&self, n: usize) -> bool {
         n > HOST_FASTER_UP_TO

@@ -44,6 +44,7 @@ pub(crate) struct Kernels {
     pub(crate) cov_lower_m16: Option<CudaFunction>,
     reduce_parts: CudaFunction,
     widen_f64: CudaFunction,
+    cov_pair_from_sums: CudaFunction,
     /// project_px{KP} (T in constant memory), by KP.
     project_px: Vec<(usize, CudaFunction)>,
     /// project_pxs{KP} (T staged in shared memory), by KP; empty where the opt-in to large dynamic
@@ -124,6 +125,7 @@ impl Kernels {
             },
             reduce_parts: f("reduce_parts")?,
             widen_f64: f("widen_f64")?,
+            cov_pair_from_sums: f("cov_pair_from_sums")?,
             project_px: PX_KP
                 .iter()
                 .map(|&kp| Ok((kp, f(&format!("project_px{kp}"))?)))

@@ -176,6 +176,42 @@ impl Kernels {
         self.launch(s, &self.reduce_parts, cfg, &args, "launch reduce_parts")
     }
 
+    /// C_N (the noise's, divided by `noise_scale`) and C_D of the bands `used` (u of them, as i32) into
+    /// `cn` and `cd` (u × u each), from the pass's device sums (`noise` and `data`: the lower triangle
+    /// of the shifted cross sums, B × B row-major, then the B band sums) and `counters` (valid pixels,
+    /// noise residuals; the data's count is `total` where the pass did not mask): the bits the host
+    /// forms from the same sums downloaded (kernels/covariance.cu).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn covariances_from_sums(
+        &self,
+        s: &CudaStream,
+        bands: usize,
+        noise: DevPtr<f64>,
+        data: DevPtr<f64>,
+        counters: DevPtr<u64>,
+        masked: bool,
+        total: u64,
+        used: DevPtr<i32>,
+        u: usize,
+        noise_scale: f64,
+        cn: DevPtr<f64>,
+        cd: DevPtr<f64>,
+    ) -> Result<(), BackendError> {
+        let bb = bands * bands;
+        noise.holds(bb + bands);
+        data.holds(bb + bands);
+        counters.holds(2);
+        used.holds(u);
+        cn.holds(u * u);
+        cd.holds(u * u);
+        let cfg = grid_for((u * u) as u64, self.sms);
+        #[rustfmt::skip]
+        let args = [noise.into(), noise.skip(bb).into(), data.into(), data.skip(bb).into(), counters.into(),
+            (masked as i32).into(), (total as i64).into(), (bands as i32).into(), used.into(), (u as i32).into(),
+            noise_scale.into(), cn.into(), cd.into()];
+        self.launch(s, &self.cov_pair_from_sums, cfg, &args, "launch cov_pair_from_sums")
+    }
+
     /// out (float64) = in (float32), n values.
     pub(crate) fn widen_f64(&self, s: &CudaStream, input: DevPtr<f32>, n: i64, out: DevPtr<f64>) -> Result<(), BackendError> {
         if n == 0 {

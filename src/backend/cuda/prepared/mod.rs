@@ -12,7 +12,9 @@
 //! mean (sampled on the host from at most 1024 pixels), summed per thread over at most 1024 pixels in
 //! float32, then in float64; `Moments::from_shifted_lower_sums` turns them into centred moments. When the
 //! cube is resident the noise sums are finished and copied back first, so the host's noise
-//! eigen-decomposition overlaps the data covariance.
+//! eigen-decomposition overlaps the data covariance. Where the pipeline asks for it
+//! (`PreparedCube::solve_early`), the eigen step starts on the device from the finished sums, and the
+//! host forms its moments while the device solves.
 
 mod layout;
 mod mask;
@@ -139,6 +141,10 @@ pub struct CudaCube<'c> {
     mask_key: Option<MaskKey>,
     t0: CudaEvent,
     timeline: Timeline,
+    /// The early solve the next statistics pass runs (the bands, the noise scale), as `solve_early`
+    /// asked, and its answer until `early_solution` takes it.
+    early_request: Option<(Vec<usize>, f64)>,
+    early_answer: Option<crate::mnf::eigen::EarlySolution>,
 }
 
 impl<'c> CudaCube<'c> {
@@ -258,6 +264,8 @@ impl<'c> CudaCube<'c> {
             valid: None,
             mask_key: None,
             t0: event(&be.ctx, true)?,
+            early_request: None,
+            early_answer: None,
         })
     }
 
@@ -352,6 +360,20 @@ impl PreparedCube for CudaCube<'_> {
 
     fn use_shifts(&mut self, data: &[f64], noise: &[f64]) {
         self.set_shifts(data.to_vec(), noise.to_vec());
+    }
+
+    fn solve_early(&mut self, bands: &[usize], noise_scale: f64) -> bool {
+        // The band list goes to the kernel as i32.
+        let fits = bands.iter().all(|&b| b < self.lay.bands) && i32::try_from(self.lay.bands).is_ok();
+        if !self.be.early_solve || self.be.eigen.get().is_none() || bands.is_empty() || !fits {
+            return false;
+        }
+        self.early_request = Some((bands.to_vec(), noise_scale));
+        true
+    }
+
+    fn early_solution(&mut self) -> Option<crate::mnf::eigen::EarlySolution> {
+        self.early_answer.take()
     }
 
     fn eigen_solver(&self) -> Option<&dyn crate::mnf::eigen::GeneralizedEigenSolver> {

@@ -9,6 +9,7 @@ use crate::backend::cuda::device::{cuda, dtoh_async, event, DevBuf, PinnedBuf, P
 use crate::backend::cuda::kernels::{CovParts, DevPtr, NoiseArgs, Pixels, COV_TILE};
 use crate::backend::cuda::Route;
 use crate::backend::{check_window, BackendError};
+use crate::mnf::eigen::{EarlySolution, GeneralizedEigenSolver};
 use crate::mnf::stats::{Moments, Statistics, StatsSpec};
 use crate::mnf::{Monitor, NoiseEstimator, Stage};
 
@@ -214,6 +215,13 @@ impl CudaCube<'_> {
         // The buffers live until the end of the pass (the stream is synchronized before it returns).
         let d_shift = self.dev_from(&data_shift)?;
         let n_shift = self.dev_from(&noise_shift)?;
+        // The early solve's request (PreparedCube::solve_early), its band list on the device.
+        let early = self.early_request.take();
+        self.early_answer = None;
+        let d_used = match &early {
+            Some((bands, _)) => Some(self.dev_from(&bands.iter().map(|&b| b as i32).collect::<Vec<i32>>())?),
+            None => None,
+        };
         let bufs = self.stat_bufs()?;
         let work = self.dev(self.lay.chunk_pixels_max() * b * 4)?;
         let t_bufs = wall.elapsed();
@@ -259,6 +267,15 @@ impl CudaCube<'_> {
             self.streamed_sums(&pass, &mut host_res, monitor)?;
         }
         let Pass { ev_noise, ev_upload, .. } = pass;
+        // Where the sums are finished: the early solve starts there, beside their download.
+        let ev_sums = match &early {
+            Some(_) => {
+                let e = event(&ctx, false)?;
+                e.record(&self.compute).map_err(cuda("cuEventRecord"))?;
+                Some(e)
+            }
+            None => None,
+        };
         // SAFETY: host_res lives until the synchronize calls below.
         unsafe {
             dtoh_async(
@@ -270,33 +287,85 @@ impl CudaCube<'_> {
         ev_data.record(&self.compute).map_err(cuda("cuEventRecord"))?;
 
         let t_enqueued = wall.elapsed();
-        // Noise moments as soon as they are on the host.
-        ev_noise.synchronize().map_err(cuda("cuEventSynchronize"))?;
-        let t_noise = wall.elapsed();
-        let all = host_res.as_slice();
-        let counters: Vec<u64> = all[results_bytes..results_bytes + COUNTERS_BYTES]
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-            .collect();
-        let noise = moments_from(counters[1], &noise_shift, &all[..noise_bytes]);
-        let cb = Instant::now();
-        on_noise(&noise);
-        self.timeline.on_noise_wall_ms = cb.elapsed().as_secs_f64() * 1e3;
-
-        let t_on_noise = wall.elapsed();
-        ev_data.synchronize().map_err(cuda("cuEventSynchronize"))?;
-        let t_data = wall.elapsed();
-        self.compute.synchronize().map_err(cuda("cuStreamSynchronize"))?;
-        self.copy.synchronize().map_err(cuda("cuStreamSynchronize"))?;
-        let all = host_res.as_slice();
         let total = (lines * samples) as u64;
-        let n_valid = if mask.is_some() { counters[0] } else { total };
-        let data = moments_from(n_valid, &data_shift, &all[noise_bytes..results_bytes]);
+        let masked = mask.is_some();
+        // The host's part: the noise moments as soon as they are on the host (and `on_noise`), then
+        // the data moments. Run while the device solves, where it solves early.
+        let be = self.be;
+        let mut host: Option<Result<HostMoments, BackendError>> = None;
+        let mut host_part = || {
+            host = Some((|| {
+                ev_noise.synchronize().map_err(cuda("cuEventSynchronize"))?;
+                let t_noise = wall.elapsed();
+                let all = host_res.as_slice();
+                let counters: Vec<u64> = all[results_bytes..results_bytes + COUNTERS_BYTES]
+                    .chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                    .collect();
+                let noise = moments_from(counters[1], &noise_shift, &all[..noise_bytes]);
+                let cb = Instant::now();
+                on_noise(&noise);
+                self.timeline.on_noise_wall_ms = cb.elapsed().as_secs_f64() * 1e3;
+                let t_on_noise = wall.elapsed();
+                ev_data.synchronize().map_err(cuda("cuEventSynchronize"))?;
+                let t_data = wall.elapsed();
+                self.compute.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+                self.copy.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+                let all = host_res.as_slice();
+                let n_valid = if masked { counters[0] } else { total };
+                let data = moments_from(n_valid, &data_shift, &all[noise_bytes..results_bytes]);
+                Ok(HostMoments { noise, data, n_valid, t_noise, t_on_noise, t_data, t_moments: wall.elapsed() })
+            })());
+        };
+        let mut early_start = None;
+        let early_answer = match (early, be.eigen.get(), &ev_sums, &d_used) {
+            (Some((bands, scale)), Some(solver), Some(after), Some(used)) => {
+                let u = bands.len();
+                let start = event(&ctx, true)?;
+                let (results, counters) = (&bufs.results, &bufs.counters);
+                let fill = |stream: &cudarc::driver::CudaStream, cn: u64, cd: u64| -> Result<(), BackendError> {
+                    start.record(stream).map_err(cuda("cuEventRecord"))?;
+                    be.kernels.covariances_from_sums(
+                        stream,
+                        b,
+                        DevPtr::at(results, off[0]),
+                        DevPtr::at(results, off[2]),
+                        DevPtr::at(counters, 0),
+                        masked,
+                        total,
+                        DevPtr::of(used),
+                        u,
+                        scale,
+                        DevPtr::raw(cn, u * u),
+                        DevPtr::raw(cd, u * u),
+                    )
+                };
+                let answer = solver.solve_formed_on_device(u, after, &fill, &mut host_part);
+                early_start = Some(start);
+                Some((bands, answer, solver.name(), wall.elapsed()))
+            }
+            _ => {
+                host_part();
+                None
+            }
+        };
+        let HostMoments { noise, data, n_valid, t_noise, t_on_noise, t_data, t_moments } = host.expect("the host's part ran")?;
+        if let Some((bands, answer, solver, t_solved)) = early_answer {
+            self.early_answer = Some(EarlySolution {
+                bands,
+                answer,
+                solver,
+                wait_ms: t_solved.saturating_sub(t_moments).as_secs_f64() * 1e3,
+            });
+        }
         self.timeline.upload_done_ms = self.elapsed(&ev_upload);
         self.timeline.noise_done_ms = self.elapsed(&ev_noise);
         self.timeline.data_done_ms = self.elapsed(&ev_data);
         self.timeline.statistics_wall_ms = wall.elapsed().as_secs_f64() * 1e3;
-        let t_moments = wall.elapsed();
+        if let Some(start) = &early_start {
+            // The eigen step started on the device: the statistics' tail ends there.
+            self.timeline.eigen_start_ms = self.elapsed(start);
+        }
         self.release_staging_once_uploaded();
         // The host's points on the device's clock: an event recorded on the idle compute stream is
         // stamped at once, which ties the two clocks together here.
@@ -532,6 +601,19 @@ impl CudaCube<'_> {
         p.ev_noise.record(&self.compute).map_err(cuda("cuEventRecord"))?;
         Ok(())
     }
+}
+
+/// The host's part of a statistics pass: both moments (the data's over `n_valid` pixels), and when
+/// (from the pass's start) the noise results were on the host, `on_noise` returned, the data results
+/// were on the host and the moments were done.
+struct HostMoments {
+    noise: Moments,
+    data: Moments,
+    n_valid: u64,
+    t_noise: std::time::Duration,
+    t_on_noise: std::time::Duration,
+    t_data: std::time::Duration,
+    t_moments: std::time::Duration,
 }
 
 /// Moments from the device's float64 results as downloaded (`bytes`: the lower triangle of Σddᵀ,
