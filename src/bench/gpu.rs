@@ -161,16 +161,32 @@ fn backend_mnf_phases(
         };
         Ok((sel.used, w))
     };
+    // As the pipeline: the device starts the eigen step from its own sums (unless the backend was made
+    // without it, to measure that).
+    let solves_early = crate::backend::PreparedCube::eigen_solver(&prep).is_some_and(|d| d.takes(pre.used.len()))
+        && crate::backend::PreparedCube::solve_early(&mut prep, &pre.used, scale);
     let mut early = None;
     let t_stats = Instant::now();
     let stats = prep.statistics(&spec, &mut |n: &Moments| early = Some(whiten(n)), &monitor)?;
-    let stats_ms = t_stats.elapsed().as_secs_f64() * 1e3;
+    let mut stats_ms = t_stats.elapsed().as_secs_f64() * 1e3;
+    let early_solution = if solves_early { crate::backend::PreparedCube::early_solution(&mut prep) } else { None };
     let t = Instant::now();
     let (used, w) = early.context("on_noise was not called")??;
-    let cd = stats.data.covariance_of(&used, 1.0).context("too few pixels")?;
-    crate::backend::PreparedCube::eigen_starts(&mut prep);
-    let pairs = eigen::solve_with(&w, &cd, crate::backend::PreparedCube::eigen_solver(&prep))?;
-    let eigen_ms = t.elapsed().as_secs_f64() * 1e3;
+    let waited_ms = early_solution.as_ref().map_or(0.0, |e| e.wait_ms);
+    let from_early = early_solution
+        .filter(|e| e.bands == used)
+        .and_then(|e| eigen::pairs_from_device(e.answer, used.len(), e.solver));
+    let pairs = match from_early {
+        Some(pairs) => pairs?,
+        None => {
+            let cd = stats.data.covariance_of(&used, 1.0).context("too few pixels")?;
+            crate::backend::PreparedCube::eigen_starts(&mut prep);
+            eigen::solve_with(&w, &cd, crate::backend::PreparedCube::eigen_solver(&prep))?
+        }
+    };
+    // The statistics pass waited for the early solve: eigen time, as in the pipeline.
+    stats_ms -= waited_ms.min(stats_ms);
+    let eigen_ms = t.elapsed().as_secs_f64() * 1e3 + waited_ms;
     let u = used.len();
     let mut tk = Vec::with_capacity(u * k);
     for r in 0..u {
@@ -284,6 +300,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                                 (
                                     "host eigen (faer)",
                                     CudaBackend::new(route)?.with_host_eigen(),
+                                ),
+                                (
+                                    "eigen from the host's C_N and C_D (no early solve)",
+                                    CudaBackend::new(route)?.without_early_solve(),
                                 ),
                                 (
                                     "T in constant memory",
