@@ -835,9 +835,16 @@ fn an_early_solve_from_the_device_sums_has_the_host_paths_bits() {
         let early = prepared.early_solution().expect("an early answer");
         assert!(prepared.early_solution().is_none(), "{what}: the answer is taken once");
         assert_eq!(early.bands, bands, "{what}");
+        // The pass is the pass without the early solve: bit for bit with the own covariance kernels;
+        // cuBLAS promises the same bits only while one stream is active, and may pick another DSYRK
+        // when another is (its documentation, "Results reproducibility").
         let (plain, _) = stats_of(backend, cube, sp);
-        assert_eq!(stats.data, plain.data, "{what}: data moments with and without the early solve");
-        assert_eq!(stats.noise, plain.noise, "{what}: noise moments with and without the early solve");
+        if backend.route() == Route::Kernels {
+            assert_eq!(stats.data, plain.data, "{what}: data moments with and without the early solve");
+            assert_eq!(stats.noise, plain.noise, "{what}: noise moments with and without the early solve");
+        } else {
+            assert_stats_match(what, &stats, &plain);
+        }
         let n = bands.len();
         let cn = stats.noise.covariance_of(bands, scale).expect("n >= 2");
         let cd = stats.data.covariance_of(bands, 1.0).expect("n >= 2");
