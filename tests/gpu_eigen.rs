@@ -165,3 +165,33 @@ fn a_singular_noise_covariance_is_refused_by_every_method() {
         Ok(_) => panic!("triangular solves: solved a singular C_N"),
     }
 }
+
+/// An untimed solve of the own kernels replays a CUDA graph of its launches, captured at its first
+/// solve of that size (a timed one is queued launch by launch, with events between the steps): both
+/// give the same bits, at sizes below and above the workspace's first size (whose growth drops the
+/// graphs), again after the growth, and on fresh inputs for a graph already captured.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_replayed_solve_graph_gives_the_bits_of_the_launches_queued_one_by_one() {
+    let bench = EigenBench::open(0).expect("a CUDA device with cuSOLVER");
+    let s = seed();
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+    for (round, n) in [(0, 96), (0, 224), (0, 425), (1, 96), (1, 224), (1, 425)] {
+        for m in [EigenMethod::OwnCluster, EigenMethod::Own] {
+            let p = random_problem(n, s.wrapping_add(31 * n as u64 + round));
+            let queued = match bench.solve_whitened(m, Whitening::Inverse, &p.cn, &p.cd, n, true) {
+                Ok(r) => r,
+                Err(e) if e.to_string().contains("no cluster") || e.to_string().contains("take 1 to") => continue,
+                Err(e) => panic!("{} at {n} bands, queued: {e}", m.label()),
+            };
+            for replay in 0..2 {
+                let graph = bench
+                    .solve_whitened(m, Whitening::Inverse, &p.cn, &p.cd, n, false)
+                    .unwrap_or_else(|e| panic!("{} at {n} bands, replay {replay}: {e}", m.label()));
+                assert_eq!(bits(&graph.values), bits(&queued.values), "{} at {n} bands, round {round}, replay {replay}: eigenvalues", m.label());
+                assert_eq!(bits(&graph.w), bits(&queued.w), "{} at {n} bands, round {round}, replay {replay}: W", m.label());
+            }
+            eprintln!("{:>4} bands {:<28} round {round}: graph = queued, bit for bit", n, m.label());
+        }
+    }
+}

@@ -166,6 +166,14 @@ pub(crate) struct MethodPlan {
     own: Option<Arc<OwnEigen>>,
 }
 
+impl MethodPlan {
+    /// Whether the plan runs the own kernels (no cuSOLVER eigensolver, nothing the host waits for):
+    /// its solves can be captured in a CUDA graph.
+    pub(crate) fn is_own(&self) -> bool {
+        self.own.is_some()
+    }
+}
+
 // SAFETY: the library objects are used by one thread at a time (the solver's Mutex).
 unsafe impl Send for MethodPlan {}
 

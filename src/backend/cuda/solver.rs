@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use cudarc::cusolver::sys as sol;
-use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream};
+use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaGraph, CudaStream};
 
 use crate::backend::BackendError;
 use crate::mnf::eigen::{GeneralizedEigenSolver, Solution, SolverError};
@@ -81,6 +81,9 @@ pub(crate) struct DeviceEigen {
     /// Whether the device launches thread-block clusters (compute capability 9.0+): the own kernels'
     /// cluster tridiagonalisation.
     clusters: bool,
+    /// Cleared when a solve chain could not be captured in a CUDA graph: it is queued launch by
+    /// launch from then on.
+    graphs_usable: std::sync::atomic::AtomicBool,
 }
 
 struct Inner {
@@ -183,7 +186,29 @@ struct Workspace {
     /// The whitening's scratch (`whitening::scratch_len` float64 of it), `inverse_len` long.
     inverse: Option<DevBuf>,
     inverse_len: usize,
+    /// The solve chains captured so far (see `DeviceEigen::enqueue`): they hold the addresses of the
+    /// buffers above, so they go whenever one of those is reallocated.
+    graphs: Vec<ChainGraph>,
 }
+
+/// What a captured solve chain was captured for.
+#[derive(Clone, Copy, PartialEq)]
+struct GraphKey {
+    n: usize,
+    method: EigenMethod,
+    inverse: bool,
+    ordered: bool,
+}
+
+/// One captured solve chain (`DeviceEigen::enqueue_chain`), replayed by one launch.
+struct ChainGraph {
+    key: GraphKey,
+    graph: CudaGraph,
+}
+
+// SAFETY: a graph and its executable are driver objects that any thread of the context may launch;
+// the solver launches them from one thread at a time (behind its Mutex).
+unsafe impl Send for ChainGraph {}
 
 const F64: usize = std::mem::size_of::<f64>();
 
@@ -195,6 +220,7 @@ impl Workspace {
         if n > self.capacity || self.mats.is_none() || self.staging.is_none() {
             let cap = Layout { n: n.max(self.capacity) };
             // Free the old buffers first (the previous solve has synchronized).
+            self.graphs.clear();
             self.mats = None;
             self.staging = None;
             self.lwork = None;
@@ -239,6 +265,7 @@ impl Workspace {
         };
         let need = (lp as usize).max(self.plans[plan].device_bytes.div_ceil(F64)).max(1);
         if self.work.is_none() || need > self.work_len {
+            self.graphs.clear();
             self.work = None;
             self.work = Some(DevBuf::alloc(ctx, need * F64)?);
             self.work_len = need;
@@ -249,6 +276,7 @@ impl Workspace {
             }
             let len = whitening::scratch_len(n);
             if self.inverse.is_none() || len > self.inverse_len {
+                self.graphs.clear();
                 self.inverse = None;
                 self.inverse = Some(DevBuf::alloc(ctx, len * F64)?);
                 self.inverse_len = len;
@@ -358,6 +386,7 @@ impl DeviceEigen {
             stream,
             own_usable: std::sync::atomic::AtomicBool::new(true),
             clusters: major >= 9,
+            graphs_usable: std::sync::atomic::AtomicBool::new(true),
         };
         // One solve now, at more bands than most cubes have: the workspace is allocated, cuBLAS
         // allocates its own (32 MiB on sm_90) and cuSOLVER loads its kernels at first use (lazy module
@@ -521,7 +550,7 @@ impl DeviceEigen {
         };
         // The own kernels order the pairs too where the method gives every pair.
         let ordered = matches!(whiten, Whiten::Inverse(..)) && method.pairs(n) == n;
-        let enqueued = self.enqueue(handle.0, blas, mats, work, lwork_potrf, plan, whiten, ordered, lay, source, down, events);
+        let enqueued = self.enqueue(handle.0, blas, mats, work, lwork_potrf, plan, whiten, ordered, lay, source, down, events, &mut ws.graphs);
         let t_enqueued = Instant::now();
         meanwhile();
         let t_meanwhile = Instant::now();
@@ -588,6 +617,80 @@ impl DeviceEigen {
         source: Source<'_>,
         down: &mut [f64],
         events: &[CudaEvent],
+        graphs: &mut Vec<ChainGraph>,
+    ) -> Result<(), BackendError> {
+        let stream = &*self.stream;
+        let n = lay.n;
+        let mark = |i: usize| -> Result<(), BackendError> {
+            match events.get(i) {
+                Some(e) => e.record(stream).map_err(cuda("cuEventRecord")),
+                None => Ok(()),
+            }
+        };
+        let (pl, pa) = (mats.at(lay.l() * F64), mats.at(lay.a() * F64));
+        let (plan_method, capturable) = (plan.method, plan.is_own());
+
+        mark(0)?;
+        match source {
+            // SAFETY: `up` is page-locked staging that outlives the copy (the caller synchronizes
+            // before releasing it); mats holds at least upload_len float64 from offset 0.
+            Source::Staged(up) => unsafe { htod_async(mats.ptr(), as_bytes(&up[..lay.upload_len()]), stream)? },
+            Source::Formed { after, fill } => {
+                stream.wait(after).map_err(cuda("cuStreamWaitEvent"))?;
+                fill(stream, pl, pa)?;
+            }
+        }
+        mark(1)?;
+        // The rest reads and writes only the workspace, at addresses fixed until it is reallocated,
+        // so a graph captured once replays it (untimed solves of the own kernels): the ~25 launches,
+        // cuSOLVER's and cuBLAS's host work among them, cost the host 0.3-0.45 ms a solve on the
+        // H100's host, during which the device ran ahead of the host only in part.
+        let mut chain = || self.enqueue_chain(handle, blas, mats, work, lwork_potrf, plan, &whiten, ordered, lay, down, events);
+        let key = GraphKey { n, method: plan_method, inverse: matches!(whiten, Whiten::Inverse(..)), ordered };
+        if !events.is_empty() || !capturable || !self.graphs_usable.load(std::sync::atomic::Ordering::Relaxed) {
+            return chain();
+        }
+        if let Some(g) = graphs.iter().find(|g| g.key == key) {
+            return g.graph.launch().map_err(cuda("cuGraphLaunch"));
+        }
+        stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(cuda("cuStreamBeginCapture"))?;
+        let captured = chain();
+        let ended = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        match (captured, ended) {
+            (Ok(()), Ok(Some(graph))) => {
+                graph.launch().map_err(cuda("cuGraphLaunch"))?;
+                graphs.push(ChainGraph { key, graph });
+                Ok(())
+            }
+            (captured, ended) => {
+                // Some call of the chain cannot be captured here: queue it directly from now on.
+                tracing::info!(
+                    "eigen step: the solve's launches could not be captured in a CUDA graph ({:?}, {:?}); they are queued one by one",
+                    captured.err(),
+                    ended.err()
+                );
+                self.graphs_usable.store(false, std::sync::atomic::Ordering::Relaxed);
+                chain()
+            }
+        }
+    }
+
+    /// The solve after its inputs are in place: potrf, the whitening, the eigensolver, the
+    /// back-transform (and the ordering) and the download, with `events` 1.. recorded between them.
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue_chain(
+        &self,
+        handle: sol::cusolverDnHandle_t,
+        blas: &Blas,
+        mats: &DevBuf,
+        work: &DevBuf,
+        lwork_potrf: i32,
+        plan: &mut MethodPlan,
+        whiten: &Whiten<'_>,
+        ordered: bool,
+        lay: Layout,
+        down: &mut [f64],
+        events: &[CudaEvent],
     ) -> Result<(), BackendError> {
         let stream = &*self.stream;
         let n = lay.n;
@@ -602,21 +705,9 @@ impl DeviceEigen {
         let pv = mats.at(lay.w() * F64);
         let pinfo = mats.at(lay.info() * F64);
         let lower = sol::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER;
-
-        mark(0)?;
-        match source {
-            // SAFETY: `up` is page-locked staging that outlives the copy (the caller synchronizes
-            // before releasing it); mats holds at least upload_len float64 from offset 0.
-            Source::Staged(up) => unsafe { htod_async(mats.ptr(), as_bytes(&up[..lay.upload_len()]), stream)? },
-            Source::Formed { after, fill } => {
-                stream.wait(after).map_err(cuda("cuStreamWaitEvent"))?;
-                fill(stream, pl, pa)?;
-            }
-        }
         // Both infos to 0, so a stale value can never be read (potrf and the eigensolver overwrite them).
         // SAFETY: 8 bytes at the info slot, inside mats.
         unsafe { result::memset_d8_async(pinfo, 0, F64, stream.cu_stream()) }.map_err(cuda("cuMemsetD8Async"))?;
-        mark(1)?;
         // C_N = L Lᵀ, L in the lower triangle (column-major) of the first n × n block; the strict upper
         // triangle keeps C_N's values, which the triangular solves below never read (FILL_MODE_LOWER).
         // SAFETY: n × n float64 at pl (lda = n), lwork_potrf float64 of workspace, one i32 info, all on
