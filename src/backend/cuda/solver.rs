@@ -550,7 +550,8 @@ impl DeviceEigen {
         };
         // The own kernels order the pairs too where the method gives every pair.
         let ordered = matches!(whiten, Whiten::Inverse(..)) && method.pairs(n) == n;
-        let enqueued = self.enqueue(handle.0, blas, mats, work, lwork_potrf, plan, whiten, ordered, lay, source, down, events, &mut ws.graphs);
+        let mut chain = Chain { handle: handle.0, blas, mats, work, lwork_potrf, plan, whiten, ordered, lay };
+        let enqueued = self.enqueue(&mut chain, source, down, events, &mut ws.graphs);
         let t_enqueued = Instant::now();
         meanwhile();
         let t_meanwhile = Instant::now();
@@ -565,7 +566,7 @@ impl DeviceEigen {
         let info_bits = down[nn + n].to_ne_bytes();
         let potrf_info = i32::from_ne_bytes(info_bits[..4].try_into().expect("4 bytes"));
         let eigen_info = i32::from_ne_bytes(info_bits[4..].try_into().expect("4 bytes"));
-        let sweeps = plan.sweeps(handle.0);
+        let sweeps = chain.plan.sweeps(handle.0);
         let result = if potrf_info > 0 {
             Err(SolverError::NotPositiveDefinite(potrf_info as usize))
         } else if potrf_info < 0 {
@@ -602,24 +603,16 @@ impl DeviceEigen {
     /// Queues the upload (or the forming on the device), potrf, the whitening, the eigensolver, the
     /// back-transform and the download on the solver's stream. `events`
     /// (empty or `TIMED_STEPS.len() + 1`) are recorded between the steps.
-    #[allow(clippy::too_many_arguments)]
     fn enqueue(
         &self,
-        handle: sol::cusolverDnHandle_t,
-        blas: &Blas,
-        mats: &DevBuf,
-        work: &DevBuf,
-        lwork_potrf: i32,
-        plan: &mut MethodPlan,
-        whiten: Whiten<'_>,
-        ordered: bool,
-        lay: Layout,
+        c: &mut Chain<'_>,
         source: Source<'_>,
         down: &mut [f64],
         events: &[CudaEvent],
         graphs: &mut Vec<ChainGraph>,
     ) -> Result<(), BackendError> {
         let stream = &*self.stream;
+        let (lay, mats) = (c.lay, c.mats);
         let n = lay.n;
         let mark = |i: usize| -> Result<(), BackendError> {
             match events.get(i) {
@@ -628,7 +621,8 @@ impl DeviceEigen {
             }
         };
         let (pl, pa) = (mats.at(lay.l() * F64), mats.at(lay.a() * F64));
-        let (plan_method, capturable) = (plan.method, plan.is_own());
+        let key = GraphKey { n, method: c.plan.method, inverse: matches!(c.whiten, Whiten::Inverse(..)), ordered: c.ordered };
+        let capturable = c.plan.is_own();
 
         mark(0)?;
         match source {
@@ -645,8 +639,7 @@ impl DeviceEigen {
         // so a graph captured once replays it (untimed solves of the own kernels): the ~25 launches,
         // cuSOLVER's and cuBLAS's host work among them, cost the host 0.3-0.45 ms a solve on the
         // H100's host, during which the device ran ahead of the host only in part.
-        let mut chain = || self.enqueue_chain(handle, blas, mats, work, lwork_potrf, plan, &whiten, ordered, lay, down, events);
-        let key = GraphKey { n, method: plan_method, inverse: matches!(whiten, Whiten::Inverse(..)), ordered };
+        let mut chain = || self.enqueue_chain(c, down, events);
         if !events.is_empty() || !capturable || !self.graphs_usable.load(std::sync::atomic::Ordering::Relaxed) {
             return chain();
         }
@@ -677,22 +670,10 @@ impl DeviceEigen {
 
     /// The solve after its inputs are in place: potrf, the whitening, the eigensolver, the
     /// back-transform (and the ordering) and the download, with `events` 1.. recorded between them.
-    #[allow(clippy::too_many_arguments)]
-    fn enqueue_chain(
-        &self,
-        handle: sol::cusolverDnHandle_t,
-        blas: &Blas,
-        mats: &DevBuf,
-        work: &DevBuf,
-        lwork_potrf: i32,
-        plan: &mut MethodPlan,
-        whiten: &Whiten<'_>,
-        ordered: bool,
-        lay: Layout,
-        down: &mut [f64],
-        events: &[CudaEvent],
-    ) -> Result<(), BackendError> {
+    fn enqueue_chain(&self, c: &mut Chain<'_>, down: &mut [f64], events: &[CudaEvent]) -> Result<(), BackendError> {
         let stream = &*self.stream;
+        let (handle, blas, mats, work, lwork_potrf, ordered, lay) = (c.handle, c.blas, c.mats, c.work, c.lwork_potrf, c.ordered, c.lay);
+        let (plan, whiten) = (&mut *c.plan, &c.whiten);
         let n = lay.n;
         let ni = i32::try_from(n).map_err(|_| BackendError::Invalid(format!("{n} bands is too many for cuSOLVER")))?;
         let mark = |i: usize| -> Result<(), BackendError> {
@@ -764,6 +745,21 @@ impl DeviceEigen {
         mark(6)?;
         Ok(())
     }
+}
+
+/// What one solve's chain (`DeviceEigen::enqueue_chain`) works on: the library handles, the
+/// workspace's buffers and potrf's workspace size, the eigensolver's plan, the whitening, whether the
+/// pairs are ordered on the device, and the layout of n bands.
+struct Chain<'a> {
+    handle: sol::cusolverDnHandle_t,
+    blas: &'a Blas,
+    mats: &'a DevBuf,
+    work: &'a DevBuf,
+    lwork_potrf: i32,
+    plan: &'a mut MethodPlan,
+    whiten: Whiten<'a>,
+    ordered: bool,
+    lay: Layout,
 }
 
 /// Where a solve's C_N and C_D come from.
