@@ -163,27 +163,15 @@ fn backend_mnf_phases(
     };
     // As the pipeline: the device starts the eigen step from its own sums (unless the backend was made
     // without it, to measure that).
-    let solves_early = crate::backend::PreparedCube::eigen_solver(&prep).is_some_and(|d| d.takes(pre.used.len()))
-        && crate::backend::PreparedCube::solve_early(&mut prep, &pre.used, scale);
+    crate::mnf::pipeline::ask_early_solve(&mut prep, &pre.used, scale);
     let mut early = None;
     let t_stats = Instant::now();
     let stats = prep.statistics(&spec, &mut |n: &Moments| early = Some(whiten(n)), &monitor)?;
     let mut stats_ms = t_stats.elapsed().as_secs_f64() * 1e3;
-    let early_solution = if solves_early { crate::backend::PreparedCube::early_solution(&mut prep) } else { None };
+    let early_solution = crate::backend::PreparedCube::early_solution(&mut prep);
     let t = Instant::now();
     let (used, w) = early.context("on_noise was not called")??;
-    let waited_ms = early_solution.as_ref().map_or(0.0, |e| e.wait_ms);
-    let from_early = early_solution
-        .filter(|e| e.bands == used)
-        .and_then(|e| eigen::pairs_from_device(e.answer, used.len(), e.solver));
-    let pairs = match from_early {
-        Some(pairs) => pairs?,
-        None => {
-            let cd = stats.data.covariance_of(&used, 1.0).context("too few pixels")?;
-            crate::backend::PreparedCube::eigen_starts(&mut prep);
-            eigen::solve_with(&w, &cd, crate::backend::PreparedCube::eigen_solver(&prep))?
-        }
-    };
+    let (pairs, waited_ms) = crate::mnf::pipeline::solve_after_statistics(&mut prep, early_solution, &used, &w, &stats.data)?;
     // The statistics pass waited for the early solve: eigen time, as in the pipeline.
     stats_ms -= waited_ms.min(stats_ms);
     let eigen_ms = t.elapsed().as_secs_f64() * 1e3 + waited_ms;

@@ -99,10 +99,7 @@ pub fn analyse_on(
     // eigenproblem on its device, it factors C_N there too, and the host only selects bands and scales
     // C_N here (the callback is on the critical path: the device is about to finish C_D).
     let defer = prepared.eigen_solver().is_some();
-    // Where the device takes the eigen step, it may start it from its own sums, for the bands used
-    // before any is dropped as noise-free (nearly always the bands the job ends up with): the host's
-    // part of the statistics' tail (its moments, band selection, C_N and C_D) then overlaps the solve.
-    let solves_early = prepared.eigen_solver().is_some_and(|d| d.takes(pre.used.len())) && prepared.solve_early(&pre.used, scale);
+    ask_early_solve(prepared, &pre.used, scale);
     let t0 = Instant::now();
     let mut early: Option<(Whitened, f64)> = None;
     let stats = prepared.statistics(
@@ -114,7 +111,7 @@ pub fn analyse_on(
         monitor,
     )?;
     let mut stats_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let early_solution = if solves_early { prepared.early_solution() } else { None };
+    let early_solution = prepared.early_solution();
     check_statistics(&stats, &pre, params)?;
 
     // The eigen stage, for the job's progress and /metrics (without it the service's stage clock
@@ -136,24 +133,8 @@ pub fn analyse_on(
     if sel.used.is_empty() {
         return Err(MnfError::Degenerate("every band is constant or noise-free".into()));
     }
-    let t_cd = Instant::now();
-    // The early answer, where it was for these bands and is usable; else the solve from the host's C_D.
-    let (mut pairs, mut waited_ms) = (None, 0.0);
-    if let Some(e) = early_solution {
-        waited_ms = e.wait_ms;
-        if e.bands == sel.used {
-            pairs = eigen::pairs_from_device(e.answer, sel.used.len(), e.solver);
-        }
-    }
     let t_solve = Instant::now();
-    let pairs = match pairs {
-        Some(p) => p?,
-        None => {
-            let cd = stats.data.covariance_of(&sel.used, 1.0).expect("checked n >= 2");
-            prepared.eigen_starts();
-            eigen::solve_with(&whitening, &cd, prepared.eigen_solver())?
-        }
-    };
+    let (pairs, waited_ms) = solve_after_statistics(prepared, early_solution, &sel.used, &whitening, &stats.data)?;
     // The statistics pass waited for the early solve: eigen-step time.
     stats_ms -= waited_ms.min(stats_ms);
     let eigen_ms = t1.elapsed().as_secs_f64() * 1e3 + noise_ms + waited_ms;
@@ -163,8 +144,7 @@ pub fn analyse_on(
         deferred = defer,
         early_solve_waited_ms = waited_ms,
         on_noise_ms = noise_ms,
-        selection_ms = (t_cd - t1).as_secs_f64() * 1e3,
-        early_answer_ms = (t_solve - t_cd).as_secs_f64() * 1e3,
+        selection_ms = (t_solve - t1).as_secs_f64() * 1e3,
         solve_ms = t_solve.elapsed().as_secs_f64() * 1e3,
         eigen_ms,
         "eigen phase"
@@ -173,6 +153,39 @@ pub fn analyse_on(
     timings.insert("eigen".into(), eigen_ms);
 
     Ok(system_from(sel, whitening, pairs, &stats))
+}
+
+/// Asks `prepared` to start the eigen step from its own sums in the next statistics pass, where its
+/// device takes the eigen step at this size: for the bands used before any is dropped as noise-free
+/// (nearly always the bands the job ends up with), so that the host's part of the statistics' tail
+/// (its moments, band selection, C_N and C_D) overlaps the solve. Whether it will.
+pub fn ask_early_solve(prepared: &mut dyn PreparedCube, bands: &[usize], noise_scale: f64) -> bool {
+    prepared.eigen_solver().is_some_and(|d| d.takes(bands.len())) && prepared.solve_early(bands, noise_scale)
+}
+
+/// The eigen pairs of the bands `used` once the statistics are in: the early solve's answer where it
+/// was for these bands and is usable, else the solve from the host's C_D (of `data`) and `whitening`.
+/// Also the time the statistics pass waited for the early solve (ms, 0 without one).
+pub fn solve_after_statistics(
+    prepared: &mut dyn PreparedCube,
+    early: Option<eigen::EarlySolution>,
+    used: &[usize],
+    whitening: &NoiseWhitening,
+    data: &Moments,
+) -> Result<(eigen::EigenPairs, f64), MnfError> {
+    let waited_ms = early.as_ref().map_or(0.0, |e| e.wait_ms);
+    let from_early = early.filter(|e| e.bands == used).and_then(|e| eigen::pairs_from_device(e.answer, used.len(), e.solver));
+    let pairs = match from_early {
+        Some(pairs) => pairs?,
+        None => {
+            let cd = data
+                .covariance_of(used, 1.0)
+                .ok_or_else(|| MnfError::Degenerate("too few pixels for the data covariance".into()))?;
+            prepared.eigen_starts();
+            eigen::solve_with(whitening, &cd, prepared.eigen_solver())?
+        }
+    };
+    Ok((pairs, waited_ms))
 }
 
 /// What the moments of a statistics pass must satisfy before band selection: enough pixels and
