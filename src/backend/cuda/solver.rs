@@ -417,9 +417,8 @@ impl DeviceEigen {
     fn solve_job(&self, cn: &[f64], cd: &[f64], n: usize) -> Result<Solved, SolverError> {
         let timed = tracing::enabled!(target: "hypermnf::timing", tracing::Level::DEBUG);
         use std::sync::atomic::Ordering;
-        let method = EigenMethod::for_bands(n, self.clusters);
         if self.own_usable.load(Ordering::Relaxed) {
-            match self.solve_using(method, self.whitening(n), cn, cd, n, timed) {
+            match self.solve_using(self.job_method(n), self.whitening(n), cn, cd, n, timed) {
                 // A C_N that is not positive definite is the input's fault, whichever method runs.
                 Ok(s) => return Ok(s),
                 Err(e @ SolverError::NotPositiveDefinite(_)) => return Err(e),
@@ -437,6 +436,15 @@ impl DeviceEigen {
             let w = s.w_column_major(n);
             (s.values, w)
         })
+    }
+
+    /// The job's eigensolver at n bands: the own kernels' pick while they are usable, else syevd.
+    fn job_method(&self, n: usize) -> EigenMethod {
+        if self.own_usable.load(std::sync::atomic::Ordering::Relaxed) {
+            EigenMethod::for_bands(n, self.clusters)
+        } else {
+            EigenMethod::Syevd
+        }
     }
 
     /// The job's whitening at n bands: by the inverse while the own kernels are usable and take n.
@@ -469,18 +477,13 @@ impl DeviceEigen {
         fill: &dyn Fn(&CudaStream, u64, u64) -> Result<(), BackendError>,
         meanwhile: &mut dyn FnMut(),
     ) -> Result<Solution, SolverError> {
-        use std::sync::atomic::Ordering;
         let timed = tracing::enabled!(target: "hypermnf::timing", tracing::Level::DEBUG);
-        let (method, whitening) = if self.own_usable.load(Ordering::Relaxed) {
-            (EigenMethod::for_bands(n, self.clusters), self.whitening(n))
-        } else {
-            (EigenMethod::Syevd, Whitening::Triangular)
-        };
         if n == 0 {
             meanwhile();
             return Err(SolverError::Failed("no bands".into()));
         }
-        self.run(method, whitening, Inputs::Device { after, fill }, n, timed, meanwhile).map(Solved::into_solution)
+        let inputs = Inputs::Device(Formed { after, fill });
+        self.run(self.job_method(n), self.whitening(n), inputs, n, timed, meanwhile).map(Solved::into_solution)
     }
 
     /// One solve, from `inputs`; `meanwhile` runs once, on the host, while the device solves (also
@@ -536,7 +539,7 @@ impl DeviceEigen {
                 }
                 Source::Staged(up)
             }
-            Inputs::Device { after, fill } => Source::Formed { after, fill },
+            Inputs::Device(formed) => Source::Formed(formed),
         };
         let t_staged = Instant::now();
 
@@ -614,12 +617,7 @@ impl DeviceEigen {
         let stream = &*self.stream;
         let (lay, mats) = (c.lay, c.mats);
         let n = lay.n;
-        let mark = |i: usize| -> Result<(), BackendError> {
-            match events.get(i) {
-                Some(e) => e.record(stream).map_err(cuda("cuEventRecord")),
-                None => Ok(()),
-            }
-        };
+        let mark = |i: usize| mark_step(events, i, stream);
         let (pl, pa) = (mats.at(lay.l() * F64), mats.at(lay.a() * F64));
         let key = GraphKey { n, method: c.plan.method, inverse: matches!(c.whiten, Whiten::Inverse(..)), ordered: c.ordered };
         let capturable = c.plan.is_own();
@@ -629,7 +627,7 @@ impl DeviceEigen {
             // SAFETY: `up` is page-locked staging that outlives the copy (the caller synchronizes
             // before releasing it); mats holds at least upload_len float64 from offset 0.
             Source::Staged(up) => unsafe { htod_async(mats.ptr(), as_bytes(&up[..lay.upload_len()]), stream)? },
-            Source::Formed { after, fill } => {
+            Source::Formed(Formed { after, fill }) => {
                 stream.wait(after).map_err(cuda("cuStreamWaitEvent"))?;
                 fill(stream, pl, pa)?;
             }
@@ -676,12 +674,7 @@ impl DeviceEigen {
         let (plan, whiten) = (&mut *c.plan, &c.whiten);
         let n = lay.n;
         let ni = i32::try_from(n).map_err(|_| BackendError::Invalid(format!("{n} bands is too many for cuSOLVER")))?;
-        let mark = |i: usize| -> Result<(), BackendError> {
-            match events.get(i) {
-                Some(e) => e.record(stream).map_err(cuda("cuEventRecord")),
-                None => Ok(()),
-            }
-        };
+        let mark = |i: usize| mark_step(events, i, stream);
         let (pl, pa, pw) = (mats.at(lay.l() * F64), mats.at(lay.a() * F64), mats.at(lay.values() * F64));
         let pv = mats.at(lay.w() * F64);
         let pinfo = mats.at(lay.info() * F64);
@@ -747,6 +740,14 @@ impl DeviceEigen {
     }
 }
 
+/// Records event `i` of a timed solve's `events` on `stream` (nothing when the solve is untimed).
+fn mark_step(events: &[CudaEvent], i: usize, stream: &CudaStream) -> Result<(), BackendError> {
+    match events.get(i) {
+        Some(e) => e.record(stream).map_err(cuda("cuEventRecord")),
+        None => Ok(()),
+    }
+}
+
 /// What one solve's chain (`DeviceEigen::enqueue_chain`) works on: the library handles, the
 /// workspace's buffers and potrf's workspace size, the eigensolver's plan, the whitening, whether the
 /// pairs are ordered on the device, and the layout of n bands.
@@ -766,20 +767,19 @@ struct Chain<'a> {
 enum Inputs<'a> {
     /// The host's (n × n each, symmetric), staged and uploaded.
     Host { cn: &'a [f64], cd: &'a [f64] },
-    /// Formed on the device by `fill(stream, C_N's address, C_D's)` once `after` has fired.
-    Device {
-        after: &'a CudaEvent,
-        fill: &'a dyn Fn(&CudaStream, u64, u64) -> Result<(), BackendError>,
-    },
+    Device(Formed<'a>),
+}
+
+/// C_N and C_D formed on the device by `fill(stream, C_N's address, C_D's)` once `after` has fired.
+struct Formed<'a> {
+    after: &'a CudaEvent,
+    fill: &'a dyn Fn(&CudaStream, u64, u64) -> Result<(), BackendError>,
 }
 
 /// [`Inputs`] as `enqueue` takes them: the host's already staged.
 enum Source<'a> {
     Staged(&'a [f64]),
-    Formed {
-        after: &'a CudaEvent,
-        fill: &'a dyn Fn(&CudaStream, u64, u64) -> Result<(), BackendError>,
-    },
+    Formed(Formed<'a>),
 }
 
 /// How the whitening A = L⁻¹ C_D L⁻ᵀ and the back-transform W = L⁻ᵀ V are computed.
