@@ -244,11 +244,11 @@ pub(super) fn answer(ctx: &ApiContext, inserted: Inserted) -> Created {
     match inserted {
         Inserted::Created(job) => {
             ApiMetrics::add(&ctx.metrics.jobs_created, 1);
-            Created { job, cached: false }
+            Created { job, cached: false, ran_at_once: false }
         }
         Inserted::Existing(job) => {
             ApiMetrics::add(&ctx.metrics.cache_hits, 1);
-            Created { job, cached: true }
+            Created { job, cached: true, ran_at_once: false }
         }
     }
 }

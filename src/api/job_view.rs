@@ -40,20 +40,23 @@ pub fn job_document(job: &Job, cached: bool) -> Value {
 pub struct Created {
     pub job: Job,
     pub cached: bool,
+    /// Created already succeeded (`jobs::resident_run`). Not read from the job's status: a queued
+    /// job a worker finished before the insert's re-read is still a job accepted for later (202).
+    pub ran_at_once: bool,
 }
 
 impl Created {
     /// The owner's existing job of the same cube and parameters.
     pub(super) fn existing(job: Job) -> ApiResult<Created> {
-        Ok(Created { job, cached: true })
+        Ok(Created { job, cached: true, ran_at_once: false })
     }
     /// The `/v1` answer: 202 for a new job, 201 for a new job that already succeeded (run on a cube
     /// resident on a device, `jobs::resident_run`), 200 with `cached: true` for an existing one.
     pub(super) fn response(self) -> Response {
-        let status = match (self.cached, self.job.status) {
+        let status = match (self.cached, self.ran_at_once) {
             (true, _) => StatusCode::OK,
-            (false, JobStatus::Succeeded) => StatusCode::CREATED,
-            (false, _) => StatusCode::ACCEPTED,
+            (false, true) => StatusCode::CREATED,
+            (false, false) => StatusCode::ACCEPTED,
         };
         job_response(status, &self.job, self.cached)
     }

@@ -108,7 +108,11 @@ async fn run_on_resident(ctx: &ApiContext, caller: &Caller, cube: [u8; 32], para
     let new = new_job(id, caller, canonical.to_string(), digest, cube, None, i.clone(), InputKind::Npy, location);
     match crate::jobs::run_resident(&ctx.runner, new, &earlier, params).await {
         None => Ok(None),
-        Some(inserted) => Ok(Some(answer(ctx, inserted?))),
+        Some(inserted) => {
+            let mut created = answer(ctx, inserted?);
+            created.ran_at_once = !created.cached;
+            Ok(Some(created))
+        }
     }
 }
 
