@@ -95,9 +95,12 @@ impl Moments {
         let n = na + nb;
         let delta: Vec<f64> = other.mean.iter().zip(&self.mean).map(|(o, s)| o - s).collect();
         let f = na * nb / n;
-        for i in 0..b {
-            for j in 0..b {
-                self.m2[i * b + j] += other.m2[i * b + j] + delta[i] * delta[j] * f;
+        // By rows and zipped slices, so the compiler vectorises it (indexed, a merge of 224-band
+        // moments took ~0.1 ms, on a split's critical path; rayon's threads took longer to wake than
+        // that); every entry's operations in the same order as before, so the same bits.
+        for ((row, orow), di) in self.m2.chunks_exact_mut(b).zip(other.m2.chunks_exact(b)).zip(&delta) {
+            for ((m, o), dj) in row.iter_mut().zip(orow).zip(&delta) {
+                *m += o + di * dj * f;
             }
         }
         for (m, d) in self.mean.iter_mut().zip(&delta) {
