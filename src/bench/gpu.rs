@@ -487,7 +487,12 @@ fn several_device_rows(cube: &Cube, scale: usize, k: usize, args: &Args, ordinal
             Ok(())
         })?;
         rows.push(Row::new(scale, lines, format!("device {d} alone ({}): mnf::run, pinned input", b.device()), t, args.runs));
-        let t = time_runs(args.warmup, args.runs, || run_into(cube, &params, b.as_ref(), as_f32(out_bytes)))?;
+        let mut phases = Vec::new();
+        let t = time_runs(args.warmup, args.runs, || {
+            phases.push(run_into_phases(cube, &params, b.as_ref(), as_f32(out_bytes))?);
+            Ok(())
+        })?;
+        print_phases(&format!("{scale}x device {d} alone, pinned input and output"), &phases[args.warmup..]);
         alone.push(t.0);
         rows.push(Row::new(scale, lines, format!("device {d} alone: pinned input and output"), t, args.runs));
     }
@@ -521,7 +526,12 @@ fn several_device_rows(cube: &Cube, scale: usize, k: usize, args: &Args, ordinal
         t,
         args.runs,
     ));
-    let t = time_runs(args.warmup, args.runs, || run_into(cube, &params, &split, as_f32(out_bytes)))?;
+    let mut phases = Vec::new();
+    let t = time_runs(args.warmup, args.runs, || {
+        phases.push(run_into_phases(cube, &params, &split, as_f32(out_bytes))?);
+        Ok(())
+    })?;
+    print_phases(&format!("{scale}x split over {} devices, pinned input and output", devs.len()), &phases[args.warmup..]);
     // Same cube, same parameters: how far the split result lies from the first device's.
     let one = crate::mnf::run(cube, &params, devs[0].as_ref(), &silent)?;
     let all = crate::mnf::run(cube, &params, &split, &silent)?;
@@ -585,14 +595,33 @@ fn several_device_rows(cube: &Cube, scale: usize, k: usize, args: &Args, ordinal
 }
 
 /// `mnf::run` with the components projected into `out` (page-locked by the caller) instead of fresh
-/// memory.
-fn run_into(cube: &Cube, params: &MnfParams, backend: &dyn crate::backend::Backend, out: &mut [f32]) -> anyhow::Result<()> {
+/// memory; the wall times (ms) of its phases: prepare, statistics and eigen (as `analyse_on` splits
+/// them), projection.
+fn run_into_phases(cube: &Cube, params: &MnfParams, backend: &dyn crate::backend::Backend, out: &mut [f32]) -> anyhow::Result<[f64; 4]> {
     let silent = Monitor::silent();
+    let t0 = Instant::now();
     let mut prepared = backend.prepare(cube, &silent)?;
-    let system = crate::mnf::pipeline::analyse_on(cube, params, prepared.as_mut(), &silent, &mut Default::default())?;
+    let prepare = t0.elapsed().as_secs_f64() * 1e3;
+    let mut timings = Default::default();
+    let system = crate::mnf::pipeline::analyse_on(cube, params, prepared.as_mut(), &silent, &mut timings)?;
     let projection = crate::mnf::pipeline::projection_of(cube, params, &system)?;
+    let t1 = Instant::now();
     prepared.project(&projection, out, &silent)?;
-    Ok(())
+    let phase = |n: &str| timings.get(n).copied().unwrap_or(f64::NAN);
+    Ok([prepare, phase("statistics"), phase("eigen"), t1.elapsed().as_secs_f64() * 1e3])
+}
+
+/// The per-phase medians of `runs` runs of `run_into_phases`, on stderr under `what`.
+fn print_phases(what: &str, phases: &[[f64; 4]]) {
+    let m = |i: usize| median(phases.iter().map(|p| p[i]).collect()).0;
+    eprintln!(
+        "bench gpu: {what}: phases (medians of {} runs, ms): prepare {:.2}, statistics {:.2}, eigen {:.2}, projection {:.2}",
+        phases.len(),
+        m(0),
+        m(1),
+        m(2),
+        m(3)
+    );
 }
 
 /// `mnf::run` with the components streamed as a job writes them (`PreparedCube::project_streamed`:
