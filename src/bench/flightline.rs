@@ -212,8 +212,12 @@ fn measure_all(args: &Args, backend: BenchBackend, work: &Path, hdr: &Path, img:
         cli_peak = cli_peak.max(peak);
         let t = Instant::now();
         let cube = crate::cube::map(hdr)?;
-        crate::mnf::run(&cube, &params, be, &Monitor::silent())?;
+        let result = crate::mnf::run(&cube, &params, be, &Monitor::silent())?;
         let took = t.elapsed().as_secs_f64() * 1e3;
+        // The pipeline's phases (statistics, eigen at 425 bands, projection) as a job records them.
+        let phases: Vec<String> = result.metadata.timings_ms.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
+        eprintln!("bench flightline: in-process pipeline {took:.1} ms: {} (ms)", phases.join(", "));
+        drop(result);
         drop(cube);
         if i > 0 {
             cli.push(ms);
