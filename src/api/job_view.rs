@@ -115,3 +115,56 @@ pub(super) async fn stream(ctx: &ApiContext, key: &str, content_type: &'static s
     }
     Ok(r)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::{InputKind, InputSummary};
+
+    fn job(status: JobStatus) -> Job {
+        Job {
+            id: "01a2206e-b954-7207-b9d7-3a6c363cec77".into(),
+            owner: "alice".into(),
+            status,
+            stage: None,
+            progress: 1.0,
+            params: "{\"components\":10}".into(),
+            digest: "d".into(),
+            content_digest: None,
+            upload_sha256: None,
+            input: InputSummary { lines: 2, samples: 3, bands: 4, data_type: "int16".into(), interleave: "bip".into() },
+            input_kind: InputKind::Envi,
+            input_location: "loc".into(),
+            error_code: None,
+            error_message: None,
+            results: Default::default(),
+            attempts: 1,
+            created_at: 0,
+            started_at: None,
+            finished_at: None,
+            results_unsynced: false,
+            batch: None,
+        }
+    }
+
+    fn status_of(job: Job, cached: bool, ran_at_once: bool) -> StatusCode {
+        let r = Created { job, cached, ran_at_once }.response();
+        assert_eq!(r.headers().get(header::LOCATION).unwrap(), "/v1/jobs/01a2206e-b954-7207-b9d7-3a6c363cec77");
+        r.status()
+    }
+
+    #[test]
+    fn a_queued_job_a_worker_finished_before_the_reread_is_still_accepted_for_later() {
+        // The race CI once hit: the insert queued the job, a worker claimed and finished it, and the
+        // row re-read for the answer says succeeded. The request did not run it: 202, as documented.
+        assert_eq!(status_of(job(JobStatus::Succeeded), false, false), StatusCode::ACCEPTED);
+        assert_eq!(status_of(job(JobStatus::Queued), false, false), StatusCode::ACCEPTED);
+    }
+
+    #[test]
+    fn a_job_run_at_once_is_created_and_an_existing_one_is_ok() {
+        assert_eq!(status_of(job(JobStatus::Succeeded), false, true), StatusCode::CREATED);
+        assert_eq!(status_of(job(JobStatus::Running), true, false), StatusCode::OK);
+        assert_eq!(status_of(job(JobStatus::Succeeded), true, false), StatusCode::OK);
+    }
+}

@@ -42,7 +42,9 @@ pub async fn open(args: &crate::config::ServeArgs, default_backend: &dyn Backend
     let cache = tokio::task::spawn_blocking(move || ServiceCache::new(&settings, store, storage))
         .await?
         .context("cannot create the job cache")?;
-    cache.rebuild().await.context("cannot rebuild the job cache from the database")?;
+    crate::jobs::store::retry_while_unavailable("job cache", crate::jobs::store::START_WAIT, || cache.rebuild())
+        .await
+        .context("cannot rebuild the job cache from the database")?;
     Ok(cache)
 }
 

@@ -22,7 +22,7 @@ use super::services::JobServices;
 use super::metrics::JobMetrics;
 use super::running::Running;
 use super::store::notify::Event;
-use super::store::{JobStore, Lease, NewJob};
+use super::store::{retry_while_unavailable, JobStore, Lease, NewJob, START_WAIT};
 use crate::config::EarlyStart;
 use crate::storage::Storage;
 
@@ -98,7 +98,8 @@ impl Runner {
     /// that had not reached the disk, and builds the job cache from the database. The workers start
     /// later ([`Runner::start`]).
     pub async fn open(args: &crate::config::ServeArgs) -> anyhow::Result<Runner> {
-        let store = JobStore::open(&args.database_url()).await.context("cannot open the job database")?;
+        let url = args.database_url();
+        let store = retry_while_unavailable("open", START_WAIT, || JobStore::open(&url)).await.context("cannot open the job database")?;
         let storage = Storage::open(args.store.as_ref(), &args.data_dir).context("cannot open the storage")?;
         storage.clear_scratch();
         let (choice, devices, split) = (args.backend, args.devices.clone(), args.split_cube);
@@ -106,13 +107,13 @@ impl Runner {
             .await?
             .with_context(|| format!("cannot start the {} backend", choice.name()))?;
         let lease = Lease { owner: args.instance_id(), duration: args.lease };
-        let requeued = store.requeue_running(&lease.owner).await?;
+        let requeued = retry_while_unavailable("requeue", START_WAIT, || store.requeue_running(&lease.owner)).await?;
         if requeued > 0 {
             tracing::info!(requeued, "jobs left running by an earlier process are queued again");
         }
         // Before the job cache is built from the database: a job whose results are computed again
         // leaves the result level.
-        super::result_sync::check_at_start(&store, &storage, &lease.owner)
+        retry_while_unavailable("result check", START_WAIT, || super::result_sync::check_at_start(&store, &storage, &lease.owner))
             .await
             .context("cannot check the results that had not reached the disk")?;
         let cache = super::service_cache::open(args, backends.default_backend().as_ref(), &store, &storage).await?;

@@ -15,6 +15,7 @@ mod event;
 mod cache_rows;
 mod system_rows;
 mod reference_rows;
+mod start_wait;
 pub mod notify;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -25,6 +26,7 @@ pub use batches::{BatchRow, NewBatch};
 pub use cache_rows::NewEigenRow;
 pub use system_rows::SystemRow;
 pub use dialect::Dialect;
+pub use start_wait::{retry_while_unavailable, START_WAIT};
 
 use std::collections::BTreeMap;
 use std::time::Duration;
