@@ -111,7 +111,7 @@ wait_healthy() {
     local id
     id=$(container_of "$1")
     [ -n "$id" ] || fail "no container for $1"
-    hypermnf_wait_healthy "$id" "$1" 90
+    hypermnf_wait_healthy "$id" "$1" 150
 }
 garage() { podman exec "$(container_of garage)" /garage -c /etc/garage.toml "$@"; }
 # Garage has no health check (neither has its public image): it is ready once its bootstrap made the
@@ -138,7 +138,7 @@ up() {
     local port
     for port in "$A_PORT" "$B_PORT"; do
         until curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$port/healthz"; do
-            [ $(( SECONDS - started )) -lt 120 ] || fail "port $port does not answer from the host"
+            [ $(( SECONDS - started )) -lt 200 ] || fail "port $port does not answer from the host"
             sleep 0.5
         done
     done

@@ -110,4 +110,10 @@ hypermnf_wait_healthy() {
     done
     [ "$(podman inspect --format '{{.State.Health.Status}}' "$id")" = healthy ] || fail "$label: health status is not healthy"
     echo "$label healthy ($(( SECONDS - started ))s)"
+    # A slow start passed, but say why: on 2026-11-28 a CI run took 35 and 54 s here where others take
+    # 0 s. The container's start time and its warnings (hypermnf logs each database retry at start).
+    if [ $(( SECONDS - started )) -ge 10 ]; then
+        echo "  slow start of $label: started at $(podman inspect --format '{{.State.StartedAt}}' "$id"), now $(date -u +%H:%M:%S); its warnings:"
+        podman logs "$id" 2>&1 | grep -E 'WARN|ERROR|error' | grep -v 'upload limit' | tail -n 12 | cut -c1-300 | sed 's/^/    /' || true
+    fi
 }
