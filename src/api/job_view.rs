@@ -122,28 +122,13 @@ mod tests {
     use crate::jobs::{InputKind, InputSummary};
 
     fn job(status: JobStatus) -> Job {
+        let input = InputSummary { lines: 2, samples: 3, bands: 4, data_type: "int16".into(), interleave: "bip".into() };
         Job {
-            id: "01a2206e-b954-7207-b9d7-3a6c363cec77".into(),
-            owner: "alice".into(),
-            status,
-            stage: None,
             progress: 1.0,
             params: "{\"components\":10}".into(),
             digest: "d".into(),
-            content_digest: None,
-            upload_sha256: None,
-            input: InputSummary { lines: 2, samples: 3, bands: 4, data_type: "int16".into(), interleave: "bip".into() },
-            input_kind: InputKind::Envi,
             input_location: "loc".into(),
-            error_code: None,
-            error_message: None,
-            results: Default::default(),
-            attempts: 1,
-            created_at: 0,
-            started_at: None,
-            finished_at: None,
-            results_unsynced: false,
-            batch: None,
+            ..Job::for_tests("01a2206e-b954-7207-b9d7-3a6c363cec77", status, input, InputKind::Envi)
         }
     }
 

@@ -109,6 +109,36 @@ pub struct Job {
     pub batch: Option<BatchMember>,
 }
 
+#[cfg(test)]
+impl Job {
+    /// A job as a fresh row holds it (one attempt, no results, not in a batch), for unit tests.
+    pub fn for_tests(id: &str, status: JobStatus, input: InputSummary, input_kind: InputKind) -> Job {
+        Job {
+            id: id.into(),
+            owner: "alice".into(),
+            status,
+            stage: None,
+            progress: 0.0,
+            params: "{}".into(),
+            digest: format!("digest-{id}"),
+            content_digest: None,
+            upload_sha256: None,
+            input,
+            input_kind,
+            input_location: format!("uploads/{id}"),
+            error_code: None,
+            error_message: None,
+            results: Default::default(),
+            attempts: 1,
+            created_at: 0,
+            started_at: None,
+            finished_at: None,
+            results_unsynced: false,
+            batch: None,
+        }
+    }
+}
+
 /// A job's place in its batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchMember {

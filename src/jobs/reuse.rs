@@ -418,28 +418,10 @@ mod tests {
         let path = f.storage.scratch_dir("fixture").unwrap().join("cube.npy");
         crate::cube::npy::write_cube(&path, cube).unwrap();
         f.rt.block_on(f.storage.put_file(&path, &format!("uploads/{id}/cube.npy"))).unwrap();
+        let input = InputSummary { lines: cube.lines(), samples: cube.samples(), bands: cube.bands(), data_type: "i16".into(), interleave: "bip".into() };
         Job {
-            id: id.into(),
-            owner: "alice".into(),
-            status: JobStatus::Running,
-            stage: None,
-            progress: 0.0,
-            params: "{}".into(),
-            digest: format!("digest-{id}"),
             content_digest: Some(hex::encode(cube.content_digest())),
-            upload_sha256: None,
-            input: InputSummary { lines: cube.lines(), samples: cube.samples(), bands: cube.bands(), data_type: "i16".into(), interleave: "bip".into() },
-            input_kind: InputKind::Npy,
-            input_location: format!("uploads/{id}"),
-            error_code: None,
-            error_message: None,
-            results: Default::default(),
-            attempts: 1,
-            created_at: 0,
-            started_at: None,
-            finished_at: None,
-            results_unsynced: false,
-            batch: None,
+            ..Job::for_tests(id, JobStatus::Running, input, InputKind::Npy)
         }
     }
 
