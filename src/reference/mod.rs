@@ -218,9 +218,16 @@ impl References {
     }
 }
 
+/// A name the system resolver has not answered for within this long is unavailable: the request that
+/// names it gets its error instead of waiting on a resolver that is down.
+const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The addresses of `host` (the system resolver).
 async fn resolve(host: &str, port: u16) -> Result<Vec<std::net::IpAddr>, RefError> {
-    let addrs = tokio::net::lookup_host((host, port)).await.map_err(|e| RefError::NotFound(format!("cannot resolve {host}: {e}")))?;
+    let addrs = tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port)))
+        .await
+        .map_err(|_| RefError::Unavailable(format!("cannot resolve {host}: no answer within {} s", RESOLVE_TIMEOUT.as_secs())))?
+        .map_err(|e| RefError::NotFound(format!("cannot resolve {host}: {e}")))?;
     Ok(addrs.map(|a| a.ip()).collect())
 }
 

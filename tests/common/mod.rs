@@ -36,7 +36,8 @@ impl TestServer {
         let base = format!("http://{}", server.addr);
         // No connection reuse: a refused upload's connection is closed by the server, and a pooled
         // client could pick it up just before it sees the close.
-        let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+        // A request that hangs fails its test, naming the request, rather than the whole run's time limit.
+        let client = reqwest::Client::builder().pool_max_idle_per_host(0).timeout(Duration::from_secs(120)).build().unwrap();
         TestServer { server, base, client }
     }
 
