@@ -248,7 +248,7 @@ async fn references_outside_the_policy_are_refused_and_leave_nothing() {
     args.input_roots = vec![root.path().to_path_buf()];
     let srv = TestServer::start(args).await;
 
-    let cases: Vec<(String, StatusCode, &str)> = vec![
+    let mut cases: Vec<(String, StatusCode, &str)> = vec![
         ("s3://not-allowed/line.npy".into(), StatusCode::FORBIDDEN, "forbidden_reference"),
         ("https://data.example.org/line.npy".into(), StatusCode::FORBIDDEN, "forbidden_reference"),
         (format!("https://127.0.0.1:{}/cubes/line.npy", port + 1), StatusCode::FORBIDDEN, "forbidden_reference"),
@@ -256,8 +256,6 @@ async fn references_outside_the_policy_are_refused_and_leave_nothing() {
         (format!("https://[::1]:{port}/cubes/line.npy"), StatusCode::FORBIDDEN, "forbidden_reference"),
         (format!("https://[::ffff:127.0.0.1]:{port}/cubes/line.npy"), StatusCode::FORBIDDEN, "forbidden_reference"),
         ("https://169.254.169.254/latest/meta-data/x.npy".into(), StatusCode::FORBIDDEN, "forbidden_reference"),
-        // Allowed by name, but the name resolves to loopback, which only an IP literal allows.
-        (format!("https://localhost:{}/cubes/line.npy", named.addr.port()), StatusCode::FORBIDDEN, "forbidden_reference"),
         (format!("http://127.0.0.1:{port}/cubes/line.npy"), StatusCode::BAD_REQUEST, "invalid_href"),
         (site.url("/to-allowed.npy"), StatusCode::UNPROCESSABLE_ENTITY, "redirect_refused"),
         (site.url("/to-elsewhere.npy"), StatusCode::UNPROCESSABLE_ENTITY, "redirect_refused"),
@@ -268,6 +266,13 @@ async fn references_outside_the_policy_are_refused_and_leave_nothing() {
         ("s3://cubes/../line.npy".into(), StatusCode::BAD_REQUEST, "invalid_href"),
         (format!("https://user:pw@127.0.0.1:{port}/cubes/line.npy"), StatusCode::BAD_REQUEST, "invalid_href"),
     ];
+    // Allowed by name, but the name resolves to loopback, which only an IP literal allows. That needs
+    // the system resolver to know `localhost`; where it does not answer, the case is left out (said so).
+    if localhost_resolves_to_loopback() {
+        cases.push((format!("https://localhost:{}/cubes/line.npy", named.addr.port()), StatusCode::FORBIDDEN, "forbidden_reference"));
+    } else {
+        eprintln!("this machine's resolver does not give `localhost` as loopback within 5 s: its case is left out");
+    }
     for (href, status, code) in &cases {
         let (s, e) = post_href(&srv, href, json!({})).await;
         assert_eq!((s, e["code"].as_str()), (*status, Some(*code)), "{href}: {e}");
@@ -288,6 +293,18 @@ async fn references_outside_the_policy_are_refused_and_leave_nothing() {
     let (s, j) = post_href(&srv, &format!("file://{}", root.path().join("inside.npy").display()), json!({"components": 2})).await;
     assert!(s.is_success(), "{s} {j}");
     srv.stop().await;
+}
+
+/// Whether the system resolver gives `localhost` as a loopback address, asked on a thread of its own so
+/// that a resolver that never answers costs 5 s.
+fn localhost_resolves_to_loopback() -> bool {
+    use std::net::ToSocketAddrs;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let loopback = ("localhost", 443).to_socket_addrs().map(|mut a| a.any(|a| a.ip().is_loopback())).unwrap_or(false);
+        let _ = tx.send(loopback);
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap_or(false)
 }
 
 /// Options that cannot work stop the start, naming the option.
