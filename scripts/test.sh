@@ -10,8 +10,8 @@
 # brought up (scripts/ci-container.sh, scripts/ci-compose.sh). Python packages go into .venv
 # (git-ignored). System-wide, only Debian's packages are installed when missing: postgresql
 # (scripts/lib/postgres.sh), chromium and chromium-driver (scripts/web-test.sh), podman and mmdebstrap
-# (scripts/ci-container.sh); Garage is built once into ~/.cache/hypermnf-tools, as are the container's
-# local base images.
+# (scripts/ci-container.sh), all fetched in the background while the crate builds (scripts/lib/prefetch.sh);
+# Garage is built once into ~/.cache/hypermnf-tools, as are the container's local base images.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/postgres.sh
@@ -22,10 +22,14 @@ source scripts/lib/garage.sh
 source scripts/lib/gdal.sh
 # shellcheck source=lib/nvrtc.sh
 source scripts/lib/nvrtc.sh
+# shellcheck source=lib/prefetch.sh
+source scripts/lib/prefetch.sh
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step says when it starts (seconds since this script began): where CI's time goes shows in its log.
+step() { printf '\n== %s (at %d s)\n' "$*" "$SECONDS"; }
 # The PostgreSQL and Garage servers started below go on any exit.
 cleanup() {
+  hypermnf_prefetch_stop
   hypermnf_garage_stop
   hypermnf_postgres_stop
 }
@@ -41,9 +45,9 @@ fi
 .venv/bin/python -m pip install -q -r tests/python/requirements.txt
 export PATH="$PWD/.venv/bin:$PATH"
 
-step "cargo build"
-cargo build --bins
-export HYPERMNF_BIN="$PWD/target/debug/hypermnf"
+# Debian's packages and the Garage build, in the background while the crate builds (scripts/lib/prefetch.sh).
+step "prefetch: Debian packages and Garage, in the background"
+hypermnf_prefetch_start
 
 # Every target, tests included, builds without a lint warning (a test target that no longer builds
 # would otherwise show only when its own step runs).
@@ -55,6 +59,7 @@ cargo clippy --all-targets -- -D warnings
 # ~/.cache/hypermnf-tools). HYPERMNF_REQUIRE_*=1 makes those tests fail, rather than skip, when their
 # server is missing.
 step "PostgreSQL and Garage (S3) for cargo test"
+hypermnf_prefetch_wait
 hypermnf_postgres_start
 export HYPERMNF_REQUIRE_POSTGRES=1
 echo "HYPERMNF_TEST_POSTGRES_URL=$HYPERMNF_TEST_POSTGRES_URL"
@@ -66,9 +71,20 @@ export HYPERMNF_REQUIRE_S3=1
 export HYPERMNF_REQUIRE_FORMATS=1
 echo "HYPERMNF_TEST_S3_URL=$HYPERMNF_TEST_S3_URL (AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL)"
 
+# `cargo test --all-targets` also builds the binary (target/debug/hypermnf) that the integration tests
+# and every later step run: no separate `cargo build`, which would compile the dependencies that the
+# dev-dependencies' features change (faer, sqlx, reqwest, ... 57 crates) and the crate itself once more.
+# Built first, then run under a time limit: a test that hangs ends the run within 20 minutes (the
+# tests take about 3 on 2 cores), with the log naming it, instead of taking the CI's whole time.
 step "cargo test"
-cargo test --all-targets 2>&1 | tee /tmp/hypermnf-cargo-test.log
+cargo test --all-targets --no-run
+timeout -k 30 1200 cargo test --all-targets 2>&1 | tee /tmp/hypermnf-cargo-test.log
 grep -q "test result: ok" /tmp/hypermnf-cargo-test.log
+# Copied aside: the GDAL step's `cargo test --features gdal` puts a GDAL-linked build at the same path,
+# and the later steps run (and ci-docker.sh checks the libraries of) the default build.
+[ -x target/debug/hypermnf ] || { echo "cargo test left no binary at target/debug/hypermnf" >&2; exit 1; }
+mkdir -p target/ci && cp target/debug/hypermnf target/ci/hypermnf
+export HYPERMNF_BIN="$PWD/target/ci/hypermnf"
 
 # Every kernel program (the pipeline's, the eigen step's, the GPU hash table's) compiled by NVRTC, as a
 # GPU host would at its first job, with the NVRTC the container ships (scripts/lib/nvrtc.sh): without a
@@ -107,4 +123,4 @@ for s in scripts/ci-python.sh scripts/hostile-test.sh scripts/ogc-test.sh script
   bash "$s"
 done
 
-printf '\nall test suites passed\n'
+printf '\nall test suites passed (%d s)\n' "$SECONDS"
