@@ -54,6 +54,13 @@ hypermnf_prefetch_start
 step "cargo clippy"
 cargo clippy --all-targets -- -D warnings
 
+# `cargo test --all-targets` also builds the binary (target/debug/hypermnf) that the integration tests
+# and every later step run: no separate `cargo build`, which would compile the dependencies that the
+# dev-dependencies' features change (faer, sqlx, reqwest, ... 57 crates) and the crate itself once more.
+# Built before the servers are waited for, so that the background prefetch overlaps this build too.
+step "cargo test --no-run (build the tests and the binary)"
+cargo test --all-targets --no-run
+
 # The Rust tests of the PostgreSQL job store and the S3 storage run against real servers: a throwaway
 # PostgreSQL and a single-node Garage (built once per machine by cargo install, cached under
 # ~/.cache/hypermnf-tools). HYPERMNF_REQUIRE_*=1 makes those tests fail, rather than skip, when their
@@ -71,13 +78,9 @@ export HYPERMNF_REQUIRE_S3=1
 export HYPERMNF_REQUIRE_FORMATS=1
 echo "HYPERMNF_TEST_S3_URL=$HYPERMNF_TEST_S3_URL (AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL)"
 
-# `cargo test --all-targets` also builds the binary (target/debug/hypermnf) that the integration tests
-# and every later step run: no separate `cargo build`, which would compile the dependencies that the
-# dev-dependencies' features change (faer, sqlx, reqwest, ... 57 crates) and the crate itself once more.
-# Built first, then run under a time limit: a test that hangs ends the run within 20 minutes (the
-# tests take about 3 on 2 cores), with the log naming it, instead of taking the CI's whole time.
+# Run under a time limit: a test that hangs ends the run within 20 minutes (the tests take about 3 on 2
+# cores), with the log naming it, instead of taking the CI's whole time.
 step "cargo test"
-cargo test --all-targets --no-run
 timeout -k 30 1200 cargo test --all-targets 2>&1 | tee /tmp/hypermnf-cargo-test.log
 grep -q "test result: ok" /tmp/hypermnf-cargo-test.log
 # Copied aside: the GDAL step's `cargo test --features gdal` puts a GDAL-linked build at the same path,
