@@ -27,8 +27,8 @@
 #
 # Memory: each instance's VmHWM (peak resident set, the mapped uploads included) and RssAnon (its heap)
 # are sampled every 0.5 s from /proc/PID/status, and both must stay below MEM_BOUND_MB = 400 MB. Why:
-# one worker runs one job at a time, and the largest job here is a long one: a 300 x 260 x 224 int16
-# cube, 35 MB as uploaded and mapped, 140 MB were it all decoded to f64 at once (the CPU backend
+# one worker runs one job at a time, and the largest job here is a long one: a 600 x 260 x 224 int16
+# cube, 70 MB as uploaded and mapped, 280 MB were it all decoded to f64 at once (the CPU backend
 # decodes it in blocks of lines); its outputs are small (3 components, 1 MB); an upload or a download in flight streams in
 # parts of a few MB; the job cache's finished documents are a few KB here. Measured on two cores:
 # peaks of 205-264 MB VmHWM and 179-205 MB RssAnon per instance. 400 MB is 1.5 times the highest
@@ -319,7 +319,7 @@ SAMPLER=$!
 for i in 1 2; do cube "$i" 60 50 24; done
 cube 3 400 400 48                                 # the download's job: 26 MB of results with 40 components
 for r in 1 2 3 4; do
-    cube $((10 + r)) 300 260 224                  # round r's long job (35 MB, seconds of CPU)
+    cube $((10 + r)) 600 260 224                  # round r's long job (70 MB, seconds of CPU)
     cube $((20 + r)) 160 160 80                   # round r's upload (4 MB)
 done
 
