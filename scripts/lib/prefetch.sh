@@ -2,7 +2,7 @@
 # What the later test steps install, started in the background at the beginning of scripts/test.sh so
 # that it overlaps the crate's own build instead of following it (a fresh CI machine has none of it):
 #
-#     hypermnf_prefetch_start    # after the Python environment, before `cargo build`
+#     hypermnf_prefetch_start    # after the Python environment, before the crate is built
 #     hypermnf_prefetch_wait     # before the first step that needs PostgreSQL or Garage
 #
 # 1. Debian's packages (PostgreSQL, GDAL, Chromium, podman and mmdebstrap), through the same install
