@@ -458,25 +458,37 @@ extern "C" __global__ void __launch_bounds__(EIG_BT_COLS * 32) eig_back_transfor
 // symmetric matrix is spread over the cluster's shared memory by columns, cyclically (block r holds
 // the columns j ≡ r mod C, every row), so each step's work is split C ways and the blocks exchange only
 // vectors, through distributed shared memory, with ONE cluster barrier a step:
-//   - after the barrier of step k every block reads p_k = tau_k · A22 v_k (each block published the
-//     entries of its own columns) and column k + 1 as its holder left it (updated through step k − 1);
+//   - before the barrier of step k every block has WRITTEN into every block's shared memory the two
+//     vectors of step k for its own columns j: p_k[j] = tau_k · (A22 v_k)[j], and A[k+1][j], the row
+//     k + 1 as it holds it (updated through step k − 1), which by symmetry is column k + 1. After the
+//     barrier both are local;
 //   - every block then applies step k's update to its copy of column k + 1 and builds the reflector
 //     v_{k+1} from it itself (the same arithmetic in every block, so the same v everywhere): no second
 //     exchange, no second barrier;
 //   - meanwhile its other warps apply step k's update A22 −= v wᵀ + w vᵀ (w = p − (tau/2)(pᵀv) v) to
-//     its own columns j ≥ k + 2; then every warp forms p_{k+1}[j] from the updated columns, and the
-//     block publishes them before the barrier of step k + 1.
-// The products are published into two alternating slots (a block may start step k + 1 while another
-// still reads step k's), and a block's copy of column k + 1 is never written after step k − 1.
+//     its own columns j ≥ k + 2; then every warp forms p_{k+1}[j] of the updated columns and writes it,
+//     with A[k+2][j], into every block before the barrier of step k + 1.
+// The vectors are written into two alternating slots: a block writes step k + 1's only after the
+// barrier of step k, which every block passes only when done with step k − 1's, the other slot.
+// Pushing the vectors before the barrier, rather than each block reading them after it (column k + 1
+// from its one holder, p from every block), took the reads' ~0.4–1.0 µs out of every step (an H200,
+// 2026-11-29: a step at 425 bands 4.10 → 3.56 µs, at 224 bands 2.90 → 2.68; the column alone read
+// from the row spread over the cluster instead of its holder gave 3.91 µs at 425). Keeping each lane's
+// rows in registers was 3-4 % faster again where the register slots fit n exactly, slower elsewhere:
+// not done.
 //
-// Shared memory of a block: its columns (ceil(n / C) · n), the published products (2 ceil(n / C)), the
-// reflectors of this step and the next (2n), p (n), the copy of column k + 1 (n), tau (2): 102 KB at
-// 425 bands with 16 blocks. Launch one cluster of C blocks of EIG_CL_THREADS (cuLaunchKernelEx).
+// n ≥ 3 (own_eigen.rs gives smaller n to eig_tridiagonalize): an early return for them ahead of the
+// cluster barriers made an nvcc build of this kernel allocate worse, every step 6-16 % slower (H200,
+// 2026-11-29; the NVRTC build the service runs measured the same with or without it).
 //
-// Measured on an H200 (2026-11-27): 0.66 ms at 224 bands against one block's 1.54 ms, 1.77 ms at 425
-// against 9.3 ms; clusters of 16 were 4–8 % faster than 8 at 224 and 425 bands. A step costs ~3 µs at
-// 224 bands and still ~2.4 µs at 24: latency, not work (the barrier, two reads of distributed shared
-// memory, three warp reductions, the reflector's square root and divisions, two __syncthreads).
+// Shared memory of a block: its columns (ceil(n / C) · n), the two pushed vectors in two slots (4n),
+// the reflectors of this step and the next (2n), tau (2): 112 KB at 425 bands with 16 blocks. Launch
+// one cluster of C blocks of EIG_CL_THREADS (cuLaunchKernelEx).
+//
+// Measured on an H200 (2026-11-27, before the push): 0.66 ms at 224 bands against one block's 1.54
+// ms, 1.77 ms at 425 against 9.3 ms; clusters of 16 were 4–8 % faster than 8 at 224 and 425 bands. A
+// step costs ~2 µs even at 64 bands: latency, not work (the barrier, three warp reductions, the
+// reflector's square root and divisions, one __syncthreads).
 // Blocks of 512 threads: 256 were as fast to 7 % slower, 1024 were 7–15 % slower.
 #define EIG_CL_THREADS 512
 #define EIG_CL_WARPS (EIG_CL_THREADS / 32)
@@ -500,10 +512,8 @@ __device__ __forceinline__ unsigned eig_dsmem(const void* p, unsigned rank) {
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"((unsigned)s), "r"(rank));
     return out;
 }
-__device__ __forceinline__ double eig_dsmem_load(unsigned addr) {
-    double v;
-    asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(addr) : "memory");
-    return v;
+__device__ __forceinline__ void eig_dsmem_store(unsigned addr, double v) {
+    asm volatile("st.shared::cluster.f64 [%0], %1;" :: "r"(addr), "d"(v) : "memory");
 }
 // Every thread of the cluster arrives (release: its writes before are visible to the cluster), then
 // waits (acquire). A warp arrives and waits together.
@@ -542,45 +552,46 @@ extern "C" __global__ void __launch_bounds__(EIG_CL_THREADS) eig_tridiagonalize_
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ double eig_cl_smem[];
-    const int C = (int)eig_cluster_size();   // 8 or 16: a power of two (own_eigen.rs launches no other)
-    const int lgC = __ffs(C) - 1;
+    const int C = (int)eig_cluster_size();   // 8 or 16 (own_eigen.rs launches no other)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int rank = (int)eig_cluster_rank();
     const int ncols = (n + C - 1) / C;                 // column slots of every block
     const int mine = (n - rank + C - 1) / C;           // columns this block holds: j = lj·C + rank
     double* cols = eig_cl_smem;                         // cols[lj·n + i] = A[i][lj·C + rank]
-    double* ppub = cols + (long long)ncols * n;         // 2 · ncols: p of this block's columns, by step parity
-    double* vv = ppub + 2 * ncols;                      // 2n: v of step k at (k & 1) · n
-    double* p = vv + 2 * n;                             // n: p of this step, every entry
-    double* cr = p + n;                                 // n: this block's copy of column k + 1
-    double* tv = cr + n;                                // 2: tau of step k at k & 1
+    double* prcv = cols + (long long)ncols * n;         // 2n: p_k at (k & 1) · n, written by the holders
+    double* crcv = prcv + 2 * n;                        // 2n: column k + 1 (row k + 1) at (k & 1) · n
+    double* vv = crcv + 2 * n;                          // 2n: v of step k at (k & 1) · n
+    double* tv = vv + 2 * n;                            // 2: tau of step k at k & 1
 
-    if (n < 3) {
-        if (rank == 0 && tid == 0) {
-            d[0] = a[0];
-            if (n == 2) { e[0] = a[1]; d[1] = a[3]; }
-        }
-        return;
-    }
-    // This block's columns whole, from the lower triangle (the upper by symmetry), and column 0.
+    // Lane c < C of a warp writes into block c: the addresses of its two vectors there.
+    const unsigned to_p = eig_dsmem(prcv, lane < C ? lane : 0), to_c = eig_dsmem(crcv, lane < C ? lane : 0);
+    // Every block has started before any block writes into another's shared memory.
+    eig_cluster_sync();
+    // This block's columns whole, from the lower triangle (the upper by symmetry), and column 0 (in
+    // step 1's p slot, which no block writes before the barrier of step 0).
     for (int lj = warp; lj < mine; lj += EIG_CL_WARPS) {
         const int j = lj * C + rank;
         for (int i = lane; i < n; i += 32)
             cols[(long long)lj * n + i] = i >= j ? a[(long long)j * n + i] : a[(long long)i * n + j];
     }
-    for (int i = tid; i < n; i += EIG_CL_THREADS) cr[i] = a[i];
+    double* col0 = prcv + n;
+    for (int i = tid; i < n; i += EIG_CL_THREADS) col0[i] = a[i];
     __syncthreads();
-    if (warp == 0) eig_cl_reflector(cr, n, 0, lane, vv, tv, rank == 0, packed, d, e, tau);
+    if (warp == 0) eig_cl_reflector(col0, n, 0, lane, vv, tv, rank == 0, packed, d, e, tau);
     __syncthreads();
     {
-        // p_0 of this block's columns j ≥ 1.
+        // p_0 and row 1 of this block's columns j ≥ 1, into every block.
         const double t = tv[0];
         for (int lj = (rank == 0 ? 1 : 0) + warp; lj < mine; lj += EIG_CL_WARPS) {
             const double* cj = cols + (long long)lj * n;
+            const int j = lj * C + rank;
             double s = 0.0;
             for (int i = 1 + lane; i < n; i += 32) s += cj[i] * vv[i];
             s = eig_warp_sum(s);
-            if (lane == 0) ppub[lj] = t * s;
+            if (lane < C) {
+                eig_dsmem_store(to_p + 8u * j, t * s);
+                eig_dsmem_store(to_c + 8u * j, cj[1]);
+            }
         }
     }
     eig_cluster_sync();
@@ -590,15 +601,9 @@ extern "C" __global__ void __launch_bounds__(EIG_CL_THREADS) eig_tridiagonalize_
         const int par = k & 1;
         const double* v = vv + par * n;        // v_k, rows ≥ r0
         double* vn = vv + (par ^ 1) * n;       // v_{k+1}, rows ≥ r1, built below
-        // p_k (entry i in block i mod C, slot i / C) and column k + 1 from its holder.
-        const double* pslot = ppub + par * ncols;
+        const double* p = prcv + par * n;      // p_k, rows ≥ r0
+        double* cr = crcv + par * n;           // column k + 1, rows ≥ r0 (updated in place below)
         const int hold = r0 & (C - 1);
-        const unsigned csrc = eig_dsmem(cols + (long long)(r0 >> lgC) * n, hold);
-        for (int i = r0 + tid; i < n; i += EIG_CL_THREADS) {
-            p[i] = eig_dsmem_load(eig_dsmem(pslot + (i >> lgC), i & (C - 1)));
-            cr[i] = eig_dsmem_load(csrc + 8u * i);
-        }
-        __syncthreads();
         const double t = tv[par];
         // K = t/2 · pᵀv, by every warp (no barrier): w_i = p_i − K v_i.
         double kk = 0.0;
@@ -624,8 +629,7 @@ extern "C" __global__ void __launch_bounds__(EIG_CL_THREADS) eig_tridiagonalize_
         // warps apply step k's update to this block's columns j ≥ k + 2 (rows ≥ k + 2; row k + 1 of
         // them is never read again: by symmetry it is column k + 1). Then p_{k+1}[j] of the updated
         // columns, by every warp. (One pass that updated and multiplied after the reflector was built
-        // took 4 % longer at 224 bands and 7 % at 425 on an H200; keeping a lane's v, w and v_{k+1} in
-        // registers, as eig_tridiagonalize does, was slower still.)
+        // took 4 % longer at 224 bands and 7 % at 425 on an H200.)
         if (warp == 0) {
             const double wj = p[r0] - kk;
             for (int i = r0 + lane; i < n; i += 32) cr[i] -= v[i] * wj + (p[i] - kk * v[i]);
@@ -640,19 +644,24 @@ extern "C" __global__ void __launch_bounds__(EIG_CL_THREADS) eig_tridiagonalize_
             }
         }
         __syncthreads();
+        // p_{k+1}[j] and row k + 2 of this block's columns j ≥ k + 2, into every block's other slot.
         const double tn = tv[par ^ 1];
-        double* pout = ppub + (par ^ 1) * ncols;
+        const unsigned slot = 8u * (unsigned)((par ^ 1) * n);
         for (int lj = lj1 + warp; lj < mine; lj += EIG_CL_WARPS) {
             const double* cj = cols + (long long)lj * n;
+            const int j = lj * C + rank;
             double s = 0.0;
             for (int i = r1 + lane; i < n; i += 32) s += cj[i] * vn[i];
             s = eig_warp_sum(s);
-            if (lane == 0) pout[lj] = tn * s;
+            if (lane < C) {
+                eig_dsmem_store(to_p + slot + 8u * j, tn * s);
+                eig_dsmem_store(to_c + slot + 8u * j, cj[r1]);
+            }
         }
         eig_cluster_sync();
     }
-    // No block may leave while another can still read its shared memory (the last reads were in the
-    // last step, before every block arrived here).
+    // No block may leave while another can still write into its shared memory or read it (the last
+    // writes were before the last step's barrier).
     eig_cluster_sync();
 #endif
 }

@@ -177,11 +177,12 @@ impl OwnEigen {
         (2 * n + 2 + if packed { n * (n + 1) / 2 } else { 0 }) * std::mem::size_of::<f64>()
     }
 
-    /// Shared memory of each block of a cluster of `c` at n bands: its columns, the published
-    /// products (two slots), the reflectors of two steps, p, the copy of the next column, two taus.
+    /// Shared memory of each block of a cluster of `c` at n bands: its columns, the two vectors the
+    /// blocks write into each other (p and the next column, two slots each), the reflectors of two
+    /// steps, two taus.
     fn cluster_shared_bytes(n: usize, c: usize) -> usize {
         let cols = n.div_ceil(c);
-        (cols * n + 2 * cols + 4 * n + 2) * std::mem::size_of::<f64>()
+        (cols * n + 6 * n + 2) * std::mem::size_of::<f64>()
     }
 
     /// The cluster size the cluster tridiagonalisation takes at n bands: 16 blocks where the device
@@ -216,6 +217,10 @@ impl OwnEigen {
             block_dim: (threads, 1, 1),
             shared_mem_bytes: smem as u32,
         };
+        // The cluster kernel takes n ≥ 3, the one block any n: a guard for smaller n inside the
+        // cluster kernel, ahead of its barriers, made an nvcc build of it 6–16 % slower a step (40
+        // registers and a stack frame instead of 60 registers; H200, 2026-11-29).
+        let how = if n < 3 { Tridiagonal::OneBlock } else { how };
         // SAFETY (each launch): the parameters are those of the kernel in kernels/eigen.cu, in order
         // (device pointers as u64, int as i32); every pointer lies in the allocations the caller
         // vouches for, sized by `Scratch::of(n)`; the dynamic shared memory is what the kernel indexes
