@@ -32,19 +32,20 @@
 # decodes it in blocks of lines); its outputs are small (3 components, 1 MB); an upload or a download in flight streams in
 # parts of a few MB; the job cache's finished documents are a few KB here. Measured on two cores
 # (2026-11-29, two runs): peaks of up to 427 MB VmHWM (140 MB of it the mapped cube) and up to 281 MB
-# RssAnon per instance; RssAnon falls back between the jobs. 560 MB is 1.3 times the highest peak: allocator noise
-# stays under it, while memory kept per job at the scale of a cube (a decoded cube is 560 MB) or buffers that grow with each outage cross it within these rounds. Smaller leaks
-# are beyond this test.
+# RssAnon per instance; RssAnon falls back between the jobs. 560 MB is 1.3 times the highest peak:
+# allocator noise stays under it, while memory kept per job at the scale of a cube (a decoded cube is
+# 560 MB) or buffers that grow with each outage cross it within these rounds. Smaller leaks are
+# beyond this test.
 #
 # The CPU backend runs on one thread here (RAYON_NUM_THREADS=1, for the instances and for the
 # `hypermnf run` they are compared with): the long job must still be running a second or two after it
 # started, when the fault comes, and on two threads a 600-line job took only 1.15 s on a 2-core CI
 # machine (2026-11-29) and ended first. One thread, 1200 lines: about 3 s of CPU for `hypermnf run`.
 #
-# Time: about 1.5 minutes on two cores (87-93 s measured, 2026-11-29). Environment: HYPERMNF_BIN (default
-# target/debug/hypermnf, built if absent), CI_VENV (default .venv).
-export RAYON_NUM_THREADS=1
+# Time: about 1.5 minutes on two cores (87-94 s measured, 2026-11-29). Environment: HYPERMNF_BIN
+# (default target/debug/hypermnf, built if absent), CI_VENV (default .venv).
 set -euo pipefail
+export RAYON_NUM_THREADS=1
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 # shellcheck source=lib/postgres.sh
