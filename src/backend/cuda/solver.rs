@@ -20,9 +20,9 @@
 //! and the checks). Where the host then selects other bands (one without noise), its answer is
 //! dropped and the job solves from the host's matrices as below.
 //!
-//! One solve is one host → device copy (C_N and C_D side by side, from page-locked staging), the library
-//! calls and kernels, one device → host copy (W, the eigenvalues and both `info`s, adjacent on the device)
-//! and one synchronize. The device buffers, the `syevd`/`potrf` workspace and the staging are kept
+//! One solve is two host → device copies from page-locked staging (C_N, then C_D, staged and uploaded
+//! on a second stream while potrf runs), the library calls and kernels, one device → host copy (W, the
+//! eigenvalues and both `info`s, adjacent on the device) and one synchronize. The device buffers, the `syevd`/`potrf` workspace and the staging are kept
 //! between solves (behind the Mutex) and grow when more bands arrive: no allocation, zero-fill or
 //! workspace query per solve at a size seen before.
 //!
@@ -73,6 +73,8 @@ pub(crate) struct DeviceEigen {
     /// The library handles and the workspace, used by one solve at a time.
     inner: Mutex<Inner>,
     stream: Arc<CudaStream>,
+    /// C_D's upload from the host, beside potrf on `stream`.
+    upload: Arc<CudaStream>,
     /// Cleared when the own eigen kernels fail to load or run: the sizes they would take then go to
     /// syevd. They load at their first solve: on a device with clusters that is the warm-up (256
     /// bands, on the solver's own thread, beside the statistics); elsewhere a process that never
@@ -90,6 +92,8 @@ struct Inner {
     handle: Handle,
     blas: Blas,
     ws: Workspace,
+    /// Recorded on the upload stream after C_D's upload (`DeviceEigen::enqueue`).
+    cd_uploaded: CudaEvent,
 }
 
 struct Handle(sol::cusolverDnHandle_t);
@@ -200,10 +204,12 @@ struct GraphKey {
     ordered: bool,
 }
 
-/// One captured solve chain (`DeviceEigen::enqueue_chain`), replayed by one launch.
+/// One captured solve chain, replayed by two launches: potrf (`DeviceEigen::enqueue_factor`) and the
+/// rest (`DeviceEigen::enqueue_rest`), between which C_D goes up.
 struct ChainGraph {
     key: GraphKey,
-    graph: CudaGraph,
+    factor: CudaGraph,
+    rest: CudaGraph,
 }
 
 // SAFETY: a graph and its executable are driver objects that any thread of the context may launch;
@@ -364,6 +370,8 @@ impl DeviceEigen {
         }
         ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent"))?;
         let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
+        let upload = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
+        let cd_uploaded = super::device::event(&ctx, false)?;
         let created = std::panic::catch_unwind(|| {
             let mut h: sol::cusolverDnHandle_t = std::ptr::null_mut();
             // SAFETY: out-pointer to a local.
@@ -382,8 +390,10 @@ impl DeviceEigen {
                 handle,
                 blas,
                 ws: Workspace::default(),
+                cd_uploaded,
             }),
             stream,
+            upload,
             own_usable: std::sync::atomic::AtomicBool::new(true),
             clusters: major >= 9,
             graphs_usable: std::sync::atomic::AtomicBool::new(true),
@@ -505,7 +515,7 @@ impl DeviceEigen {
         let failed = |e: BackendError| SolverError::Failed(e.to_string());
         let t0 = Instant::now();
         let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let Inner { handle, blas, ws } = &mut *guard;
+        let Inner { handle, blas, ws, cd_uploaded } = &mut *guard;
         let ctx = self.stream.context();
         ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent")).map_err(failed)?;
         let inverse = whitening == Whitening::Inverse;
@@ -523,25 +533,9 @@ impl DeviceEigen {
         let staging = as_f64_mut(ws.staging.as_mut().expect("ensured").as_mut_slice());
         let (up, down) = staging[..lay.staging_len()].split_at_mut(lay.upload_len());
         let source = match inputs {
-            Inputs::Host { cn, cd } => {
-                // Both are symmetric: row-major is column-major. Above 256 bands the two copies run on
-                // two threads: at 425 bands one thread took 0.38 ms for the 2.9 MB (on an H100 host),
-                // more than their upload; below, a thread's start would cost more than it saves.
-                let (up_cn, up_cd) = up.split_at_mut(nn);
-                if n > 256 {
-                    std::thread::scope(|s| {
-                        s.spawn(|| up_cn.copy_from_slice(cn));
-                        up_cd.copy_from_slice(cd);
-                    });
-                } else {
-                    up_cn.copy_from_slice(cn);
-                    up_cd.copy_from_slice(cd);
-                }
-                Source::Staged(up)
-            }
+            Inputs::Host { cn, cd } => Source::Host { cn, cd, up },
             Inputs::Device(formed) => Source::Formed(formed),
         };
-        let t_staged = Instant::now();
 
         let mats = ws.mats.as_ref().expect("ensured");
         let work = ws.work.as_ref().expect("ensured");
@@ -554,13 +548,24 @@ impl DeviceEigen {
         // The own kernels order the pairs too where the method gives every pair.
         let ordered = matches!(whiten, Whiten::Inverse(..)) && method.pairs(n) == n;
         let mut chain = Chain { handle: handle.0, blas, mats, work, lwork_potrf, plan, whiten, ordered, lay };
-        let enqueued = self.enqueue(&mut chain, source, down, events, &mut ws.graphs);
+        let enqueued = self.enqueue(&mut chain, source, down, events, &mut ws.graphs, cd_uploaded);
         let t_enqueued = Instant::now();
         meanwhile();
         let t_meanwhile = Instant::now();
+        // The answer's buffer, its pages touched now, while the device works: a fresh 1.4 MB
+        // allocation (425 bands) was otherwise faulted in page by page by the copy after the wait,
+        // which made that copy take ~0.2 ms. NaN, not zero, so that the fill cannot become a calloc.
+        let mut w = Vec::new();
+        if enqueued.is_ok() {
+            w.resize(nn, f64::NAN);
+        }
         // Synchronize even after a failed enqueue: copies already queued must not outlive this call's
-        // use of the staging.
+        // use of the staging. (C_D's, on the upload stream, is waited for by the solver's stream once
+        // the enqueue got that far; where it failed, the upload stream is synchronized too.)
         let synced = self.stream.synchronize().map_err(cuda("cuStreamSynchronize"));
+        if enqueued.is_err() {
+            let _ = self.upload.synchronize();
+        }
         enqueued.map_err(failed)?;
         synced.map_err(failed)?;
         let t_done = Instant::now();
@@ -577,7 +582,8 @@ impl DeviceEigen {
         } else if eigen_info != 0 {
             Err(SolverError::Failed(format!("{}: info = {eigen_info} (did not converge or invalid argument)", method.label())))
         } else {
-            Ok((down[nn..nn + n].to_vec(), down[..nn].to_vec()))
+            w.copy_from_slice(&down[..nn]);
+            Ok((down[nn..nn + n].to_vec(), w))
         };
         let t_end = Instant::now();
         let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
@@ -586,8 +592,7 @@ impl DeviceEigen {
             n,
             total_ms = ms(t0, t_end),
             lock_and_workspace_ms = ms(t0, t_ready),
-            stage_inputs_ms = ms(t_ready, t_staged),
-            enqueue_ms = ms(t_staged, t_enqueued),
+            stage_and_enqueue_ms = ms(t_ready, t_enqueued),
             meanwhile_ms = ms(t_enqueued, t_meanwhile),
             wait_ms = ms(t_meanwhile, t_done),
             unpack_ms = ms(t_done, t_end),
@@ -606,6 +611,11 @@ impl DeviceEigen {
     /// Queues the upload (or the forming on the device), potrf, the whitening, the eigensolver, the
     /// back-transform and the download on the solver's stream. `events`
     /// (empty or `TIMED_STEPS.len() + 1`) are recorded between the steps.
+    ///
+    /// From the host, untimed, C_N is staged and uploaded first and potrf queued; C_D is staged while
+    /// potrf runs and uploaded on the upload stream, which the rest of the chain waits for
+    /// (`cd_uploaded`). Staged side by side before the upload, the two took the host ~0.15 ms at 425
+    /// bands (an H200's host), on the critical path with their 2.9 MB upload.
     fn enqueue(
         &self,
         c: &mut Chain<'_>,
@@ -613,20 +623,35 @@ impl DeviceEigen {
         down: &mut [f64],
         events: &[CudaEvent],
         graphs: &mut Vec<ChainGraph>,
+        cd_uploaded: &CudaEvent,
     ) -> Result<(), BackendError> {
         let stream = &*self.stream;
         let (lay, mats) = (c.lay, c.mats);
-        let n = lay.n;
+        let nn = lay.nn();
         let mark = |i: usize| mark_step(events, i, stream);
         let (pl, pa) = (mats.at(lay.l() * F64), mats.at(lay.a() * F64));
-        let key = GraphKey { n, method: c.plan.method, inverse: matches!(c.whiten, Whiten::Inverse(..)), ordered: c.ordered };
-        let capturable = c.plan.is_own();
+        let key = GraphKey { n: lay.n, method: c.plan.method, inverse: matches!(c.whiten, Whiten::Inverse(..)), ordered: c.ordered };
 
         mark(0)?;
+        // C_D and where it is staged, when it goes up during potrf.
+        let mut later = None;
         match source {
-            // SAFETY: `up` is page-locked staging that outlives the copy (the caller synchronizes
-            // before releasing it); mats holds at least upload_len float64 from offset 0.
-            Source::Staged(up) => unsafe { htod_async(mats.ptr(), as_bytes(&up[..lay.upload_len()]), stream)? },
+            // Both are symmetric: row-major is column-major.
+            Source::Host { cn, cd, up } => {
+                let (up_cn, up_cd) = up.split_at_mut(nn);
+                up_cn.copy_from_slice(cn);
+                // SAFETY (both copies): `up` is page-locked staging that outlives the copy (the caller
+                // synchronizes both streams' work before releasing it: the solver's stream waits for
+                // the upload stream's); mats holds C_N at pl and C_D at pa, n² float64 each.
+                unsafe { htod_async(pl, as_bytes(up_cn), stream)? };
+                if events.is_empty() {
+                    later = Some((cd, up_cd));
+                } else {
+                    // Timed: the upload is one step, before potrf.
+                    up_cd.copy_from_slice(cd);
+                    unsafe { htod_async(pa, as_bytes(up_cd), stream)? };
+                }
+            }
             Source::Formed(Formed { after, fill }) => {
                 stream.wait(after).map_err(cuda("cuStreamWaitEvent"))?;
                 fill(stream, pl, pa)?;
@@ -634,49 +659,71 @@ impl DeviceEigen {
         }
         mark(1)?;
         // The rest reads and writes only the workspace, at addresses fixed until it is reallocated,
-        // so a graph captured once replays it (untimed solves of the own kernels): the ~25 launches,
+        // so graphs captured once replay it (untimed solves of the own kernels): the ~25 launches,
         // cuSOLVER's and cuBLAS's host work among them, cost the host 0.3-0.45 ms a solve on the
-        // H100's host, during which the device ran ahead of the host only in part.
-        let mut chain = || self.enqueue_chain(c, down, events);
-        if !events.is_empty() || !capturable || !self.graphs_usable.load(std::sync::atomic::Ordering::Relaxed) {
-            return chain();
-        }
-        if let Some(g) = graphs.iter().find(|g| g.key == key) {
-            return g.graph.launch().map_err(cuda("cuGraphLaunch"));
-        }
-        stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(cuda("cuStreamBeginCapture"))?;
-        let captured = chain();
-        let ended = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
-        match (captured, ended) {
-            (Ok(()), Ok(Some(graph))) => {
-                graph.launch().map_err(cuda("cuGraphLaunch"))?;
-                graphs.push(ChainGraph { key, graph });
-                Ok(())
+        // H100's host, during which the device ran ahead of the host only in part. Two graphs, potrf
+        // and what follows, so that C_D can go up between them.
+        let graph = if events.is_empty() && c.plan.is_own() && self.graphs_usable.load(std::sync::atomic::Ordering::Relaxed) {
+            match graphs.iter().position(|g| g.key == key) {
+                Some(i) => Some(i),
+                None => self.capture(c, down)?.map(|(factor, rest)| {
+                    graphs.push(ChainGraph { key, factor, rest });
+                    graphs.len() - 1
+                }),
             }
-            (captured, ended) => {
-                // Some call of the chain cannot be captured here: queue it directly from now on.
-                tracing::info!(
-                    "eigen step: the solve's launches could not be captured in a CUDA graph ({:?}, {:?}); they are queued one by one",
-                    captured.err(),
-                    ended.err()
-                );
-                self.graphs_usable.store(false, std::sync::atomic::Ordering::Relaxed);
-                chain()
-            }
+        } else {
+            None
+        };
+        match graph {
+            Some(i) => graphs[i].factor.launch().map_err(cuda("cuGraphLaunch"))?,
+            None => self.enqueue_factor(c, events)?,
+        }
+        if let Some((cd, up_cd)) = later {
+            up_cd.copy_from_slice(cd);
+            // SAFETY: as above.
+            unsafe { htod_async(pa, as_bytes(up_cd), &self.upload)? };
+            cd_uploaded.record(&self.upload).map_err(cuda("cuEventRecord"))?;
+            stream.wait(cd_uploaded).map_err(cuda("cuStreamWaitEvent"))?;
+        }
+        match graph {
+            Some(i) => graphs[i].rest.launch().map_err(cuda("cuGraphLaunch")),
+            None => self.enqueue_rest(c, down, events),
         }
     }
 
-    /// The solve after its inputs are in place: potrf, the whitening, the eigensolver, the
-    /// back-transform (and the ordering) and the download, with `events` 1.. recorded between them.
-    fn enqueue_chain(&self, c: &mut Chain<'_>, down: &mut [f64], events: &[CudaEvent]) -> Result<(), BackendError> {
+    /// The solve chain (untimed) captured as two graphs, potrf's and the rest's; None, and the solver
+    /// queues launch by launch from then on, where a call of it cannot be captured here.
+    fn capture(&self, c: &mut Chain<'_>, down: &mut [f64]) -> Result<Option<(CudaGraph, CudaGraph)>, BackendError> {
         let stream = &*self.stream;
-        let (handle, blas, mats, work, lwork_potrf, ordered, lay) = (c.handle, c.blas, c.mats, c.work, c.lwork_potrf, c.ordered, c.lay);
-        let (plan, whiten) = (&mut *c.plan, &c.whiten);
+        let one = |part: &mut dyn FnMut() -> Result<(), BackendError>| -> Result<Option<CudaGraph>, BackendError> {
+            stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(cuda("cuStreamBeginCapture"))?;
+            let captured = part();
+            let ended = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+            match (captured, ended) {
+                (Ok(()), Ok(Some(graph))) => Ok(Some(graph)),
+                (captured, ended) => {
+                    tracing::info!(
+                        "eigen step: the solve's launches could not be captured in a CUDA graph ({:?}, {:?}); they are queued one by one",
+                        captured.err(),
+                        ended.err()
+                    );
+                    self.graphs_usable.store(false, std::sync::atomic::Ordering::Relaxed);
+                    Ok(None)
+                }
+            }
+        };
+        let Some(factor) = one(&mut || self.enqueue_factor(c, &[]))? else { return Ok(None) };
+        let Some(rest) = one(&mut || self.enqueue_rest(c, down, &[]))? else { return Ok(None) };
+        Ok(Some((factor, rest)))
+    }
+
+    /// potrf of the solve whose C_N is in place (and both infos set to 0), `events` 2 recorded after it.
+    fn enqueue_factor(&self, c: &mut Chain<'_>, events: &[CudaEvent]) -> Result<(), BackendError> {
+        let stream = &*self.stream;
+        let (handle, mats, work, lwork_potrf, lay) = (c.handle, c.mats, c.work, c.lwork_potrf, c.lay);
         let n = lay.n;
         let ni = i32::try_from(n).map_err(|_| BackendError::Invalid(format!("{n} bands is too many for cuSOLVER")))?;
-        let mark = |i: usize| mark_step(events, i, stream);
-        let (pl, pa, pw) = (mats.at(lay.l() * F64), mats.at(lay.a() * F64), mats.at(lay.values() * F64));
-        let pv = mats.at(lay.w() * F64);
+        let pl = mats.at(lay.l() * F64);
         let pinfo = mats.at(lay.info() * F64);
         let lower = sol::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER;
         // Both infos to 0, so a stale value can never be read (potrf and the eigensolver overwrite them).
@@ -689,7 +736,20 @@ impl DeviceEigen {
         check("cusolverDnDpotrf", unsafe {
             sol::cusolverDnDpotrf(handle, lower, ni, pl as *mut f64, ni, work.ptr() as *mut f64, lwork_potrf, pinfo as *mut i32)
         })?;
-        mark(2)?;
+        mark_step(events, 2, stream)
+    }
+
+    /// The rest of the solve once potrf is queued and C_D is in place: the whitening, the eigensolver,
+    /// the back-transform (and the ordering) and the download, with `events` 3.. recorded between them.
+    fn enqueue_rest(&self, c: &mut Chain<'_>, down: &mut [f64], events: &[CudaEvent]) -> Result<(), BackendError> {
+        let stream = &*self.stream;
+        let (handle, blas, mats, work, ordered, lay) = (c.handle, c.blas, c.mats, c.work, c.ordered, c.lay);
+        let (plan, whiten) = (&mut *c.plan, &c.whiten);
+        let n = lay.n;
+        let mark = |i: usize| mark_step(events, i, stream);
+        let (pl, pa, pw) = (mats.at(lay.l() * F64), mats.at(lay.a() * F64), mats.at(lay.values() * F64));
+        let pv = mats.at(lay.w() * F64);
+        let pinfo = mats.at(lay.info() * F64);
         // A = L⁻¹ C_D L⁻ᵀ in place of C_D. (After a failed potrf these compute garbage that is never
         // read: potrf's info is checked first.)
         let inverse = match &whiten {
@@ -748,7 +808,7 @@ fn mark_step(events: &[CudaEvent], i: usize, stream: &CudaStream) -> Result<(), 
     }
 }
 
-/// What one solve's chain (`DeviceEigen::enqueue_chain`) works on: the library handles, the
+/// What one solve's chain (`DeviceEigen::enqueue_factor` and `enqueue_rest`) works on: the library handles, the
 /// workspace's buffers and potrf's workspace size, the eigensolver's plan, the whitening, whether the
 /// pairs are ordered on the device, and the layout of n bands.
 struct Chain<'a> {
@@ -776,9 +836,10 @@ struct Formed<'a> {
     fill: &'a dyn Fn(&CudaStream, u64, u64) -> Result<(), BackendError>,
 }
 
-/// [`Inputs`] as `enqueue` takes them: the host's already staged.
+/// [`Inputs`] as `enqueue` takes them: the host's with the page-locked staging they go up from
+/// (2 n² float64).
 enum Source<'a> {
-    Staged(&'a [f64]),
+    Host { cn: &'a [f64], cd: &'a [f64], up: &'a mut [f64] },
     Formed(Formed<'a>),
 }
 
