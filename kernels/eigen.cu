@@ -262,9 +262,12 @@ extern "C" __global__ void eig_bisect(const double* __restrict__ d, const double
 // above r. Each half is a chain of float64 divisions (by eig_rcp, as in the Sturm count) whose latency
 // bounds the kernel, and the two chains overlap only in different threads (in one thread's loop they
 // ran one after the other).
-// lu: 3n doubles of scratch per vector (L, U, D-). Launch 2n threads. Blocks of 32 (16 vectors) were
-// 18–20 % faster than 64 on an H100 at 224 and 425 bands: twice the blocks spread over more SMs.
-#define EIG_VEC_THREADS 32
+// lu: 3n doubles of scratch per vector (L, U, D-). Launch 2n threads. Small blocks spread the vectors
+// over more SMs: blocks of 32 (16 vectors) were 18–20 % faster than 64 on an H100 at 224 and 425 bands,
+// and on an H200 (2026-11-29, ncu at 256 bands) blocks of 16 took 96 µs and blocks of 8 (4 vectors)
+// 92 µs against 143 for 32. (Blocks of one warp for eig_bisect instead of four, 205 µs either way, and
+// back-transform blocks of 4 columns instead of 8, 226 µs against 152, did not help.)
+#define EIG_VEC_THREADS 8
 extern "C" __global__ void __launch_bounds__(EIG_VEC_THREADS) eig_vectors(
     const double* __restrict__ d, const double* __restrict__ e, const double* __restrict__ w, int n,
     double* __restrict__ z, double* __restrict__ lu)

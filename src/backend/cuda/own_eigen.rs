@@ -32,7 +32,7 @@ const CLUSTER_THREADS: u32 = 512;
 /// Entries of a panel's Gram matrix that `eig_bt_gram` forms, a warp each (`EIG_BT_PAIRS`).
 const GRAM_PAIRS: usize = BACK_PANEL * (BACK_PANEL - 1) / 2;
 /// Threads of a block of the eigenvector kernel, two per vector (`EIG_VEC_THREADS`).
-const VECTOR_THREADS: u32 = 32;
+const VECTOR_THREADS: u32 = 8;
 
 /// Rows and columns of the diagonal blocks `eig_invert_leaves` inverts (`EIG_INV_LEAF`), its threads a
 /// block (`EIG_INV_THREADS`) and its dynamic shared memory (`EIG_INV_SMEM`: the block and its inverse
