@@ -371,7 +371,7 @@ impl DeviceEigen {
         ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent"))?;
         let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
         let upload = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
-        let cd_uploaded = super::device::event(&ctx, false)?;
+        let cd_uploaded = super::device::event(ctx, false)?;
         let created = std::panic::catch_unwind(|| {
             let mut h: sol::cusolverDnHandle_t = std::ptr::null_mut();
             // SAFETY: out-pointer to a local.
