@@ -353,8 +353,9 @@ extern "C" __global__ void __launch_bounds__(EIG_VEC_THREADS) eig_vectors(
 // column waits for one round of warp reductions a panel (its EIG_BT_PANEL dot products reduced
 // together), not one a reflector. A warp per column, the column in shared memory; the block stages
 // each panel's reflectors (zero below their support), taus and Gram matrix into shared memory.
-// Blocks of EIG_BT_COLS warps; shared memory (EIG_BT_COLS + EIG_BT_PANEL) · n + EIG_BT_PANEL² +
-// EIG_BT_PANEL doubles.
+// Blocks of EIG_BT_COLS warps. Two kernels: eig_back_transform_prefetch stages the next panel while
+// the block applies this one, in a second buffer of shared memory, where that fits; eig_back_transform
+// (one buffer) elsewhere. Shared memory below each.
 #define EIG_BT_COLS 8
 #define EIG_BT_PANEL 16
 #define EIG_BT_PAIRS (EIG_BT_PANEL * (EIG_BT_PANEL - 1) / 2)
@@ -389,34 +390,96 @@ extern "C" __global__ void eig_bt_gram(const double* __restrict__ packed, int n,
     if (lane == 0) *out = s;
 }
 
-extern "C" __global__ void __launch_bounds__(EIG_BT_COLS * 32) eig_back_transform(
-    const double* __restrict__ packed, const double* __restrict__ tau, const double* __restrict__ gram,
-    int n, double* __restrict__ z)
+// *dst = *src, by an asynchronous copy where the device has them (sm_80 and later; complete for the
+// copying thread after eig_cp_wait, for the block after a __syncthreads behind that), else by a plain
+// load and store.
+__device__ __forceinline__ void eig_cp8(double* dst, const double* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned long long s;
+    asm volatile("cvta.to.shared.u64 %0, %1;" : "=l"(s) : "l"(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" :: "r"((unsigned)s), "l"(src) : "memory");
+#else
+    *dst = *src;
+#endif
+}
+__device__ __forceinline__ void eig_cp_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// Waits until at most PENDING of this thread's committed groups of copies are still in flight.
+template <int PENDING> __device__ __forceinline__ void eig_cp_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" :: "n"(PENDING) : "memory");
+#endif
+}
+
+// Panel pi's reflectors (zero outside their support), its Gram matrix (the entries a < b) and taus
+// into buf (EIG_BT_PANEL · n + EIG_BT_PANEL² + EIG_BT_PANEL doubles), as one committed group of copies.
+__device__ __forceinline__ void eig_bt_stage(const double* __restrict__ packed, const double* __restrict__ tau,
+                                             const double* __restrict__ gram, int n, int pi, double* buf)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int k0 = n - 3 - pi * EIG_BT_PANEL;
+    const int count = min(EIG_BT_PANEL, k0 + 1);
+    const int base = k0 - count + 2;               // the lowest row of the panel's support
+    double* panel = buf;                           // panel[r * n + i]: reflector k0 − r, row i
+    double* g = panel + EIG_BT_PANEL * n;
+    double* tp = g + EIG_BT_PANEL * EIG_BT_PANEL;
+    for (int r = warp; r < EIG_BT_PANEL; r += EIG_BT_COLS) {
+        const int k = k0 - r;
+        const long long ck = r < count ? eig_packed(n, k + 1, k) : 0;
+        for (int i = base + lane; i < n; i += 32) {
+            double* to = panel + r * n + i;
+            if (r >= count || i <= k) *to = 0.0;
+            else if (i == k + 1) *to = 1.0;
+            else eig_cp8(to, packed + ck + (i - k - 1));
+        }
+    }
+    for (int x = threadIdx.x; x < EIG_BT_PANEL * EIG_BT_PANEL; x += EIG_BT_COLS * 32)
+        if (x / EIG_BT_PANEL < x % EIG_BT_PANEL) eig_cp8(g + x, gram + (long long)pi * EIG_BT_PANEL * EIG_BT_PANEL + x);
+    if (threadIdx.x < EIG_BT_PANEL) {
+        if ((int)threadIdx.x < count) eig_cp8(tp + threadIdx.x, tau + k0 - threadIdx.x);
+        else tp[threadIdx.x] = 0.0;
+    }
+    eig_cp_commit();
+}
+
+// The back-transform with BUFS panel buffers: with two, each panel's staging is in flight while the
+// block applies the panel before it (the staging's global loads were most of a panel's time).
+template <int BUFS>
+__device__ __forceinline__ void eig_bt_body(const double* __restrict__ packed, const double* __restrict__ tau,
+                                            const double* __restrict__ gram, int n, double* __restrict__ z)
 {
     extern __shared__ double eig_cols[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int c = blockIdx.x * EIG_BT_COLS + warp;
+    const int bufsize = EIG_BT_PANEL * n + EIG_BT_PANEL * EIG_BT_PANEL + EIG_BT_PANEL;
     double* zc = eig_cols + warp * n;
-    double* panel = eig_cols + EIG_BT_COLS * n;   // panel[r * n + i]: reflector k0 − r, row i
-    double* g = panel + EIG_BT_PANEL * n;          // the panel's Gram matrix
-    double* tp = g + EIG_BT_PANEL * EIG_BT_PANEL;  // the panel's taus
+    double* bufs = eig_cols + EIG_BT_COLS * n;
     double* col = z + (long long)c * n;
     if (c < n)
         for (int i = lane; i < n; i += 32) zc[i] = col[i];
-    for (int pi = 0, k0 = n - 3; k0 >= 0; ++pi, k0 -= EIG_BT_PANEL) {
+    const int panels = n >= 3 ? (n - 3) / EIG_BT_PANEL + 1 : 0;
+    if (BUFS == 2 && panels > 0) eig_bt_stage(packed, tau, gram, n, 0, bufs);
+    for (int pi = 0; pi < panels; ++pi) {
+        const int k0 = n - 3 - pi * EIG_BT_PANEL;
         const int count = min(EIG_BT_PANEL, k0 + 1);
-        const int base = k0 - count + 2;           // the lowest row of the panel's support
-        __syncthreads();   // the previous panel is no longer read
-        for (int r = warp; r < EIG_BT_PANEL; r += EIG_BT_COLS) {
-            const int k = k0 - r;
-            const long long ck = r < count ? eig_packed(n, k + 1, k) : 0;
-            for (int i = base + lane; i < n; i += 32)
-                panel[r * n + i] = (r >= count || i <= k) ? 0.0 : (i == k + 1) ? 1.0 : packed[ck + (i - k - 1)];
+        const int base = k0 - count + 2;
+        __syncthreads();   // the panel before is no longer read (with two buffers: the one staged next)
+        if (BUFS == 1) {
+            eig_bt_stage(packed, tau, gram, n, pi, bufs);
+            eig_cp_wait<0>();
+        } else if (pi + 1 < panels) {
+            eig_bt_stage(packed, tau, gram, n, pi + 1, bufs + ((pi + 1) & 1) * bufsize);
+            eig_cp_wait<1>();   // this panel's copies are done; the next one's may still fly
+        } else {
+            eig_cp_wait<0>();
         }
-        for (int x = threadIdx.x; x < EIG_BT_PANEL * EIG_BT_PANEL; x += EIG_BT_COLS * 32)
-            if (x / EIG_BT_PANEL < x % EIG_BT_PANEL) g[x] = gram[(long long)pi * EIG_BT_PANEL * EIG_BT_PANEL + x];
-        if (threadIdx.x < EIG_BT_PANEL) tp[threadIdx.x] = (int)threadIdx.x < count ? tau[k0 - threadIdx.x] : 0.0;
-        __syncthreads();
+        __syncthreads();   // the panel is staged, by every thread
+        const double* panel = bufs + (BUFS == 1 ? 0 : (pi & 1) * bufsize);
+        const double* g = panel + EIG_BT_PANEL * n;
+        const double* tp = g + EIG_BT_PANEL * EIG_BT_PANEL;
         if (c < n) {
             double sv[EIG_BT_PANEL];
 #pragma unroll
@@ -451,6 +514,23 @@ extern "C" __global__ void __launch_bounds__(EIG_BT_COLS * 32) eig_back_transfor
     }
     if (c < n)
         for (int i = lane; i < n; i += 32) col[i] = zc[i];
+}
+
+// One panel buffer: shared memory (EIG_BT_COLS + EIG_BT_PANEL) · n + EIG_BT_PANEL² + EIG_BT_PANEL doubles.
+extern "C" __global__ void __launch_bounds__(EIG_BT_COLS * 32) eig_back_transform(
+    const double* __restrict__ packed, const double* __restrict__ tau, const double* __restrict__ gram,
+    int n, double* __restrict__ z)
+{
+    eig_bt_body<1>(packed, tau, gram, n, z);
+}
+
+// Two panel buffers, the next panel staged while this one is applied: shared memory
+// (EIG_BT_COLS + 2 · EIG_BT_PANEL) · n + 2 · (EIG_BT_PANEL² + EIG_BT_PANEL) doubles (where it fits).
+extern "C" __global__ void __launch_bounds__(EIG_BT_COLS * 32) eig_back_transform_prefetch(
+    const double* __restrict__ packed, const double* __restrict__ tau, const double* __restrict__ gram,
+    int n, double* __restrict__ z)
+{
+    eig_bt_body<2>(packed, tau, gram, n, z);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -46,6 +46,22 @@ fn every_device_eigensolver_matches_the_host_float64_reference() {
     }
 }
 
+/// Above ~700 bands the back-transform's second panel buffer does not fit a block's shared memory on
+/// any device (256 KB at 800 bands): the own kernels then apply the reflectors with one buffer
+/// (`eig_back_transform`; below, `eig_back_transform_prefetch`), and must hold the same bounds.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn the_own_kernels_hold_with_one_back_transform_buffer() {
+    let bench = EigenBench::open(0).expect("a CUDA device with cuSOLVER");
+    let p = random_problem(800, seed());
+    let want = reference(&p).expect("host reference");
+    let got = bench.solve(EigenMethod::Own, &p.cn, &p.cd, p.n, false).expect("own kernels at 800 bands");
+    let (ve, we) = errors(&want, p.n, &got.values, &got.w_column_major(p.n), p.n, 10);
+    eprintln!(" 800 bands random  own kernels (one-block tridiagonal) eigenvalues {ve:.1e}, top 10 vectors {we:.1e}");
+    assert!(ve <= EIGENVALUE_BOUND, "eigenvalues {ve:e} from the reference");
+    assert!(we <= VECTOR_BOUND, "vectors {we:e} from the reference");
+}
+
 /// A pair whose noise covariance is far worse conditioned than real data's: bands in nearly equal
 /// pairs (the second of each pair the first plus 10⁻³ of independent noise), so C_N's eigenvalues span
 /// about eight decades; C_D = C_N + a signal of a dozen dimensions.

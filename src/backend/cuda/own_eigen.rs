@@ -61,6 +61,8 @@ pub(crate) struct OwnEigen {
     bisect: CudaFunction,
     vectors: CudaFunction,
     back_transform: CudaFunction,
+    /// The back-transform staging the next panel while it applies one, where its shared memory fits.
+    back_transform_prefetch: CudaFunction,
     /// The whitening's triangular inverse (whitening.rs): L padded, its diagonal blocks inverted.
     lower_padded: CudaFunction,
     invert_leaves: CudaFunction,
@@ -128,6 +130,7 @@ impl OwnEigen {
         };
         let tridiagonalize = opt_in("eig_tridiagonalize")?;
         let back_transform = opt_in("eig_back_transform")?;
+        let back_transform_prefetch = opt_in("eig_back_transform_prefetch")?;
         let invert_leaves = opt_in("eig_invert_leaves")?;
         let (major, _) = ctx.compute_capability().map_err(cuda("cuDeviceGetAttribute"))?;
         let tridiagonalize_cluster = if major >= 9 {
@@ -153,6 +156,7 @@ impl OwnEigen {
             bisect: f("eig_bisect")?,
             vectors: f("eig_vectors")?,
             back_transform,
+            back_transform_prefetch,
             lower_padded: f("eig_lower_padded")?,
             invert_leaves,
             column_signs: f("eig_column_signs")?,
@@ -255,12 +259,15 @@ impl OwnEigen {
         let mut b = stream.launch_builder(&self.gram);
         b.arg(&packed).arg(&ni).arg(&gram);
         unsafe { b.launch(cfg((panels(n) * GRAM_PAIRS * 32).div_ceil(128), 128, 0)) }.map_err(cuda("eig_bt_gram"))?;
-        let mut b = stream.launch_builder(&self.back_transform);
+        // Two panel buffers where they fit (up to ~700 bands on an H100), else one.
+        let back_smem = |buffers: usize| (BACK_COLS as usize * n + buffers * (BACK_PANEL * n + BACK_PANEL * BACK_PANEL + BACK_PANEL)) * std::mem::size_of::<f64>();
+        let (func, back_smem) = match (back_smem(2), back_smem(1)) {
+            (two, _) if two <= self.smem_optin => (&self.back_transform_prefetch, two),
+            (_, one) if one <= self.smem_optin => (&self.back_transform, one),
+            (_, one) => return Err(BackendError::Invalid(format!("the own eigen back-transform needs {one} bytes of shared memory at {n} bands"))),
+        };
+        let mut b = stream.launch_builder(func);
         b.arg(&packed).arg(&tau).arg(&gram).arg(&ni).arg(&a);
-        let back_smem = ((BACK_COLS as usize + BACK_PANEL) * n + BACK_PANEL * BACK_PANEL + BACK_PANEL) * std::mem::size_of::<f64>();
-        if back_smem > self.smem_optin {
-            return Err(BackendError::Invalid(format!("the own eigen back-transform needs {back_smem} bytes of shared memory at {n} bands")));
-        }
         unsafe { b.launch(cfg(n.div_ceil(BACK_COLS as usize), BACK_COLS * 32, back_smem)) }.map_err(cuda("eig_back_transform"))?;
         Ok(())
     }
