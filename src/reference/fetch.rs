@@ -175,6 +175,19 @@ impl Written {
     }
 }
 
+/// Ends a [`Written`] when it is dropped: held by the download filling it, so that the download ends it
+/// however it stops. A download's task can be dropped without finishing (aborted, or dropped with its
+/// runtime when a server shuts down): a job's blocking thread following it in `Written::wait_for`
+/// then waited for ever, and the runtime's shutdown with it, for the blocking thread (seen in a test
+/// that ended while its job was fetching).
+struct EndsWritten(Arc<Written>);
+
+impl Drop for EndsWritten {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
 /// A download running on the runtime while a blocking thread follows it; aborted if dropped unfinished.
 struct Download {
     task: Option<tokio::task::JoinHandle<Result<(), LoadError>>>,
@@ -218,6 +231,7 @@ pub async fn download(object: &Object, v: &ObjectVersion, path: PathBuf) -> Resu
 
 /// The parallel GETs of [`download`], each part recorded in `written` once it is in the file.
 async fn fill(object: Object, v: ObjectVersion, file: Arc<std::fs::File>, path: PathBuf, written: Arc<Written>) -> Result<(), LoadError> {
+    let _ends = EndsWritten(written.clone());
     let parts = (0..v.size).step_by(PART as usize).map(|at| at..(at + PART).min(v.size));
     let result = futures::stream::iter(parts)
         .map(|range| {
@@ -237,7 +251,6 @@ async fn fill(object: Object, v: ObjectVersion, file: Arc<std::fs::File>, path: 
         .buffer_unordered(CONCURRENCY)
         .try_collect::<()>()
         .await;
-    written.end();
     result
 }
 
@@ -266,6 +279,26 @@ mod tests {
         w.end();
         assert!(!waiter.join().unwrap());
         assert!(w.wait_for(30));
+    }
+
+    /// A reader following a download is released when the download's task is dropped unfinished,
+    /// here with its runtime (as when a server shuts down while a job fetches its cube).
+    #[test]
+    fn a_reader_is_released_when_the_download_is_dropped_unfinished() {
+        let w = Arc::new(Written::default());
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let ends = EndsWritten(w.clone());
+        // A download that never finishes.
+        rt.spawn(async move {
+            let _ends = ends;
+            std::future::pending::<()>().await
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = w.clone();
+        std::thread::spawn(move || tx.send(reader.wait_for(10)));
+        drop(rt);
+        // Bounded, so that a reader left waiting fails the test rather than hanging it.
+        assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(10)), Ok(false));
     }
 
     #[test]
