@@ -10,9 +10,10 @@
 //      - eig_tridiagonalize_cluster (Hopper): a thread-block cluster of 8 or 16 blocks with the matrix
 //        spread over their shared memory, one cluster barrier a step (below).
 //   2. eig_bisect: every eigenvalue of T by Sturm-count multisection, one warp per eigenvalue (32
-//      points an iteration, five bits of the answer each time), in ascending order as syevd gives them.
+//      points an iteration, five bits of the answer each time), in ascending order as syevd gives them;
+//      the count from the leading minors, without divisions on its chain.
 //   3. eig_vectors: each eigenvector of T from its eigenvalue by one twisted factorization (the core of
-//      MRRR's single-vector step), two threads per eigenvector: O(n) each.
+//      MRRR's single-vector step), two threads per eigenvector: O(n) each, in shared memory.
 //   4. eig_bt_gram + eig_back_transform: V = Q Z, the reflectors applied to the eigenvectors 16 at a
 //      time, a warp per column.
 //
@@ -175,11 +176,11 @@ extern "C" __global__ void __launch_bounds__(EIG_THREADS) eig_tridiagonalize(
     }
 }
 
-// 1 / q to within an ulp or two: the hardware's approximate reciprocal and two Newton steps. The Sturm
-// count's chain of float64 divisions bounds eig_bisect, and a division is a ~10-instruction subroutine
-// with a branch; this is the approximation and four dependent FMAs. On an H100 it halved eig_bisect (0.51 → 0.27 ms at 425
-// bands); eigenvalues moved by ≤ 1.1e-15 relative each. (|q| ≥ pivmin keeps q normal; a reciprocal
-// that would be subnormal is flushed to 0, a change below e2's rounding.)
+// 1 / q to within an ulp or two: the hardware's approximate reciprocal and two Newton steps. A
+// division is a ~10-instruction subroutine with a branch; this is the approximation and four dependent
+// FMAs. (It halved the Sturm count's ratio form on an H100, before the count became division-free
+// below; eig_vectors' chains still use it.) |q| ≥ the pivot floor keeps q normal; a reciprocal that
+// would be subnormal is flushed to 0, a change below e2's rounding.
 __device__ __forceinline__ double eig_rcp(double q) {
     double y;
     asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(q));
@@ -189,23 +190,62 @@ __device__ __forceinline__ double eig_rcp(double q) {
     return fma(y, r, y);
 }
 
-// The number of eigenvalues of T smaller than x (Sturm sequence of the LDLᵀ of T − xI). e2 = e².
-// A zero pivot is replaced by −pivmin, as LAPACK's dstebz does.
-__device__ __forceinline__ int eig_sturm(const double* d, const double* e2, int n, double x, double pivmin) {
-    int count = 0;
-    double q = d[0] - x;
-    if (fabs(q) < pivmin) q = -pivmin;
-    if (q < 0.0) ++count;
-    for (int i = 1; i < n; ++i) {
-        q = (d[i] - x) - e2[i - 1] * eig_rcp(q);
-        if (fabs(q) < pivmin) q = -pivmin;
-        if (q < 0.0) ++count;
+// eig_bisect copies T into shared memory; own_eigen.rs's MAX_BANDS is at most this.
+#define EIG_MAX_N 1024
+// Pivots of the scaled T (‖T‖ < 1) smaller than this in magnitude are replaced by −EIG_PIVOT_FLOOR,
+// as LAPACK's dstebz replaces those under pivmin: a change of d_i by at most 2^-59 ‖T‖, far below the
+// count's own rounding (~eps ‖T‖). Far larger than dstebz's pivmin, so that the determinants below
+// shrink by at most 2^-60 a row and eight rows between rescalings cannot underflow.
+#define EIG_PIVOT_FLOOR 8.673617379884035e-19   // 2^-60
+
+// p scaled into [1, 2) by a power of two f, and pm by the same (exact, so every sign and ratio
+// stays); returns 1 / f.
+__device__ __forceinline__ double eig_rescale(double& p, double& pm) {
+    int ex = (__double2hiint(p) >> 20) & 0x7ff;   // the biased exponent of |p|
+    ex = min(max(ex, 1), 2045);
+    p *= __hiloint2double((2046 - ex) << 20, 0);    // f = 2^(1023 − ex)
+    pm *= __hiloint2double((2046 - ex) << 20, 0);
+    return __hiloint2double(ex << 20, 0);           // 2^(ex − 1023)
+}
+
+// The power of two s with s·norm in [0.5, 1) (1 where norm is 0 or not finite).
+__device__ __forceinline__ double eig_unit_scale(double norm) {
+    return norm > 0.0 && norm < 1e300 ? ldexp(1.0, -(ilogb(norm) + 1)) : 1.0;
+}
+
+// The number of eigenvalues of T smaller than x: the sign changes of the leading principal minors
+// p_i = det(T_{0..i} − xI), p_i = (d_i − x) p_{i−1} − e2_{i−1} p_{i−2} (the Sturm sequence), which is
+// the pivots' form q_i = p_i / p_{i−1} of dstebz without its divisions. Each row costs one FMA, a
+// compare and a select on the dependent chain, where q_i = (d_i − x) − e2_{i−1} / q_{i−1} cost a
+// reciprocal and five FMAs. Just as stable: with the FMA, the computed p_i are the exact ones of T with
+// d_i − x and e2_{i−1} perturbed by two roundings each (relatively), every row by its own, as the
+// pivots' rounding errors are. T is scaled by a power of two (sd = s·d, se2 = s²·e2, x = s·x, ‖sT‖ <
+// 1), which changes no count, and the minors are rescaled every eight rows (exactly: eig_rescale)
+// so that they stay in range: at most 3x larger, and (with the pivot floor) at most 2^60 smaller, a row.
+__device__ __forceinline__ int eig_sturm(const double* sd, const double* se2, int n, double x) {
+    double pm = 1.0;             // p_{i−1}
+    double p = sd[0] - x;        // p_i
+    if (fabs(p) < EIG_PIVOT_FLOOR) p = -EIG_PIVOT_FLOOR;
+    int count = p < 0.0;
+    auto row = [&](int i) {
+        const double np = fma(sd[i] - x, p, -(se2[i - 1] * pm));
+        const double q = fabs(np) < EIG_PIVOT_FLOOR * fabs(p) ? -EIG_PIVOT_FLOOR * p : np;
+        count += (q < 0.0) != (p < 0.0);
+        pm = p;
+        p = q;
+    };
+    int i = 1;
+    for (; i + 8 <= n; i += 8) {
+#pragma unroll
+        for (int r = 0; r < 8; ++r) row(i + r);
+        eig_rescale(p, pm);
     }
+    for (; i < n; ++i) row(i);
     return count;
 }
 
 // w[i] = the i-th smallest eigenvalue of T, one warp per eigenvalue. scratch: n − 1 doubles (e²).
-// Launch with n warps in all (e.g. blocks of 128 threads), after eig_squares.
+// Launch with n warps in all (e.g. blocks of 128 threads), after eig_squares. n ≤ EIG_MAX_N.
 extern "C" __global__ void eig_squares(const double* __restrict__ e, int n, double* __restrict__ e2) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n - 1) e2[i] = e[i] * e[i];
@@ -214,10 +254,10 @@ extern "C" __global__ void eig_squares(const double* __restrict__ e, int n, doub
 extern "C" __global__ void eig_bisect(const double* __restrict__ d, const double* __restrict__ e,
                                       const double* __restrict__ e2, int n, double* __restrict__ w)
 {
+    __shared__ double sd[EIG_MAX_N], se2[EIG_MAX_N];   // s·d and s²·e2 (eig_sturm)
     const int lane = threadIdx.x & 31;
     const int idx = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;   // the eigenvalue of this warp
-    if (idx >= n) return;
-    // Gershgorin bounds of the whole spectrum, by every lane (n is small; no shared memory needed).
+    // Gershgorin bounds of the whole spectrum, by every lane of every warp (the same in each; n is small).
     double lo = 1e300, hi = -1e300, emax2 = 0.0;
     for (int i = lane; i < n; i += 32) {
         double r = (i > 0 ? fabs(e[i - 1]) : 0.0) + (i < n - 1 ? fabs(e[i]) : 0.0);
@@ -232,17 +272,26 @@ extern "C" __global__ void eig_bisect(const double* __restrict__ d, const double
     }
     const double eps = 2.220446049250313e-16, safemin = 2.2250738585072014e-308;
     const double norm = fmax(fabs(lo), fabs(hi));
+    // s = 2^-(⌊log2 norm⌋ + 1): every |d_i| + |e_i| + |e_{i−1}| of sT is below 1.
+    const double s = eig_unit_scale(norm);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        sd[i] = d[i] * s;
+        if (i < n - 1) se2[i] = e2[i] * s * s;
+    }
+    __syncthreads();
+    if (idx >= n) return;
     const double pivmin = fmax(safemin * fmax(1.0, emax2), 1e-300);
     lo -= 2.0 * eps * norm * n + pivmin;
     hi += 2.0 * eps * norm * n + pivmin;
-    // Invariant: count(lo) ≤ idx < count(hi). 33 sub-intervals per iteration. (Four points a lane,
-    // 129 sub-intervals, made the kernel 2.3x slower on an H200: the lanes' chains of float64
-    // divisions did not overlap, so four counts cost four times one.)
+    // Invariant: count(lo) ≤ idx < count(hi). 33 sub-intervals per iteration. (Two, four and eight
+    // points a lane, their chains interleaved in one loop, took 8 %, 10 % and 85 % longer on an H200
+    // at 224 and 425 bands: fewer iterations, but each row's work grows with the points and no longer
+    // hides behind the chain's latency.)
     for (int it = 0; it < 40; ++it) {
         const double width = hi - lo;
         if (width <= 2.0 * eps * fmax(fabs(lo), fabs(hi)) + pivmin) break;
         const double x = lo + width * (double)(lane + 1) / 33.0;
-        const int c = eig_sturm(d, e2, n, x, pivmin);
+        const int c = eig_sturm(sd, se2, n, x * s);
         // The lanes whose point has count ≤ idx move lo up; the first with count > idx sets hi.
         unsigned le = __ballot_sync(0xffffffffu, c <= idx);
         // Points increase with the lane, counts are non-decreasing: le is a run of low lanes.
@@ -255,93 +304,121 @@ extern "C" __global__ void eig_bisect(const double* __restrict__ d, const double
     if (lane == 0) w[idx] = 0.5 * (lo + hi);
 }
 
+// The pivots of T − λI from one end, with the minors' chain of eig_sturm (one FMA, a compare and a
+// select a row; the divisions off it): FWD, LDLᵀ's D+_i = P_i / P_{i−1} of the leading minors, into
+// D[i], and L_i = e_i / D+_i into M[i]; else UDUᵀ's D-_i of the trailing minors, and U_i = e_i /
+// D-_{i+1}. A pivot under tiny in magnitude becomes ±tiny with its sign, as the ratio form's
+// (d_i − λ − e_{i−1}² / D_{i−1}) did. s (eig_unit_scale of ‖T‖) scales T so that with the floor the
+// minors change by at most 3x up and 2^63 down a row, and they are rescaled every eight rows.
+template <bool FWD>
+__device__ __forceinline__ void eig_pivots(const double* __restrict__ d, const double* __restrict__ e, int n, double lam,
+                                           double s, double tiny, double* __restrict__ D, double* __restrict__ M) {
+    const double ts = tiny * s, inv_s = 1.0 / s;
+    double pm = 1.0, rpm = 1.0;                 // P_{k−1} and its reciprocal (P_{−1} = 1)
+    double p = (d[FWD ? 0 : n - 1] - lam) * s;  // P_k
+    if (fabs(p) < ts) p = p < 0.0 ? -ts : ts;
+    // Step k: the pivot of row k (FWD) or n − 1 − k, its multiplier, and P_{k+1}.
+    auto step = [&](int k) {
+        const double rp = eig_rcp(p);
+        D[FWD ? k : n - 1 - k] = p * rpm * inv_s;
+        const int ei = FWD ? k : n - 2 - k;     // the off-diagonal to the next row
+        const double es = e[ei] * s;
+        M[ei] = es * pm * rp;                   // e / (P_k / P_{k−1}), s cancels
+        const double np = fma((d[FWD ? k + 1 : n - 2 - k] - lam) * s, p, -(es * es) * pm);
+        const double keep = (np < 0.0) != (p < 0.0) ? -ts * p : ts * p;   // ±tiny, the pivot's sign
+        pm = p;
+        rpm = rp;
+        p = fabs(np) < ts * fabs(pm) ? keep : np;
+    };
+    int k = 0;
+    for (; k + 8 < n; k += 8) {
+#pragma unroll
+        for (int u = 0; u < 8; ++u) step(k + u);
+        rpm *= eig_rescale(p, pm);
+    }
+    for (; k < n - 1; ++k) step(k);
+    D[FWD ? n - 1 : 0] = p * rpm * inv_s;
+}
+
 // Column c of z (n × n, column-major) = the unit eigenvector of T for w[c], by the twisted
 // factorization T − λI = N_r Δ_r N_rᵀ at the index r of the smallest |γ_r|. TWO threads per vector,
-// adjacent in a block of EIG_VEC_THREADS: the even one runs the forward factorization (D+ and L) and
-// then the recurrence below r, the odd one the backward factorization (D- and U) and the recurrence
-// above r. Each half is a chain of float64 divisions (by eig_rcp, as in the Sturm count) whose latency
-// bounds the kernel, and the two chains overlap only in different threads (in one thread's loop they
-// ran one after the other).
-// lu: 3n doubles of scratch per vector (L, U, D-). Launch 2n threads. Small blocks spread the vectors
-// over more SMs: blocks of 32 (16 vectors) were 18–20 % faster than 64 on an H100 at 224 and 425 bands,
-// and on an H200 (2026-11-29, ncu at 256 bands) blocks of 16 took 96 µs and blocks of 8 (4 vectors)
-// 92 µs against 143 for 32. (Blocks of one warp for eig_bisect instead of four, 205 µs either way, and
+// adjacent in a block of EIG_VEC_THREADS: the even one runs the forward factorization (D+ and L,
+// eig_pivots) and then the recurrence below r, the odd one the backward factorization (D- and U) and
+// the recurrence above r; the two chains overlap only in different threads (in one thread's loop they
+// ran one after the other). Each vector's D+, L, U and D- are in shared memory: the pivot search and
+// the recurrences read them back one after another, and from global scratch each such read waited on
+// L2 (an H200, 2026-11-29: 65 → 49 µs at 224 bands, 170 → 91 µs at 425, the same bits). The vector is
+// built over D+ once the pivot is known, and written to z normalized.
+// Launch 2n threads in blocks of 2, 4, 6 or EIG_VEC_THREADS, with (blockDim / 2) · eig_vec_stride(n)
+// doubles of dynamic shared memory (and no static: own_eigen.rs opts every kernel into all of it). Small blocks spread the vectors over more SMs: blocks of 32 (16
+// vectors) were 18–20 % faster than 64 on an H100 at 224 and 425 bands, and on an H200 (2026-11-29,
+// ncu at 256 bands, global scratch) blocks of 16 took 96 µs and blocks of 8 (4 vectors) 92 µs against
+// 143 for 32. (Blocks of one warp for eig_bisect instead of four, 205 µs either way, and
 // back-transform blocks of 4 columns instead of 8, 226 µs against 152, did not help.)
 #define EIG_VEC_THREADS 8
+// A vector's shared memory: D+ (then the vector), L, U, D-, the two threads' sums of squares, its pivot
+// index, one spare (so that consecutive vectors start on different banks).
+__device__ __forceinline__ int eig_vec_stride(int n) { return 4 * n + 5; }
 extern "C" __global__ void __launch_bounds__(EIG_VEC_THREADS) eig_vectors(
     const double* __restrict__ d, const double* __restrict__ e, const double* __restrict__ w, int n,
-    double* __restrict__ z, double* __restrict__ lu)
+    double* __restrict__ z)
 {
-    __shared__ int pivot[EIG_VEC_THREADS / 2];
-    __shared__ double half[EIG_VEC_THREADS];
+    extern __shared__ double eig_vec_smem[];   // all of it dynamic: the opt-in size is all the launch may ask
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     const int c = t >> 1, pair = threadIdx.x >> 1;
     const bool forward = (t & 1) == 0, live = c < n;
-    double* L = lu + (long long)c * 3 * n;   // L[i] = e[i] / D+[i]
-    double* U = L + n;                        // U[i] = e[i] / D-[i+1]
-    double* Dm = U + n;                       // D-[i]
-    double* col = z + (long long)c * n;       // D+ first (as scratch), then the vector
+    double* Dp = eig_vec_smem + pair * eig_vec_stride(n);   // D+[i], then the unscaled vector
+    double* L = Dp + n;                                      // L[i] = e[i] / D+[i]
+    double* U = L + n;                                       // U[i] = e[i] / D-[i+1]
+    double* Dm = U + n;                                      // D-[i]
+    double* half = Dm + n;                                   // the two threads' sums of squares
+    int* pivot = reinterpret_cast<int*>(half + 2);           // r
     const double lam = live ? w[c] : 0.0;
-    double tiny = 0.0;
     if (live) {
         double tnorm = 0.0;
+#pragma unroll 8
         for (int i = 0; i < n; ++i) tnorm = fmax(tnorm, fabs(d[i]) + (i > 0 ? fabs(e[i - 1]) : 0.0) + (i < n - 1 ? fabs(e[i]) : 0.0));
         // (The floor keeps every pivot a normal number, which eig_rcp needs.)
-        tiny = 2.220446049250313e-16 * fmax(tnorm, 1e-280) * 1e-3;
-        if (forward) {
-            double dp = d[0] - lam;
-            for (int i = 0; i < n - 1; ++i) {
-                if (fabs(dp) < tiny) dp = dp < 0.0 ? -tiny : tiny;
-                col[i] = dp;
-                const double l = e[i] * eig_rcp(dp);
-                L[i] = l;
-                dp = d[i + 1] - lam - l * e[i];
-            }
-            if (fabs(dp) < tiny) dp = dp < 0.0 ? -tiny : tiny;
-            col[n - 1] = dp;
-        } else {
-            double dm = d[n - 1] - lam;
-            if (fabs(dm) < tiny) dm = dm < 0.0 ? -tiny : tiny;
-            Dm[n - 1] = dm;
-            for (int i = n - 2; i >= 0; --i) {
-                const double u = e[i] * eig_rcp(dm);
-                U[i] = u;
-                dm = d[i] - lam - u * e[i];
-                if (fabs(dm) < tiny) dm = dm < 0.0 ? -tiny : tiny;
-                Dm[i] = dm;
-            }
-        }
+        tnorm = fmax(tnorm, 1e-280);
+        const double tiny = 2.220446049250313e-16 * tnorm * 1e-3;
+        if (forward) eig_pivots<true>(d, e, n, lam, eig_unit_scale(tnorm), tiny, Dp, L);
+        else eig_pivots<false>(d, e, n, lam, eig_unit_scale(tnorm), tiny, Dm, U);
     }
     __syncthreads();   // both halves' factorizations are visible to the pair
     if (live && forward) {
         // γ_r = D+_r + D-_r − (d_r − λ); the r of the smallest |γ| (the highest of equal ones).
         int r = n - 1;
-        double best = fabs(col[n - 1] + Dm[n - 1] - (d[n - 1] - lam));
+        double best = fabs(Dp[n - 1] + Dm[n - 1] - (d[n - 1] - lam));
+#pragma unroll 8
         for (int i = n - 2; i >= 0; --i) {
-            const double g = fabs(col[i] + Dm[i] - (d[i] - lam));
+            const double g = fabs(Dp[i] + Dm[i] - (d[i] - lam));
             if (g < best) { best = g; r = i; }
         }
-        pivot[pair] = r;
+        *pivot = r;
     }
-    __syncthreads();
+    __syncthreads();   // the pivot is known, and D+ is read no more: the vector goes over it
     double sum = 0.0;
     if (live) {
         // z_r = 1, then outwards: below r by the even thread, above by the odd one.
-        const int r = pivot[pair];
+        const int r = *pivot;
         double x = 1.0;
         if (forward) {
-            col[r] = 1.0;
-            for (int i = r - 1; i >= 0; --i) { x = -L[i] * x; col[i] = x; sum += x * x; }
+            Dp[r] = 1.0;
+#pragma unroll 8
+            for (int i = r - 1; i >= 0; --i) { x = -L[i] * x; Dp[i] = x; sum += x * x; }
         } else {
-            for (int i = r; i < n - 1; ++i) { x = -U[i] * x; col[i + 1] = x; sum += x * x; }
+#pragma unroll 8
+            for (int i = r; i < n - 1; ++i) { x = -U[i] * x; Dp[i + 1] = x; sum += x * x; }
         }
     }
-    half[threadIdx.x] = sum;
+    half[threadIdx.x & 1] = sum;
     __syncthreads();   // both halves of the vector are written
     if (live) {
-        const double inv = 1.0 / sqrt(1.0 + half[2 * pair] + half[2 * pair + 1]);
+        const double inv = 1.0 / sqrt(1.0 + half[0] + half[1]);
+        double* col = z + (long long)c * n;
         const int mid = n / 2;
-        for (int i = forward ? 0 : mid; i < (forward ? mid : n); ++i) col[i] *= inv;
+#pragma unroll 8
+        for (int i = forward ? 0 : mid; i < (forward ? mid : n); ++i) col[i] = Dp[i] * inv;
     }
 }
 

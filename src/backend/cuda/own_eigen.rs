@@ -34,6 +34,12 @@ const GRAM_PAIRS: usize = BACK_PANEL * (BACK_PANEL - 1) / 2;
 /// Threads of a block of the eigenvector kernel, two per vector (`EIG_VEC_THREADS`).
 const VECTOR_THREADS: u32 = 8;
 
+/// Dynamic shared memory of each vector of the eigenvector kernel at n bands: its pivots and
+/// multipliers both ways, and five doubles (`eig_vec_stride`).
+fn vector_shared_bytes(n: usize) -> usize {
+    (4 * n + 5) * std::mem::size_of::<f64>()
+}
+
 /// Rows and columns of the diagonal blocks `eig_invert_leaves` inverts (`EIG_INV_LEAF`), its threads a
 /// block (`EIG_INV_THREADS`) and its dynamic shared memory (`EIG_INV_SMEM`: the block and its inverse
 /// with rows padded by one, the reciprocal diagonal).
@@ -82,7 +88,6 @@ struct Scratch {
     e: usize,
     tau: usize,
     e2: usize,
-    lu: usize,
     gram: usize,
     len: usize,
 }
@@ -94,9 +99,8 @@ impl Scratch {
         let e = d + n;
         let tau = e + n;
         let e2 = tau + n;
-        let lu = e2 + n;
-        let gram = lu + 3 * n * n;
-        Scratch { packed, d, e, tau, e2, lu, gram, len: gram + panels(n) * BACK_PANEL * BACK_PANEL }
+        let gram = e2 + n;
+        Scratch { packed, d, e, tau, e2, gram, len: gram + panels(n) * BACK_PANEL * BACK_PANEL }
     }
 }
 
@@ -118,7 +122,8 @@ impl OwnEigen {
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
             .map_err(cuda("cuDeviceGetAttribute"))?
             .max(0) as usize;
-        // Both kernels may take more than the default 48 KB of dynamic shared memory.
+        // These kernels may take more than the default 48 KB of dynamic shared memory (all of the
+        // opt-in: they have no static shared memory, which would count against it).
         let opt_in = |name: &str| -> Result<CudaFunction, BackendError> {
             let func = f(name)?;
             func.set_attribute(
@@ -132,6 +137,7 @@ impl OwnEigen {
         let back_transform = opt_in("eig_back_transform")?;
         let back_transform_prefetch = opt_in("eig_back_transform_prefetch")?;
         let invert_leaves = opt_in("eig_invert_leaves")?;
+        let vectors = opt_in("eig_vectors")?;
         let (major, _) = ctx.compute_capability().map_err(cuda("cuDeviceGetAttribute"))?;
         let tridiagonalize_cluster = if major >= 9 {
             let func = opt_in("eig_tridiagonalize_cluster")?;
@@ -154,7 +160,7 @@ impl OwnEigen {
             gram: f("eig_bt_gram")?,
             squares: f("eig_squares")?,
             bisect: f("eig_bisect")?,
-            vectors: f("eig_vectors")?,
+            vectors,
             back_transform,
             back_transform_prefetch,
             lower_padded: f("eig_lower_padded")?,
@@ -212,7 +218,14 @@ impl OwnEigen {
         }
         let s = Scratch::of(n);
         let at = |off: usize| work + (off * std::mem::size_of::<f64>()) as u64;
-        let (packed, d, e, tau, e2, lu, gram) = (at(s.packed), at(s.d), at(s.e), at(s.tau), at(s.e2), at(s.lu), at(s.gram));
+        let (packed, d, e, tau, e2, gram) = (at(s.packed), at(s.d), at(s.e), at(s.tau), at(s.e2), at(s.gram));
+        // Four vectors a block (VECTOR_THREADS), fewer where their shared memory does not fit (1024
+        // bands: 131 KB for four).
+        let per_vector = vector_shared_bytes(n);
+        let vectors_a_block = (VECTOR_THREADS as usize / 2).min(self.smem_optin / per_vector);
+        if vectors_a_block == 0 {
+            return Err(BackendError::Invalid(format!("the own eigenvector kernel needs {per_vector} bytes of shared memory at {n} bands")));
+        }
         let ni = n as i32;
         let shared = self.in_shared(n);
         let in_shared = i32::from(shared);
@@ -228,7 +241,7 @@ impl OwnEigen {
         // SAFETY (each launch): the parameters are those of the kernel in kernels/eigen.cu, in order
         // (device pointers as u64, int as i32); every pointer lies in the allocations the caller
         // vouches for, sized by `Scratch::of(n)`; the dynamic shared memory is what the kernel indexes
-        // (the tridiagonalisation's within the opt-in set at load).
+        // (the tridiagonalisation's and the eigenvectors' within the opt-in set at load).
         match how {
             Tridiagonal::OneBlock => {
                 let mut b = stream.launch_builder(&self.tridiagonalize);
@@ -251,8 +264,9 @@ impl OwnEigen {
         b.arg(&d).arg(&e).arg(&e2).arg(&ni).arg(&w);
         unsafe { b.launch(cfg((n * 32).div_ceil(128), 128, 0)) }.map_err(cuda("eig_bisect"))?;
         let mut b = stream.launch_builder(&self.vectors);
-        b.arg(&d).arg(&e).arg(&w).arg(&ni).arg(&a).arg(&lu);
-        unsafe { b.launch(cfg((2 * n).div_ceil(VECTOR_THREADS as usize), VECTOR_THREADS, 0)) }.map_err(cuda("eig_vectors"))?;
+        b.arg(&d).arg(&e).arg(&w).arg(&ni).arg(&a);
+        unsafe { b.launch(cfg(n.div_ceil(vectors_a_block), 2 * vectors_a_block as u32, vectors_a_block * per_vector)) }
+            .map_err(cuda("eig_vectors"))?;
         if panels(n) == 0 {
             return Ok(()); // n ≤ 2: T is A, no reflectors to apply
         }
