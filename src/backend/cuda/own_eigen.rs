@@ -111,7 +111,8 @@ fn panels(n: usize) -> usize {
 
 impl OwnEigen {
     /// The largest problem the kernels take: the back-transform keeps 24 rows of n float64 in shared
-    /// memory (194 KB at 1024 bands), and the packed scratch's 32-bit indices stay far from overflow.
+    /// memory (194 KB at 1024 bands), the packed scratch's 32-bit indices stay far from overflow, and
+    /// `eig_bisect` copies T into static shared memory of `EIG_MAX_N` = 1024 rows.
     pub(crate) const MAX_BANDS: usize = 1024;
 
     /// Compiles (or loads from the PTX cache) and loads kernels/eigen.cu on `ctx`.
