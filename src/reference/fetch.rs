@@ -188,6 +188,22 @@ impl Drop for EndsWritten {
     }
 }
 
+/// Spawns `fut` on `rt` with an [`EndsWritten`] of `written` moved into the task, so that dropping the
+/// task ends `written` whether or not the task was ever polled. (Held inside `fill`'s body, the guard
+/// only existed from its first poll, and a runtime shutting down drops its queued tasks unpolled: a
+/// CI run hung so in tests/references.rs after the guard was first added.)
+fn spawn_ending<F>(rt: &tokio::runtime::Handle, written: &Arc<Written>, fut: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let ends = EndsWritten(written.clone());
+    rt.spawn(async move {
+        let _ends = ends;
+        fut.await
+    })
+}
+
 /// A download running on the runtime while a blocking thread follows it; aborted if dropped unfinished.
 struct Download {
     task: Option<tokio::task::JoinHandle<Result<(), LoadError>>>,
@@ -201,7 +217,7 @@ impl Download {
         let file = std::fs::File::create(path).map_err(|e| CubeError::io(path, e))?;
         file.set_len(v.size).map_err(|e| CubeError::io(path, e))?;
         let written = Arc::new(Written::default());
-        let task = rt.spawn(fill(object, v, Arc::new(file), path.to_path_buf(), written.clone()));
+        let task = spawn_ending(rt, &written, fill(object, v, Arc::new(file), path.to_path_buf(), written.clone()));
         Ok(Download { task: Some(task), written })
     }
 
@@ -231,7 +247,6 @@ pub async fn download(object: &Object, v: &ObjectVersion, path: PathBuf) -> Resu
 
 /// The parallel GETs of [`download`], each part recorded in `written` once it is in the file.
 async fn fill(object: Object, v: ObjectVersion, file: Arc<std::fs::File>, path: PathBuf, written: Arc<Written>) -> Result<(), LoadError> {
-    let _ends = EndsWritten(written.clone());
     let parts = (0..v.size).step_by(PART as usize).map(|at| at..(at + PART).min(v.size));
     let result = futures::stream::iter(parts)
         .map(|range| {
@@ -282,23 +297,38 @@ mod tests {
     }
 
     /// A reader following a download is released when the download's task is dropped unfinished,
-    /// here with its runtime (as when a server shuts down while a job fetches its cube).
+    /// here with its runtime (as when a server shuts down while a job fetches its cube): a task that
+    /// was running (a multi-thread runtime), and one that was never polled (a current-thread runtime
+    /// that nothing drives: its queued task is dropped unpolled).
     #[test]
     fn a_reader_is_released_when_the_download_is_dropped_unfinished() {
-        let w = Arc::new(Written::default());
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let ends = EndsWritten(w.clone());
-        // A download that never finishes.
-        rt.spawn(async move {
-            let _ends = ends;
-            std::future::pending::<()>().await
-        });
-        let (tx, rx) = std::sync::mpsc::channel();
-        let reader = w.clone();
-        std::thread::spawn(move || tx.send(reader.wait_for(10)));
-        drop(rt);
-        // Bounded, so that a reader left waiting fails the test rather than hanging it.
-        assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(10)), Ok(false));
+        let runtimes = [
+            ("polled", tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()),
+            ("never polled", tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()),
+        ];
+        for (what, rt) in runtimes {
+            let w = Arc::new(Written::default());
+            // A download that never finishes.
+            let polled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let seen = polled.clone();
+            let _task = spawn_ending(rt.handle(), &w, async move {
+                seen.store(true, std::sync::atomic::Ordering::SeqCst);
+                std::future::pending::<()>().await
+            });
+            if what == "polled" {
+                let t0 = std::time::Instant::now();
+                while !polled.load(std::sync::atomic::Ordering::SeqCst) && t0.elapsed().as_secs() < 10 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+            assert_eq!(polled.load(std::sync::atomic::Ordering::SeqCst), what == "polled", "{what}");
+            let (tx, rx) = std::sync::mpsc::channel();
+            let reader = w.clone();
+            std::thread::spawn(move || tx.send(reader.wait_for(10)));
+            drop(rt);
+            // Bounded, so that a reader left waiting fails the test rather than hanging it.
+            assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(10)), Ok(false), "{what}");
+        }
     }
 
     #[test]
