@@ -358,10 +358,10 @@ __device__ __forceinline__ void eig_pivots(const double* __restrict__ d, const d
 // L2 (an H200, 2026-11-29: 65 → 49 µs at 224 bands, 170 → 91 µs at 425, the same bits). The vector is
 // built over D+ once the pivot is known, and written to z normalized.
 // Launch 2n threads in blocks of 2, 4, 6 or EIG_VEC_THREADS, with (blockDim / 2) · eig_vec_stride(n)
-// doubles of dynamic shared memory (and no static: own_eigen.rs opts every kernel into all of it). Small blocks spread the vectors over more SMs: blocks of 32 (16
-// vectors) were 18–20 % faster than 64 on an H100 at 224 and 425 bands, and on an H200 (2026-11-29,
-// ncu at 256 bands, global scratch) blocks of 16 took 96 µs and blocks of 8 (4 vectors) 92 µs against
-// 143 for 32. (Blocks of one warp for eig_bisect instead of four, 205 µs either way, and
+// doubles of dynamic shared memory (and no static: own_eigen.rs opts every kernel into all of it).
+// Small blocks spread the vectors over more SMs: blocks of 32 (16 vectors) were 18–20 % faster than 64
+// on an H100 at 224 and 425 bands, and on an H200 (2026-11-29, ncu at 256 bands, global scratch)
+// blocks of 16 took 96 µs and blocks of 8 (4 vectors) 92 µs against 143 for 32. (Blocks of one warp for eig_bisect instead of four, 205 µs either way, and
 // back-transform blocks of 4 columns instead of 8, 226 µs against 152, did not help.)
 #define EIG_VEC_THREADS 8
 // A vector's shared memory: D+ (then the vector), L, U, D-, the two threads' sums of squares, its pivot
