@@ -203,8 +203,13 @@ extern "C" __global__ void __launch_bounds__(EIG_THREADS) eig_tridiagonalize(
 // Pivots of the scaled T (‖T‖ < 1) smaller than this in magnitude are replaced by −EIG_PIVOT_FLOOR,
 // as LAPACK's dstebz replaces those under pivmin: a change of d_i by at most 2^-59 ‖T‖, far below the
 // count's own rounding (~eps ‖T‖). Far larger than dstebz's pivmin, so that the determinants below
-// shrink by at most 2^-60 a row and eight rows between rescalings cannot underflow.
+// shrink by at most 2^-60 a row, and EIG_STURM_ROWS rows between rescalings cannot underflow.
 #define EIG_PIVOT_FLOOR 8.673617379884035e-19   // 2^-60
+// The rows eig_sturm runs between rescalings: the most for which the minors, shrinking by at most
+// 2^-60 a row from [1, 2), and the floor's threshold 2^-60 |p| below them, stay normal numbers
+// (2^-960 and 2^-1020), so that every count is what rescaling every row would give. 16 rows took
+// 44.6 µs at 224 bands against 47.3 for 12 and 59.5 for 8 (an H200, 2026-11-29, the same bits).
+#define EIG_STURM_ROWS 16
 
 // p scaled into [1, 2) by a power of two f, and pm by the same (exact, so every sign and ratio
 // stays); returns 1 / f.
@@ -223,13 +228,18 @@ __device__ __forceinline__ double eig_unit_scale(double norm) {
 
 // The number of eigenvalues of T smaller than x: the sign changes of the leading principal minors
 // p_i = det(T_{0..i} − xI), p_i = (d_i − x) p_{i−1} − e2_{i−1} p_{i−2} (the Sturm sequence), which is
-// the pivots' form q_i = p_i / p_{i−1} of dstebz without its divisions. Each row costs one FMA, a
-// compare and a select on the dependent chain, where q_i = (d_i − x) − e2_{i−1} / q_{i−1} cost a
-// reciprocal and five FMAs. Just as stable: with the FMA, the computed p_i are the exact ones of T with
-// d_i − x and e2_{i−1} perturbed by two roundings each (relatively), every row by its own, as the
-// pivots' rounding errors are. T is scaled by a power of two (sd = s·d, se2 = s²·e2, x = s·x, ‖sT‖ <
-// 1), which changes no count, and the minors are rescaled every eight rows (exactly: eig_rescale)
-// so that they stay in range: at most 3x larger, and (with the pivot floor) at most 2^60 smaller, a row.
+// the pivots' form q_i = p_i / p_{i−1} of dstebz without its divisions. Just as stable: with the FMA,
+// the computed p_i are the exact ones of T with d_i − x and e2_{i−1} perturbed by two roundings each
+// (relatively), every row by its own, as the pivots' rounding errors are. T is scaled by a power of
+// two (sd = s·d, se2 = s²·e2, x = s·x, ‖sT‖ < 1), which changes no count, and the minors are rescaled
+// every EIG_STURM_ROWS rows (exactly: eig_rescale) so that they stay in range: at most 3x larger, and
+// (with the pivot floor) at most 2^60 smaller, a row.
+// The floor is speculated: a group of rows runs without it, one FMA a row on the dependent chain
+// (its compare and select were on it too), noting whether any row needed it; only such a group runs
+// again with it, from the group's start. Up to the first row that needs it the two runs have the
+// same values, so the count is the floored one's bit for bit (an H200, 2026-11-29, eig_bisect with
+// eig_squares folded in: 88.3 → 59.5 µs at 224 bands with 8 rows between rescalings as before, 44.6
+// with 16; the same eigenvalues to the bit on every stress matrix of scripts/gpu-harness/sturm.cu).
 __device__ __forceinline__ int eig_sturm(const double* sd, const double* se2, int n, double x) {
     double pm = 1.0;             // p_{i−1}
     double p = sd[0] - x;        // p_i
@@ -243,58 +253,76 @@ __device__ __forceinline__ int eig_sturm(const double* sd, const double* se2, in
         p = q;
     };
     int i = 1;
-    for (; i + 8 <= n; i += 8) {
+    for (; i + EIG_STURM_ROWS <= n; i += EIG_STURM_ROWS) {
+        const double p0 = p, pm0 = pm;
+        const int c0 = count;
+        bool floored = false;
 #pragma unroll
-        for (int r = 0; r < 8; ++r) row(i + r);
+        for (int r = 0; r < EIG_STURM_ROWS; ++r) {
+            const double np = fma(sd[i + r] - x, p, -(se2[i + r - 1] * pm));
+            floored |= fabs(np) < EIG_PIVOT_FLOOR * fabs(p);
+            count += (np < 0.0) != (p < 0.0);
+            pm = p;
+            p = np;
+        }
+        if (floored) {
+            p = p0;
+            pm = pm0;
+            count = c0;
+#pragma unroll
+            for (int r = 0; r < EIG_STURM_ROWS; ++r) row(i + r);
+        }
         eig_rescale(p, pm);
     }
     for (; i < n; ++i) row(i);
     return count;
 }
 
-// w[i] = the i-th smallest eigenvalue of T, one warp per eigenvalue. scratch: n − 1 doubles (e²).
-// Launch with n warps in all (e.g. blocks of 128 threads), after eig_squares. n ≤ EIG_MAX_N.
-extern "C" __global__ void eig_squares(const double* __restrict__ e, int n, double* __restrict__ e2) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n - 1) e2[i] = e[i] * e[i];
-}
-
-extern "C" __global__ void eig_bisect(const double* __restrict__ d, const double* __restrict__ e,
-                                      const double* __restrict__ e2, int n, double* __restrict__ w)
+// w[i] = the i-th smallest eigenvalue of T, one warp per eigenvalue. Launch with n warps in all (e.g.
+// blocks of 128 threads). n ≤ EIG_MAX_N.
+extern "C" __global__ void eig_bisect(const double* __restrict__ d, const double* __restrict__ e, int n,
+                                      double* __restrict__ w)
 {
-    __shared__ double sd[EIG_MAX_N], se2[EIG_MAX_N];   // s·d and s²·e2 (eig_sturm)
+    __shared__ double sd[EIG_MAX_N], se2[EIG_MAX_N];   // s·d and s²·e² (eig_sturm)
     const int lane = threadIdx.x & 31;
     const int idx = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;   // the eigenvalue of this warp
     // Gershgorin bounds of the whole spectrum, by every lane of every warp (the same in each; n is small).
-    double lo = 1e300, hi = -1e300, emax2 = 0.0;
+    double lo = 1e300, hi = -1e300, emax = 0.0;
     for (int i = lane; i < n; i += 32) {
         double r = (i > 0 ? fabs(e[i - 1]) : 0.0) + (i < n - 1 ? fabs(e[i]) : 0.0);
         lo = fmin(lo, d[i] - r);
         hi = fmax(hi, d[i] + r);
-        if (i < n - 1) emax2 = fmax(emax2, e2[i]);
+        if (i < n - 1) emax = fmax(emax, fabs(e[i]));
     }
     for (int o = 16; o > 0; o >>= 1) {
         lo = fmin(lo, __shfl_xor_sync(0xffffffffu, lo, o));
         hi = fmax(hi, __shfl_xor_sync(0xffffffffu, hi, o));
-        emax2 = fmax(emax2, __shfl_xor_sync(0xffffffffu, emax2, o));
+        emax = fmax(emax, __shfl_xor_sync(0xffffffffu, emax, o));
     }
     const double eps = 2.220446049250313e-16, safemin = 2.2250738585072014e-308;
     const double norm = fmax(fabs(lo), fabs(hi));
     // s = 2^-(⌊log2 norm⌋ + 1): every |d_i| + |e_i| + |e_{i−1}| of sT is below 1.
     const double s = eig_unit_scale(norm);
+    // (s·e)² is s²·e² to the bit where e² is a normal number (s is a power of two), and more exact
+    // where e² would underflow: so e² needs no scratch and no launch of its own.
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         sd[i] = d[i] * s;
-        if (i < n - 1) se2[i] = e2[i] * s * s;
+        if (i < n - 1) {
+            const double es = e[i] * s;
+            se2[i] = es * es;
+        }
     }
     __syncthreads();
     if (idx >= n) return;
-    const double pivmin = fmax(safemin * fmax(1.0, emax2), 1e-300);
+    // (emax² bounded: at |e| > 1e150 it would overflow, and an infinite pivmin ends the search at once.)
+    const double pivmin = fmax(safemin * fmax(1.0, fmin(emax * emax, 1e300)), 1e-300);
     lo -= 2.0 * eps * norm * n + pivmin;
     hi += 2.0 * eps * norm * n + pivmin;
     // Invariant: count(lo) ≤ idx < count(hi). 33 sub-intervals per iteration. (Two, four and eight
     // points a lane, their chains interleaved in one loop, took 8 %, 10 % and 85 % longer on an H200
     // at 224 and 425 bands: fewer iterations, but each row's work grows with the points and no longer
-    // hides behind the chain's latency.)
+    // hides behind the chain's latency. Two and four warps an eigenvalue, 65 and 129 points, took 41.0
+    // and 48.2 µs against 44.7 at 224 bands, 93 and 139 against 74 at 425: not kept.)
     for (int it = 0; it < 40; ++it) {
         const double width = hi - lo;
         if (width <= 2.0 * eps * fmax(fabs(lo), fabs(hi)) + pivmin) break;
@@ -312,12 +340,14 @@ extern "C" __global__ void eig_bisect(const double* __restrict__ d, const double
     if (lane == 0) w[idx] = 0.5 * (lo + hi);
 }
 
-// The pivots of T − λI from one end, with the minors' chain of eig_sturm (one FMA, a compare and a
-// select a row; the divisions off it): FWD, LDLᵀ's D+_i = P_i / P_{i−1} of the leading minors, into
-// D[i], and L_i = e_i / D+_i into M[i]; else UDUᵀ's D-_i of the trailing minors, and U_i = e_i /
-// D-_{i+1}. A pivot under tiny in magnitude becomes ±tiny with its sign, as the ratio form's
-// (d_i − λ − e_{i−1}² / D_{i−1}) did. s (eig_unit_scale of ‖T‖) scales T so that with the floor the
-// minors change by at most 3x up and 2^63 down a row, and they are rescaled every eight rows.
+// The pivots of T − λI from one end, with the minors' chain of eig_sturm (one FMA a row; the divisions
+// off it): FWD, LDLᵀ's D+_i = P_i / P_{i−1} of the leading minors, into D[i], and L_i = e_i / D+_i into
+// M[i]; else UDUᵀ's D-_i of the trailing minors, and U_i = e_i / D-_{i+1}. A pivot under tiny in
+// magnitude becomes ±tiny with its sign, as the ratio form's (d_i − λ − e_{i−1}² / D_{i−1}) did. s
+// (eig_unit_scale of ‖T‖) scales T so that with the floor the minors change by at most 3x up and 2^63
+// down a row, and they are rescaled every eight rows. The floor is speculated as in eig_sturm: eight
+// rows without it, again with it (D and M rewritten) where one of them needed it, the same bits (an
+// H200, 2026-11-29: eig_vectors 49.3 → 43.3 µs at 224 bands, 91.3 → 78.7 at 425).
 template <bool FWD>
 __device__ __forceinline__ void eig_pivots(const double* __restrict__ d, const double* __restrict__ e, int n, double lam,
                                            double s, double tiny, double* __restrict__ D, double* __restrict__ M) {
@@ -325,7 +355,8 @@ __device__ __forceinline__ void eig_pivots(const double* __restrict__ d, const d
     double pm = 1.0, rpm = 1.0;                 // P_{k−1} and its reciprocal (P_{−1} = 1)
     double p = (d[FWD ? 0 : n - 1] - lam) * s;  // P_k
     if (fabs(p) < ts) p = p < 0.0 ? -ts : ts;
-    // Step k: the pivot of row k (FWD) or n − 1 − k, its multiplier, and P_{k+1}.
+    // Step k: the pivot of row k (FWD) or n − 1 − k, its multiplier, and P_{k+1}, unfloored; whether
+    // the floor would have replaced it.
     auto step = [&](int k) {
         const double rp = eig_rcp(p);
         D[FWD ? k : n - 1 - k] = p * rpm * inv_s;
@@ -333,18 +364,32 @@ __device__ __forceinline__ void eig_pivots(const double* __restrict__ d, const d
         const double es = e[ei] * s;
         M[ei] = es * pm * rp;                   // e / (P_k / P_{k−1}), s cancels
         const double np = fma((d[FWD ? k + 1 : n - 2 - k] - lam) * s, p, -(es * es) * pm);
-        const double keep = (np < 0.0) != (p < 0.0) ? -ts * p : ts * p;   // ±tiny, the pivot's sign
+        const bool floored = fabs(np) < ts * fabs(p);
         pm = p;
         rpm = rp;
-        p = fabs(np) < ts * fabs(pm) ? keep : np;
+        p = np;
+        return floored;
+    };
+    // The same step with the floor: ±tiny with the pivot's sign.
+    auto floored_step = [&](int k) {
+        if (step(k)) p = (p < 0.0) != (pm < 0.0) ? -ts * pm : ts * pm;
     };
     int k = 0;
     for (; k + 8 < n; k += 8) {
+        const double p0 = p, pm0 = pm, rpm0 = rpm;
+        bool floored = false;
 #pragma unroll
-        for (int u = 0; u < 8; ++u) step(k + u);
+        for (int u = 0; u < 8; ++u) floored |= step(k + u);
+        if (floored) {
+            p = p0;
+            pm = pm0;
+            rpm = rpm0;
+#pragma unroll
+            for (int u = 0; u < 8; ++u) floored_step(k + u);
+        }
         rpm *= eig_rescale(p, pm);
     }
-    for (; k < n - 1; ++k) step(k);
+    for (; k < n - 1; ++k) floored_step(k);
     D[FWD ? n - 1 : 0] = p * rpm * inv_s;
 }
 
@@ -383,9 +428,18 @@ extern "C" __global__ void __launch_bounds__(EIG_VEC_THREADS) eig_vectors(
     int* pivot = reinterpret_cast<int*>(half + 2);           // r
     const double lam = live ? w[c] : 0.0;
     if (live) {
-        double tnorm = 0.0;
-#pragma unroll 8
-        for (int i = 0; i < n; ++i) tnorm = fmax(tnorm, fabs(d[i]) + (i > 0 ? fabs(e[i - 1]) : 0.0) + (i < n - 1 ? fabs(e[i]) : 0.0));
+        // ‖T‖ (Gershgorin) in four running maxima, not one chain of n (the same value: max is exact).
+        auto row_sum = [&](int i) { return fabs(d[i]) + (i > 0 ? fabs(e[i - 1]) : 0.0) + (i < n - 1 ? fabs(e[i]) : 0.0); };
+        double t0 = 0.0, t1 = 0.0, t2 = 0.0, t3 = 0.0;
+        int i = 0;
+        for (; i + 4 <= n; i += 4) {
+            t0 = fmax(t0, row_sum(i));
+            t1 = fmax(t1, row_sum(i + 1));
+            t2 = fmax(t2, row_sum(i + 2));
+            t3 = fmax(t3, row_sum(i + 3));
+        }
+        for (; i < n; ++i) t0 = fmax(t0, row_sum(i));
+        double tnorm = fmax(fmax(t0, t1), fmax(t2, t3));
         // (The floor keeps every pivot a normal number, which eig_rcp needs.)
         tnorm = fmax(tnorm, 1e-280);
         const double tiny = 2.220446049250313e-16 * tnorm * 1e-3;

@@ -1,8 +1,8 @@
 // Checks eig_bisect and eig_vectors (kernels/eigen.cu: the Sturm count and the twisted factorization's
-// pivots from the minors, division-free on their chains, rescaled every eight rows; the vectors' scratch
-// in shared memory) on tridiagonal matrices made to stress them: random, graded over 300 orders of
-// magnitude, Wilkinson's W+ (pairs of eigenvalues equal to 1e-14 and closer), split by exact and 1e-200
-// off-diagonals, scaled to 1e-150 and 1e150, zero, constant, the 1-2-1 Toeplitz matrix whose eigenvalues
+// pivots from the minors, division-free on their chains, rescaled every few rows, the pivot floor
+// speculated; the vectors' scratch in shared memory) on tridiagonal matrices made to stress them:
+// random, graded over 300 orders of magnitude, Wilkinson's W+ (pairs of eigenvalues equal to 1e-14 and
+// closer), split by exact and 1e-200 off-diagonals, scaled to 1e±150 and 1e±200 (e² out of range), zero, constant, the 1-2-1 Toeplitz matrix whose eigenvalues
 // are known in closed form, and a spread 1..1e6 spectrum like a whitened MNF matrix's.
 //   - eigenvalues: against a bisection on the host in long double with dstebz's pivots' form, as
 //     |λ_gpu − λ_host| / ‖T‖ (Gershgorin); bound 1e-13, and ascending;
@@ -95,8 +95,11 @@ static std::vector<Case> cases(bool quick) {
         for (int i = 0; i < big - 1; ++i) c.e[i] = i % 7 == 0 ? 0.0 : i % 5 == 0 ? 1e-200 : urand();
         out.push_back(c);
     }
-    for (double scale : {1e-150, 1e150}) {
-        Case c{scale < 1 ? "random x 1e-150" : "random x 1e150", std::vector<double>(big), std::vector<double>(big - 1)};
+    // (At 1e±200, e² is out of float64's range: eig_bisect squares s·e, and bounds its pivmin.)
+    for (double scale : {1e-150, 1e150, 1e-200, 1e200}) {
+        char name[32];
+        snprintf(name, sizeof name, "random x %.0e", scale);
+        Case c{name, std::vector<double>(big), std::vector<double>(big - 1)};
         for (auto& v : c.d) v = urand() * scale;
         for (auto& v : c.e) v = urand() * scale;
         out.push_back(c);
@@ -120,13 +123,12 @@ static size_t eig_vec_stride_host(int n) { return 4 * (size_t)n + 5; }   // eig_
 
 static std::vector<double> gpu_eigenvalues(const Case& c, float* ms, int repeat, std::vector<double>* z = nullptr, float* vec_ms = nullptr) {
     int n = (int)c.d.size();
-    double *d, *e, *e2, *w, *dz;
-    CK(cudaMalloc(&d, n * 8)); CK(cudaMalloc(&e, std::max(n - 1, 1) * 8)); CK(cudaMalloc(&e2, std::max(n - 1, 1) * 8)); CK(cudaMalloc(&w, n * 8));
+    double *d, *e, *w, *dz;
+    CK(cudaMalloc(&d, n * 8)); CK(cudaMalloc(&e, std::max(n - 1, 1) * 8)); CK(cudaMalloc(&w, n * 8));
     CK(cudaMalloc(&dz, (size_t)n * n * 8));
     CK(cudaMemcpy(d, c.d.data(), n * 8, cudaMemcpyHostToDevice));
     if (n > 1) CK(cudaMemcpy(e, c.e.data(), (n - 1) * 8, cudaMemcpyHostToDevice));
-    eig_squares<<<(n + 127) / 128, 128>>>(e, n, e2);
-    eig_bisect<<<(n * 32 + 127) / 128, 128>>>(d, e, e2, n, w);
+    eig_bisect<<<(n * 32 + 127) / 128, 128>>>(d, e, n, w);
     const int vblocks = (2 * n + EIG_VEC_THREADS - 1) / EIG_VEC_THREADS;
     const size_t vsmem = (size_t)(EIG_VEC_THREADS / 2) * eig_vec_stride_host(n) * 8;
     CK(cudaFuncSetAttribute(eig_vectors, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)vsmem));
@@ -158,7 +160,7 @@ static std::vector<double> gpu_eigenvalues(const Case& c, float* ms, int repeat,
         cudaEvent_t a, b;
         CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
         CK(cudaEventRecord(a));
-        for (int r = 0; r < repeat; ++r) eig_bisect<<<(n * 32 + 127) / 128, 128>>>(d, e, e2, n, w);
+        for (int r = 0; r < repeat; ++r) eig_bisect<<<(n * 32 + 127) / 128, 128>>>(d, e, n, w);
         CK(cudaEventRecord(b));
         CK(cudaEventSynchronize(b));
         CK(cudaEventElapsedTime(ms, a, b));
@@ -166,7 +168,7 @@ static std::vector<double> gpu_eigenvalues(const Case& c, float* ms, int repeat,
     }
     std::vector<double> out(n);
     CK(cudaMemcpy(out.data(), w, n * 8, cudaMemcpyDeviceToHost));
-    cudaFree(d); cudaFree(e); cudaFree(e2); cudaFree(w); cudaFree(dz);
+    cudaFree(d); cudaFree(e); cudaFree(w); cudaFree(dz);
     return out;
 }
 

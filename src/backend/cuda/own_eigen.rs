@@ -63,7 +63,6 @@ pub(crate) struct OwnEigen {
     /// The cluster tridiagonalisation, on devices that launch clusters.
     tridiagonalize_cluster: Option<CudaFunction>,
     gram: CudaFunction,
-    squares: CudaFunction,
     bisect: CudaFunction,
     vectors: CudaFunction,
     back_transform: CudaFunction,
@@ -87,7 +86,6 @@ struct Scratch {
     d: usize,
     e: usize,
     tau: usize,
-    e2: usize,
     gram: usize,
     len: usize,
 }
@@ -98,9 +96,8 @@ impl Scratch {
         let d = packed + n * (n + 1) / 2;
         let e = d + n;
         let tau = e + n;
-        let e2 = tau + n;
-        let gram = e2 + n;
-        Scratch { packed, d, e, tau, e2, gram, len: gram + panels(n) * BACK_PANEL * BACK_PANEL }
+        let gram = tau + n;
+        Scratch { packed, d, e, tau, gram, len: gram + panels(n) * BACK_PANEL * BACK_PANEL }
     }
 }
 
@@ -159,7 +156,6 @@ impl OwnEigen {
             tridiagonalize_cluster,
             sixteen,
             gram: f("eig_bt_gram")?,
-            squares: f("eig_squares")?,
             bisect: f("eig_bisect")?,
             vectors,
             back_transform,
@@ -219,7 +215,7 @@ impl OwnEigen {
         }
         let s = Scratch::of(n);
         let at = |off: usize| work + (off * std::mem::size_of::<f64>()) as u64;
-        let (packed, d, e, tau, e2, gram) = (at(s.packed), at(s.d), at(s.e), at(s.tau), at(s.e2), at(s.gram));
+        let (packed, d, e, tau, gram) = (at(s.packed), at(s.d), at(s.e), at(s.tau), at(s.gram));
         // Four vectors a block (VECTOR_THREADS), fewer where their shared memory does not fit (1024
         // bands: 131 KB for four).
         let per_vector = vector_shared_bytes(n);
@@ -258,11 +254,8 @@ impl OwnEigen {
                     .map_err(cuda("eig_tridiagonalize_cluster"))?;
             }
         }
-        let mut b = stream.launch_builder(&self.squares);
-        b.arg(&e).arg(&ni).arg(&e2);
-        unsafe { b.launch(cfg(n.div_ceil(128), 128, 0)) }.map_err(cuda("eig_squares"))?;
         let mut b = stream.launch_builder(&self.bisect);
-        b.arg(&d).arg(&e).arg(&e2).arg(&ni).arg(&w);
+        b.arg(&d).arg(&e).arg(&ni).arg(&w);
         unsafe { b.launch(cfg((n * 32).div_ceil(128), 128, 0)) }.map_err(cuda("eig_bisect"))?;
         let mut b = stream.launch_builder(&self.vectors);
         b.arg(&d).arg(&e).arg(&w).arg(&ni).arg(&a);
