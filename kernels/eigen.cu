@@ -679,37 +679,43 @@ extern "C" __global__ void __launch_bounds__(EIG_BT_COLS * 32) eig_back_transfor
 // block is bound by its one SM's shared-memory traffic (~7 µs a step at 224 bands); here the full
 // symmetric matrix is spread over the cluster's shared memory by columns, cyclically (block r holds
 // the columns j ≡ r mod C, every row), so each step's work is split C ways and the blocks exchange only
-// vectors, through distributed shared memory, with ONE cluster barrier a step:
-//   - before the barrier of step k every block has WRITTEN into every block's shared memory the two
-//     vectors of step k for its own columns j: p_k[j] = tau_k · (A22 v_k)[j], and A[k+1][j], the row
-//     k + 1 as it holds it (updated through step k − 1), which by symmetry is column k + 1. After the
-//     barrier both are local;
+// vectors, through distributed shared memory, with no barrier across the cluster inside the loop:
+//   - during step k − 1 every block has WRITTEN into every block's shared memory the two vectors of
+//     step k for its own columns j: p_k[j] = tau_k · (A22 v_k)[j], and A[k+1][j], the row k + 1 as it
+//     holds it (updated through step k − 1), which by symmetry is column k + 1. Each is an
+//     asynchronous store (st.async) that completes its 8 bytes on the receiving block's mbarrier for
+//     that slot; a block starts step k when its own mbarrier has counted all 16 (n − k − 1) bytes;
 //   - every block then applies step k's update to its copy of column k + 1 and builds the reflector
 //     v_{k+1} from it itself (the same arithmetic in every block, so the same v everywhere): no second
-//     exchange, no second barrier;
+//     exchange;
 //   - meanwhile its other warps apply step k's update A22 −= v wᵀ + w vᵀ (w = p − (tau/2)(pᵀv) v) to
-//     its own columns j ≥ k + 2; then every warp forms p_{k+1}[j] of the updated columns and writes it,
-//     with A[k+2][j], into every block before the barrier of step k + 1.
-// The vectors are written into two alternating slots: a block writes step k + 1's only after the
-// barrier of step k, which every block passes only when done with step k − 1's, the other slot.
-// Pushing the vectors before the barrier, rather than each block reading them after it (column k + 1
-// from its one holder, p from every block), took the reads' ~0.4–1.0 µs out of every step (an H200,
-// 2026-11-29: a step at 425 bands 4.10 → 3.56 µs, at 224 bands 2.90 → 2.68; the column alone read
-// from the row spread over the cluster instead of its holder gave 3.91 µs at 425). Keeping each lane's
-// rows in registers was 3-4 % faster again where the register slots fit n exactly, slower elsewhere:
-// not done.
+//     its own columns j ≥ k + 2, and send each column's row k + 2 (final now) into every block; then,
+//     after the block's __syncthreads, every warp forms p_{k+1}[j] of the updated columns and sends it.
+// The vectors are written into two alternating slots. A block writes step k + 1's into the others
+// only once its own slot of step k is full, that is, once every block has sent all of step k, which
+// each does after its __syncthreads of step k − 1: so every block is done reading step k − 1's slot,
+// the one written. (A step's wait is for the data it needs, not for every block to arrive.)
+// History, H200, 2026-11-29: pushing the vectors before a cluster barrier, rather than each block
+// reading them after it, took the reads' ~0.4–1.0 µs out of every step (a step at 425 bands 4.10 →
+// 3.56 µs, at 224 bands 2.90 → 2.68). The cluster barrier then held 32 % of the kernel's warp-stall
+// samples at 224 bands (ncu), a third of that in its release, which waits for the block's remote
+// stores to land. The stores completing on mbarriers instead, and the row k + 2 sent before the
+// reflector is done: bench eigen at 224 bands 1.01 / 1.02–1.03 → 0.88 / 0.91 ms (cube / random pair),
+// at 425 bands 2.44–2.49 / 2.52–2.53 → 2.16–2.18 / 2.21 ms; the stores on mbarriers alone gave 0.94–
+// 0.95 / 0.97–0.99 and 2.30–2.33 / 2.36. Keeping each lane's rows in registers was 3-4 % faster where
+// the register slots fit n exactly, slower elsewhere: not done.
 //
 // n ≥ 3 (own_eigen.rs gives smaller n to eig_tridiagonalize): an early return for them ahead of the
 // cluster barriers made an nvcc build of this kernel allocate worse, every step 6-16 % slower (H200,
 // 2026-11-29; the NVRTC build the service runs measured the same with or without it).
 //
 // Shared memory of a block: its columns (ceil(n / C) · n), the two pushed vectors in two slots (4n),
-// the reflectors of this step and the next (2n), tau (2): 112 KB at 425 bands with 16 blocks. Launch
-// one cluster of C blocks of EIG_CL_THREADS (cuLaunchKernelEx).
+// the reflectors of this step and the next (2n), tau (2), an mbarrier a slot (2 · 8 bytes): 112 KB at
+// 425 bands with 16 blocks. Launch one cluster of C blocks of EIG_CL_THREADS (cuLaunchKernelEx).
 //
 // Measured on an H200 (2026-11-27, before the push): 0.66 ms at 224 bands against one block's 1.54
 // ms, 1.77 ms at 425 against 9.3 ms; clusters of 16 were 4–8 % faster than 8 at 224 and 425 bands. A
-// step costs ~2 µs even at 64 bands: latency, not work (the barrier, three warp reductions, the
+// step costs ~2 µs even at 64 bands: latency, not work (the exchange, three warp reductions, the
 // reflector's square root and divisions, one __syncthreads).
 // Blocks of 512 threads: 256 were as fast to 7 % slower, 1024 were 7–15 % slower.
 #define EIG_CL_THREADS 512
@@ -741,6 +747,29 @@ __device__ __forceinline__ void eig_dsmem_store(unsigned addr, double v) {
 // waits (acquire). A warp arrives and waits together.
 __device__ __forceinline__ void eig_cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// The per-step exchange without the cluster barrier: each block's mbarrier per slot counts the bytes
+// that the blocks' asynchronous stores (st.async, each completing its bytes on the receiver's
+// mbarrier) have delivered into that slot; a block waits for its own slot to be full, not for every
+// block to arrive. (One thread arrives on it once a phase, declaring the bytes the phase brings.)
+__device__ __forceinline__ unsigned eig_smem_addr(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void eig_store_async(unsigned addr, double v, unsigned bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];"
+                 :: "r"(addr), "l"(__double_as_longlong(v)), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void eig_expect_bytes(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void eig_wait_phase(unsigned bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
 }
 
 // One warp builds the reflector of step k from column k (`col`, rows k..n−1 valid): H = I − t v vᵀ,
@@ -784,13 +813,22 @@ extern "C" __global__ void __launch_bounds__(EIG_CL_THREADS) eig_tridiagonalize_
     double* crcv = prcv + 2 * n;                        // 2n: column k + 1 (row k + 1) at (k & 1) · n
     double* vv = crcv + 2 * n;                          // 2n: v of step k at (k & 1) · n
     double* tv = vv + 2 * n;                            // 2: tau of step k at k & 1
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(tv + 2);   // 2 mbarriers, a slot each
 
     // Lane c < C of a warp writes into block c: the addresses of its two vectors there.
     const unsigned to_p = eig_dsmem(prcv, lane < C ? lane : 0), to_c = eig_dsmem(crcv, lane < C ? lane : 0);
-    // Every block has started before any block writes into another's shared memory.
+    const unsigned to_full = eig_dsmem(full, lane < C ? lane : 0);
+    const unsigned full0 = eig_smem_addr(full);
+    if (tid == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(full0) : "memory");
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(full0 + 8u) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    unsigned phases = 0;   // bit s: the parity of the phase of slot s's mbarrier this block waits for next
+    // Every block has started (and set up its mbarriers) before any block writes into another's shared memory.
     eig_cluster_sync();
     // This block's columns whole, from the lower triangle (the upper by symmetry), and column 0 (in
-    // step 1's p slot, which no block writes before the barrier of step 0).
+    // step 1's p slot, which no block writes before it has passed the cluster barrier below).
     for (int lj = warp; lj < mine; lj += EIG_CL_WARPS) {
         const int j = lj * C + rank;
         for (int i = lane; i < n; i += 32)
@@ -863,24 +901,33 @@ extern "C" __global__ void __launch_bounds__(EIG_CL_THREADS) eig_tridiagonalize_
                 const int j = lj * C + rank;
                 const double vj = v[j], wj = p[j] - kk * vj;
                 for (int i = r1 + lane; i < n; i += 32) cj[i] -= v[i] * wj + (p[i] - kk * v[i]) * vj;
+                // Row k + 2 of the column is final: into every block's other slot now, while warp 0
+                // still builds the reflector, rather than with p_{k+1}[j] after it.
+                __syncwarp();
+                const unsigned other = (unsigned)(par ^ 1);
+                if (lane < C) eig_store_async(to_c + 8u * (other * n + j), cj[r1], to_full + 8u * other);
             }
         }
         __syncthreads();
-        // p_{k+1}[j] and row k + 2 of this block's columns j ≥ k + 2, into every block's other slot.
+        // p_{k+1}[j] of this block's columns j ≥ k + 2, into every block's other slot.
         const double tn = tv[par ^ 1];
-        const unsigned slot = 8u * (unsigned)((par ^ 1) * n);
+        const unsigned slot = 8u * (unsigned)((par ^ 1) * n), bar = 8u * (unsigned)(par ^ 1);
+        // The slot fills with two doubles (p and the row) of each column j ≥ k + 2, from whichever
+        // block holds it.
+        if (tid == 0) eig_expect_bytes(full0 + bar, 16u * (unsigned)(n - r1));
         for (int lj = lj1 + warp; lj < mine; lj += EIG_CL_WARPS) {
             const double* cj = cols + (long long)lj * n;
             const int j = lj * C + rank;
             double s = 0.0;
             for (int i = r1 + lane; i < n; i += 32) s += cj[i] * vn[i];
             s = eig_warp_sum(s);
-            if (lane < C) {
-                eig_dsmem_store(to_p + slot + 8u * j, tn * s);
-                eig_dsmem_store(to_c + slot + 8u * j, cj[r1]);
-            }
+            if (lane < C) eig_store_async(to_p + slot + 8u * j, tn * s, to_full + bar);
         }
-        eig_cluster_sync();
+        // Every block's values of step k + 1 are here, so every warp of every block is done reading
+        // this step's slot (each block sent its p only after its __syncthreads of this step): the next
+        // step may write into it.
+        eig_wait_phase(full0 + bar, (phases >> (par ^ 1)) & 1u);
+        phases ^= 1u << (par ^ 1);
     }
     // No block may leave while another can still write into its shared memory or read it (the last
     // writes were before the last step's barrier).

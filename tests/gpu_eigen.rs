@@ -36,9 +36,10 @@ fn check(bench: &EigenBench, p: &Problem, k: usize) {
 fn every_device_eigensolver_matches_the_host_float64_reference() {
     let bench = EigenBench::open(0).expect("a CUDA device with cuSOLVER");
     let s = seed();
-    // The smallest sizes first: T is A at 2 bands (no reflector), one reflector at 3, one panel of
-    // the back-transform short of full at 17.
-    for n in [2, 3, 17, 24, 128, 224, 425] {
+    // The smallest sizes first: T is A at 2 bands (no reflector), one reflector at 3, the cluster
+    // kernel's first exchanges between blocks at 4 and 5, one panel of the back-transform short of
+    // full at 17.
+    for n in [2, 3, 4, 5, 17, 24, 128, 224, 425] {
         check(&bench, &random_problem(n, s.wrapping_add(n as u64)), n.min(10));
     }
     for n in [64, 285] {

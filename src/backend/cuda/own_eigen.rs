@@ -6,8 +6,8 @@
 //! - `OneBlock` (`EigenMethod::Own`): one thread block, the packed matrix in its shared memory up to
 //!   238 bands on an H100 (an L2-resident scratch above); bound by one SM.
 //! - `Cluster` (`EigenMethod::OwnCluster`, Hopper and later): a thread-block cluster of 16 blocks (8
-//!   where 16 cannot be scheduled) with the matrix spread over their shared memory by columns, one
-//!   cluster barrier a step.
+//!   where 16 cannot be scheduled) with the matrix spread over their shared memory by columns; a step's
+//!   vectors go to every block by asynchronous stores counted on the receiver's mbarrier.
 //!
 //! `EigenMethod::for_bands` picks between them and syevd per size and device, from `hypermnf bench
 //! eigen` (BENCHMARKS.md, "Eigen").
@@ -186,10 +186,10 @@ impl OwnEigen {
 
     /// Shared memory of each block of a cluster of `c` at n bands: its columns, the two vectors the
     /// blocks write into each other (p and the next column, two slots each), the reflectors of two
-    /// steps, two taus.
+    /// steps, two taus, and an mbarrier (8 bytes) for each slot.
     fn cluster_shared_bytes(n: usize, c: usize) -> usize {
         let cols = n.div_ceil(c);
-        (cols * n + 6 * n + 2) * std::mem::size_of::<f64>()
+        (cols * n + 6 * n + 2 + 2) * std::mem::size_of::<f64>()
     }
 
     /// The cluster size the cluster tridiagonalisation takes at n bands: 16 blocks where the device
