@@ -2,8 +2,9 @@
 // pivots from the minors, division-free on their chains, rescaled every few rows, the pivot floor
 // speculated; the vectors' scratch in shared memory) on tridiagonal matrices made to stress them:
 // random, graded over 300 orders of magnitude, Wilkinson's W+ (pairs of eigenvalues equal to 1e-14 and
-// closer), split by exact and 1e-200 off-diagonals, scaled to 1e±150 and 1e±200 (e² out of range), zero, constant, the 1-2-1 Toeplitz matrix whose eigenvalues
-// are known in closed form, and a spread 1..1e6 spectrum like a whitened MNF matrix's.
+// closer), split by exact and 1e-200 off-diagonals, scaled to 1e±150 and 1e±200 (e² out of range),
+// zero, constant, the 1-2-1 Toeplitz matrix whose eigenvalues are known in closed form, and a spread
+// 1..1e6 spectrum like a whitened MNF matrix's.
 //   - eigenvalues: against a bisection on the host in long double with dstebz's pivots' form, as
 //     |λ_gpu − λ_host| / ‖T‖ (Gershgorin); bound 1e-13, and ascending;
 //   - vectors: residual ‖T z − λ z‖∞ / ‖T‖ and |‖z‖ − 1|, bound 1e-12 each; |z_iᵀ z_j| where the
