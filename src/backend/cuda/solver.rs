@@ -193,6 +193,8 @@ struct Workspace {
     /// The solve chains captured so far (see `DeviceEigen::enqueue`): they hold the addresses of the
     /// buffers above, so they go whenever one of those is reallocated.
     graphs: Vec<ChainGraph>,
+    /// The chains solved at least once (queued or replayed): only these are captured.
+    solved: Vec<GraphKey>,
 }
 
 /// What a captured solve chain was captured for.
@@ -548,7 +550,7 @@ impl DeviceEigen {
         // The own kernels order the pairs too where the method gives every pair.
         let ordered = matches!(whiten, Whiten::Inverse(..)) && method.pairs(n) == n;
         let mut chain = Chain { handle: handle.0, blas, mats, work, lwork_potrf, plan, whiten, ordered, lay };
-        let enqueued = self.enqueue(&mut chain, source, down, events, &mut ws.graphs, cd_uploaded);
+        let enqueued = self.enqueue(&mut chain, source, down, events, (&mut ws.graphs, &mut ws.solved), cd_uploaded);
         let t_enqueued = Instant::now();
         meanwhile();
         let t_meanwhile = Instant::now();
@@ -622,7 +624,7 @@ impl DeviceEigen {
         source: Source<'_>,
         down: &mut [f64],
         events: &[CudaEvent],
-        graphs: &mut Vec<ChainGraph>,
+        (graphs, solved): (&mut Vec<ChainGraph>, &mut Vec<GraphKey>),
         cd_uploaded: &CudaEvent,
     ) -> Result<(), BackendError> {
         let stream = &*self.stream;
@@ -663,7 +665,20 @@ impl DeviceEigen {
         // cuSOLVER's and cuBLAS's host work among them, cost the host 0.3-0.45 ms a solve on the
         // H100's host, during which the device ran ahead of the host only in part. Two graphs, potrf
         // and what follows, so that C_D can go up between them.
-        let graph = if events.is_empty() && c.plan.is_own() && self.graphs_usable.load(std::sync::atomic::Ordering::Relaxed) {
+        //
+        // A chain is captured at its second solve, never its first. Twice in `bench gpu` runs (H200,
+        // 2026-11-29), a capture at a fresh backend's first solve failed at the chain's first cuBLAS
+        // call (cublasDgemmStridedBatched: EXECUTION_FAILED, the capture invalidated) while other
+        // threads ran the statistics pass; the solve fell back to queued launches. What a first call
+        // does that later ones do not is one-time set-up: the driver loads a kernel's module at its
+        // first launch in a context, and a new cuBLAS handle sets up its workspace at its first call
+        // on a stream. The first solve, queued launch by launch, now does all of it outside any
+        // capture. (The cause was not reproduced at will; see BENCHMARKS.md, "Eigen".)
+        let first = !solved.contains(&key);
+        if first {
+            solved.push(key);
+        }
+        let graph = if events.is_empty() && !first && c.plan.is_own() && self.graphs_usable.load(std::sync::atomic::Ordering::Relaxed) {
             match graphs.iter().position(|g| g.key == key) {
                 Some(i) => Some(i),
                 None => self.capture(c, down)?.map(|(factor, rest)| {
