@@ -62,15 +62,11 @@ __device__ __forceinline__ double eig_rcp(double q) {
     return fma(y, r, y);
 }
 
-// The Householder reflector H = I − t v vᵀ with H y = beta e1 of the column y = rows r0..n−1, row i at
-// x[at + (i − r0)] (LAPACK dlarfg without its rescaling of tiny norms), by one warp: beta = −sign(y_r0)
-// ‖y‖, t = (beta − y_r0) / beta, and v = (1, y_{r0+1..} · scale), scale = 1 / (y_r0 − beta). Every lane
-// gets all three.
-__device__ __forceinline__ void eig_householder(const double* x, int at, int r0, int n, int lane, double& t, double& beta, double& scale) {
-    const double alpha = x[at];
-    double s = 0.0;
-    for (int i = r0 + 1 + lane; i < n; i += 32) { double y = x[at + (i - r0)]; s += y * y; }
-    s = eig_warp_sum(s);
+// The scalars of the Householder reflector H = I − t v vᵀ with H y = beta e1 of a column y whose
+// first entry is alpha and whose other entries' squares sum to s (LAPACK dlarfg without its rescaling
+// of tiny norms): beta = −sign(alpha) ‖y‖, t = (beta − alpha) / beta, and v = (1, y_{2..} · scale),
+// scale = 1 / (alpha − beta).
+__device__ __forceinline__ void eig_reflector_scalars(double alpha, double s, double& t, double& beta, double& scale) {
     if (s == 0.0) {
         t = 0.0; beta = alpha; scale = 0.0;
     } else {
@@ -82,6 +78,15 @@ __device__ __forceinline__ void eig_householder(const double* x, int at, int r0,
         t = fma(-alpha, eig_rcp(beta), 1.0);   // (beta − alpha) / beta
         scale = eig_rcp(alpha - beta);
     }
+}
+
+// eig_reflector_scalars of the column y = rows r0..n−1, row i at x[at + (i − r0)], by one warp. Every
+// lane gets all three.
+__device__ __forceinline__ void eig_householder(const double* x, int at, int r0, int n, int lane, double& t, double& beta, double& scale) {
+    const double alpha = x[at];
+    double s = 0.0;
+    for (int i = r0 + 1 + lane; i < n; i += 32) { double y = x[at + (i - r0)]; s += y * y; }
+    eig_reflector_scalars(alpha, eig_warp_sum(s), t, beta, scale);
 }
 
 // a: n × n column-major (lower triangle read). packed: n(n+1)/2 doubles of global scratch, used when
@@ -826,7 +831,6 @@ __device__ __forceinline__ void eig_cl_reflector(const double* col, int n, int k
         }
     }
 }
-#endif
 
 // Rows of column k + 1 a lane of warp 0 keeps in registers between its update and the reflector
 // (8 cover 256 rows; a lane rereads its own rows past them from shared memory, no barrier needed).
@@ -863,15 +867,8 @@ __device__ __forceinline__ void eig_cl_update_reflector(double* cr, const double
     }
     const double diag = __shfl_sync(0xffffffffu, held[0], 0);    // row r0
     const double alpha = __shfl_sync(0xffffffffu, held[0], 1);   // row r1
-    s = eig_warp_sum(s);
     double t, beta, scale;
-    if (s == 0.0) {
-        t = 0.0; beta = alpha; scale = 0.0;
-    } else {
-        beta = -copysign(sqrt(alpha * alpha + s), alpha);
-        t = fma(-alpha, eig_rcp(beta), 1.0);
-        scale = eig_rcp(alpha - beta);
-    }
+    eig_reflector_scalars(alpha, eig_warp_sum(s), t, beta, scale);
     const long long ck = eig_packed(n, r1, r0);
 #pragma unroll
     for (int q = 0; q < EIG_CL_SLOTS; ++q) {
@@ -896,6 +893,7 @@ __device__ __forceinline__ void eig_cl_update_reflector(double* cr, const double
         }
     }
 }
+#endif
 
 extern "C" __global__ void __launch_bounds__(EIG_CL_THREADS) eig_tridiagonalize_cluster(
     const double* __restrict__ a, int n, double* packed,
