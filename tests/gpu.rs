@@ -725,6 +725,34 @@ fn resident_cube_returns_its_staging_once_uploaded() {
     }
 }
 
+/// A page-locked resident cube of many chunks is uploaded in copies of several chunks, then one
+/// chunk a copy for its last chunks (`issue_all_chunks`): the job gives the bits of the same cube
+/// uploaded chunk by chunk through the staging buffers, with the same chunks.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_page_locked_cube_uploaded_in_grouped_copies_gives_the_bits_of_one_sent_chunk_by_chunk() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let (lines, samples, bands) = (437, 41, 48);
+    let cube = synthetic_cube(&mut rng, lines, samples, bands);
+    // 10-line chunks: 44 chunks and tail pieces, of which the first two dozen go in grouped copies.
+    let be = gpu(Route::Kernels).with_chunk_work_bytes(10 * samples * bands * 4);
+    let params = MnfParams { components: Some(6), ..Default::default() };
+    let pageable = mnf::run(&cube, &params, &be, &Monitor::silent()).expect("pageable run");
+    let reg = be.register_host(cube.raw()).expect("cuMemHostRegister");
+    let p = be.prepare_cuda(&cube).unwrap();
+    assert!(p.is_resident());
+    assert!(p.timeline().chunks > 40, "{} chunks", p.timeline().chunks);
+    drop(p);
+    let locked = mnf::run(&cube, &params, &be, &Monitor::silent()).expect("page-locked run");
+    drop(reg);
+    assert_eq!(pageable.metadata.eigenvalues, locked.metadata.eigenvalues);
+    assert!(
+        pageable.components.iter().zip(&locked.components).all(|(a, b)| a.to_bits() == b.to_bits()),
+        "the components differ"
+    );
+    assert_eq!(pageable.components.len(), lines * samples * 6);
+}
+
 /// A random `lines` × 300 × 128 int16 cube, also as `.npy` bytes, and the service on the CUDA backend
 /// in a fresh data dir (removed when the returned guard goes, after the server).
 async fn cuda_service_and_cube(lines: usize) -> (tempfile::TempDir, common::TestServer, Cube, Vec<u8>) {

@@ -2,7 +2,9 @@
 //! 1087 × 614 × 224 int16 cube (and 4× / 16× the pixels), k = 10, host int16 in → host float32 out.
 //!
 //! Measured per scale, medians of `--runs` runs after `--warmup` runs:
-//! - `pcie`: the raw cube host → device alone, from page-locked memory (the floor of any end-to-end run);
+//! - `pcie`: the raw cube host → device alone, from page-locked memory (the floor of any end-to-end run):
+//!   from a cuMemHostAlloc buffer (as PyTorch's pinned tensors), and from the cube's own memory
+//!   registered with cuMemHostRegister, as the `backend` rows copy it;
 //! - per route (custom kernels, cuBLAS): `backend` = prepare + statistics (+ the host's noise whitening
 //!   overlapped, as the pipeline does it) + eigen + projection into a preallocated output, the cube's
 //!   memory page-locked beforehand (as PyTorch's pinned input); `pinned input and output` the same
@@ -280,6 +282,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 match be.register_host(cube.raw()) {
                     Err(e) => eprintln!("bench gpu: cannot page-lock the cube ({e}); pinned-input rows skipped"),
                     Ok(_reg) => {
+                        if route == Route::Kernels {
+                            // The same copy from the cube's own memory, page-locked by registration as
+                            // the backend rows below copy it: their floor.
+                            let (m, lo) = be.time_upload_registered(cube.raw(), args.warmup, args.runs)?;
+                            rows.push(Row::new(scale, cube.lines(), "pcie (the cube's registered memory, H2D only)".into(), (m, lo), args.runs));
+                        }
                         // The design choices measured against their alternatives on the same cube: the eigen
                         // step on the host (faer), T in constant memory (the published v3), and the generic
                         // kernels instead of the int16 fast paths.
@@ -666,13 +674,13 @@ fn max_rel_f32(a: &[f32], b: &[f32]) -> f64 {
 }
 
 fn print_rows(rows: &[Row], scale: usize) {
-    println!("\n| scale | lines | what | median ms | min ms | runs | upload done | noise done | data cov done | on host | eigen starts (tail) | eigen (host, after stats) | projection kernels | download done |");
+    println!("\n| scale | lines | what | median ms | min ms | runs | upload done (its copy) | noise done | data cov done | on host | eigen starts (tail) | eigen (host, after stats) | projection kernels | download done |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in rows.iter().filter(|r| r.scale == scale) {
         let f = |v: f32| format!("{v:.2}");
         let (a, b, c, d, e) = match &r.timeline {
             Some(t) => (
-                f(t.upload_done_ms),
+                format!("{} ({})", f(t.upload_done_ms), f(t.upload_done_ms - t.upload_start_ms)),
                 f(t.noise_done_ms),
                 f(t.data_done_ms),
                 f(t.project_kernels_ms),

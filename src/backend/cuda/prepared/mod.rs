@@ -48,6 +48,10 @@ const CHUNK_WORK_BYTES: usize = 64 << 20;
 pub struct Timeline {
     pub resident: bool,
     pub chunks: usize,
+    /// Statistics pass: where the copy stream was given its first upload. A page-locked resident cube
+    /// queues its whole upload there, before the host's set-up, so this is negative (ms before the
+    /// pass's first kernel), and `upload_done_ms` minus it is the upload's own time on the device.
+    pub upload_start_ms: f32,
     /// Statistics pass: last upload finished (resident cubes upload during this pass).
     pub upload_done_ms: f32,
     /// Noise residuals and noise covariance finished (resident: before the data covariance starts).
@@ -183,7 +187,7 @@ impl<'c> CudaCube<'c> {
         };
         let (lines, samples, bands) = (range.len(), cube.samples(), cube.bands());
         let work_line = samples * bands * 4;
-        let mut chunk_lines = (CHUNK_WORK_BYTES / work_line.max(1)).clamp(1, lines);
+        let mut chunk_lines = (be.chunk_work_bytes.unwrap_or(CHUNK_WORK_BYTES) / work_line.max(1)).clamp(1, lines);
         let line_bytes = samples * bands * t.size;
         let budget = be.memory_budget()?;
         // Resident: the raw cube, its mask, and per-pass chunk buffers (work matrix + two output chunks).

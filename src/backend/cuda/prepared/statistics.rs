@@ -194,14 +194,14 @@ impl CudaCube<'_> {
         let (lines, samples, b) = (self.lay.lines, self.lay.samples, self.lay.bands);
         check_window(spec, samples, lines)?;
         let mean_filter = spec.noise == NoiseEstimator::MeanFilter;
+        let ev_up_start = event(&self.be.ctx, true)?;
+        ev_up_start.record(&self.copy).map_err(cuda("cuEventRecord"))?;
         if self.resident.is_some() && self.registered {
             // Page-locked input: queue the whole upload now (the copy engine works through it in
             // order), so that the host's set-up below (shifts from sampled pixels, buffers) overlaps
             // it instead of delaying its start. Pageable input goes through two staging buffers
             // filled by the host, so it is issued chunk by chunk in the loop.
-            for c in 0..self.lay.chunks() {
-                self.issue_chunk(c)?;
-            }
+            self.issue_all_chunks()?;
         }
         let t_issued = wall.elapsed();
         let mask = self.mask_setup(spec.ignore_value, &spec.mask_bands)?;
@@ -358,6 +358,7 @@ impl CudaCube<'_> {
                 wait_ms: t_solved.saturating_sub(t_moments).as_secs_f64() * 1e3,
             });
         }
+        self.timeline.upload_start_ms = self.elapsed(&ev_up_start);
         self.timeline.upload_done_ms = self.elapsed(&ev_upload);
         self.timeline.noise_done_ms = self.elapsed(&ev_noise);
         self.timeline.data_done_ms = self.elapsed(&ev_data);
