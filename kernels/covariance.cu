@@ -407,11 +407,12 @@ extern "C" __global__ void __launch_bounds__(256) reduce_parts(
 // the shifted cross sums, B × B row-major, s the shifted band sums) then Moments::covariance_of
 // (m2 / (n − 1) / scale). The _rn intrinsics keep the compiler from contracting anything into an FMA.
 // counters: [valid pixels, noise residuals]; the data's n is the valid count where the pass masked
-// pixels, else `total`.
+// pixels, else `total`. `which`: bit 0 forms C_N, bit 1 C_D (the solver forms C_N as soon as the noise
+// sums are done, to factor it while the data's are finished).
 extern "C" __global__ void __launch_bounds__(256) cov_pair_from_sums(
     const double* __restrict__ n_cross, const double* __restrict__ n_sum, const double* __restrict__ d_cross,
     const double* __restrict__ d_sum, const unsigned long long* __restrict__ counters, int masked, i64 total,
-    int bands, const int* __restrict__ used, int u, double noise_scale, double* __restrict__ cn,
+    int bands, const int* __restrict__ used, int u, double noise_scale, int which, double* __restrict__ cn,
     double* __restrict__ cd)
 {
     const unsigned long long nn_ = counters[1];
@@ -423,10 +424,14 @@ extern "C" __global__ void __launch_bounds__(256) cov_pair_from_sums(
         const int a = used[e / u], b = used[e % u];
         const int hi = a > b ? a : b, lo = a > b ? b : a;
         const i64 at = (i64)hi * bands + lo;
-        const double mn = __dsub_rn(n_cross[at], __ddiv_rn(__dmul_rn(n_sum[hi], n_sum[lo]), nn));
-        cn[e] = __ddiv_rn(__ddiv_rn(mn, dn), noise_scale);
-        const double md = __dsub_rn(d_cross[at], __ddiv_rn(__dmul_rn(d_sum[hi], d_sum[lo]), nd));
-        cd[e] = __ddiv_rn(md, dd);
+        if (which & 1) {
+            const double mn = __dsub_rn(n_cross[at], __ddiv_rn(__dmul_rn(n_sum[hi], n_sum[lo]), nn));
+            cn[e] = __ddiv_rn(__ddiv_rn(mn, dn), noise_scale);
+        }
+        if (which & 2) {
+            const double md = __dsub_rn(d_cross[at], __ddiv_rn(__dmul_rn(d_sum[hi], d_sum[lo]), nd));
+            cd[e] = __ddiv_rn(md, dd);
+        }
     }
 }
 

@@ -15,8 +15,9 @@
 //!
 //! A job's solve starts before the host has the statistics (`DeviceEigen::solve_formed_on_device`,
 //! asked for by `PreparedCube::solve_early`): a kernel forms C_N and C_D from the statistics pass's
-//! device sums with the host's arithmetic (the same bits), on the solver's stream once the sums are
-//! done, while the host forms its moments, selects bands and scales C_N (it needs them for the result
+//! device sums with the host's arithmetic (the same bits), on the solver's stream: C_N once the noise
+//! sums are done, and potrf runs while the data's are finished; C_D once they are. Meanwhile the host
+//! forms its moments, selects bands and scales C_N (it needs them for the result
 //! and the checks). Where the host then selects other bands (one without noise), its answer is
 //! dropped and the job solves from the host's matrices as below.
 //!
@@ -43,6 +44,7 @@ use crate::mnf::eigen::{GeneralizedEigenSolver, Solution, SolverError};
 use super::cublas::Blas;
 use super::device::{cuda, dtoh_async, htod_async, DevBuf, PinnedBuf};
 use super::eigen_methods::{EigenMethod, MethodPlan};
+use super::kernels::FormedPart;
 use super::own_eigen::OwnEigen;
 use super::whitening;
 
@@ -485,8 +487,8 @@ impl DeviceEigen {
     pub(crate) fn solve_formed_on_device(
         &self,
         n: usize,
-        after: &CudaEvent,
-        fill: &dyn Fn(&CudaStream, u64, u64) -> Result<(), BackendError>,
+        (after_noise, after): (&CudaEvent, &CudaEvent),
+        fill: &dyn Fn(&CudaStream, FormedPart, u64) -> Result<(), BackendError>,
         meanwhile: &mut dyn FnMut(),
     ) -> Result<Solution, SolverError> {
         let timed = tracing::enabled!(target: "hypermnf::timing", tracing::Level::DEBUG);
@@ -494,7 +496,7 @@ impl DeviceEigen {
             meanwhile();
             return Err(SolverError::Failed("no bands".into()));
         }
-        let inputs = Inputs::Device(Formed { after, fill });
+        let inputs = Inputs::Device(Formed { after_noise, after, fill });
         self.run(self.job_method(n), self.whitening(n), inputs, n, timed, meanwhile).map(Solved::into_solution)
     }
 
@@ -635,8 +637,9 @@ impl DeviceEigen {
         let key = GraphKey { n: lay.n, method: c.plan.method, inverse: matches!(c.whiten, Whiten::Inverse(..)), ordered: c.ordered };
 
         mark(0)?;
-        // C_D and where it is staged, when it goes up during potrf.
+        // C_D and where it is staged, when it goes up during potrf; or how it is formed then.
         let mut later = None;
+        let mut later_formed = None;
         match source {
             // Both are symmetric: row-major is column-major.
             Source::Host { cn, cd, up } => {
@@ -654,9 +657,18 @@ impl DeviceEigen {
                     unsafe { htod_async(pa, as_bytes(up_cd), stream)? };
                 }
             }
-            Source::Formed(Formed { after, fill }) => {
-                stream.wait(after).map_err(cuda("cuStreamWaitEvent"))?;
-                fill(stream, pl, pa)?;
+            // C_N as soon as the noise sums are done, so that potrf runs while the data's are finished
+            // (the last piece's data sums come after its noise sums): C_D between potrf and the rest.
+            // Timed, both are formed in the first step.
+            Source::Formed(Formed { after_noise, after, fill }) => {
+                stream.wait(after_noise).map_err(cuda("cuStreamWaitEvent"))?;
+                fill(stream, FormedPart::Noise, pl)?;
+                if events.is_empty() {
+                    later_formed = Some((after, fill));
+                } else {
+                    stream.wait(after).map_err(cuda("cuStreamWaitEvent"))?;
+                    fill(stream, FormedPart::Data, pa)?;
+                }
             }
         }
         mark(1)?;
@@ -699,6 +711,10 @@ impl DeviceEigen {
             unsafe { htod_async(pa, as_bytes(up_cd), &self.upload)? };
             cd_uploaded.record(&self.upload).map_err(cuda("cuEventRecord"))?;
             stream.wait(cd_uploaded).map_err(cuda("cuStreamWaitEvent"))?;
+        }
+        if let Some((after, fill)) = later_formed {
+            stream.wait(after).map_err(cuda("cuStreamWaitEvent"))?;
+            fill(stream, FormedPart::Data, pa)?;
         }
         match graph {
             Some(i) => graphs[i].rest.launch().map_err(cuda("cuGraphLaunch")),
@@ -845,10 +861,12 @@ enum Inputs<'a> {
     Device(Formed<'a>),
 }
 
-/// C_N and C_D formed on the device by `fill(stream, C_N's address, C_D's)` once `after` has fired.
+/// C_N and C_D formed on the device by `fill(stream, part, its address)`: C_N once `after_noise` has
+/// fired, C_D once `after` has.
 struct Formed<'a> {
+    after_noise: &'a CudaEvent,
     after: &'a CudaEvent,
-    fill: &'a dyn Fn(&CudaStream, u64, u64) -> Result<(), BackendError>,
+    fill: &'a dyn Fn(&CudaStream, FormedPart, u64) -> Result<(), BackendError>,
 }
 
 /// [`Inputs`] as `enqueue` takes them: the host's with the page-locked staging they go up from

@@ -17,7 +17,7 @@ use crate::backend::BackendError;
 
 pub(crate) use args::{DevPtr, NoiseArgs, Pixels, RawType};
 use args::Arg;
-pub(crate) use statistics::CovParts;
+pub(crate) use statistics::{CovParts, FormedPart};
 
 /// Tile edge of cov_lower (CT in covariance.cu).
 pub(crate) const COV_TILE: usize = 64;

@@ -194,21 +194,25 @@ impl Kernels {
         used: DevPtr<i32>,
         u: usize,
         noise_scale: f64,
-        cn: DevPtr<f64>,
-        cd: DevPtr<f64>,
+        part: FormedPart,
+        out: DevPtr<f64>,
     ) -> Result<(), BackendError> {
         let bb = bands * bands;
         noise.holds(bb + bands);
         data.holds(bb + bands);
         counters.holds(2);
         used.holds(u);
-        cn.holds(u * u);
-        cd.holds(u * u);
+        out.holds(u * u);
+        // The kernel writes only the part asked for: the other pointer is never written.
+        let (which, cn, cd) = match part {
+            FormedPart::Noise => (1i32, out, out),
+            FormedPart::Data => (2i32, out, out),
+        };
         let cfg = grid_for((u * u) as u64, self.sms);
         #[rustfmt::skip]
         let args = [noise.into(), noise.skip(bb).into(), data.into(), data.skip(bb).into(), counters.into(),
             (masked as i32).into(), (total as i64).into(), (bands as i32).into(), used.into(), (u as i32).into(),
-            noise_scale.into(), cn.into(), cd.into()];
+            noise_scale.into(), which.into(), cn.into(), cd.into()];
         self.launch(s, &self.cov_pair_from_sums, cfg, &args, "launch cov_pair_from_sums")
     }
 
@@ -222,6 +226,13 @@ impl Kernels {
         let cfg = grid_for(n as u64, self.sms);
         self.launch(s, &self.widen_f64, cfg, &[input.into(), n.into(), out.into()], "launch widen_f64")
     }
+}
+
+/// Which covariance `Kernels::covariances_from_sums` forms: C_N (scaled) or C_D.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FormedPart {
+    Noise,
+    Data,
 }
 
 /// The per-split partial sums of cov_lower for one covariance: splits × pairs tiles of 64 × 64 float64

@@ -60,8 +60,10 @@ pub struct Timeline {
     pub data_done_ms: f32,
     /// The host saw the data covariance's results (on the device's clock, as `eigen_start_ms`).
     pub data_on_host_ms: f32,
-    /// The host started the eigen step (an event recorded on the idle compute stream then): minus
-    /// `upload_done_ms`, the statistics' tail with the host's part of it.
+    /// The eigen step started: on the device, where the solver's stream forms C_N at the noise sums'
+    /// end (the early solve; potrf follows, beside the data sums' end); else where the host started it
+    /// (an event recorded on the idle compute stream then). Minus `upload_done_ms`, the statistics'
+    /// tail.
     pub eigen_start_ms: f32,
     /// Host wall time of the statistics pass, including the `on_noise` callback.
     pub statistics_wall_ms: f64,

@@ -6,7 +6,7 @@ use cudarc::driver::CudaEvent;
 
 use super::{sample_shifts, CudaCube, MaskKey};
 use crate::backend::cuda::device::{cuda, dtoh_async, event, DevBuf, PinnedBuf, Pooled};
-use crate::backend::cuda::kernels::{CovParts, DevPtr, NoiseArgs, Pixels, COV_TILE};
+use crate::backend::cuda::kernels::{CovParts, DevPtr, FormedPart, NoiseArgs, Pixels, COV_TILE};
 use crate::backend::cuda::Route;
 use crate::backend::{check_window, BackendError};
 use crate::mnf::eigen::{EarlySolution, GeneralizedEigenSolver};
@@ -323,8 +323,12 @@ impl CudaCube<'_> {
                 let u = bands.len();
                 let start = event(&ctx, true)?;
                 let (results, counters) = (&bufs.results, &bufs.counters);
-                let fill = |stream: &cudarc::driver::CudaStream, cn: u64, cd: u64| -> Result<(), BackendError> {
-                    start.record(stream).map_err(cuda("cuEventRecord"))?;
+                // `start`: where C_N is formed, at the noise sums' end: the eigen step starts there,
+                // and factors C_N while the data's sums are finished.
+                let fill = |stream: &cudarc::driver::CudaStream, part: FormedPart, dst: u64| -> Result<(), BackendError> {
+                    if part == FormedPart::Noise {
+                        start.record(stream).map_err(cuda("cuEventRecord"))?;
+                    }
                     be.kernels.covariances_from_sums(
                         stream,
                         b,
@@ -336,11 +340,11 @@ impl CudaCube<'_> {
                         DevPtr::of(used),
                         u,
                         scale,
-                        DevPtr::raw(cn, u * u),
-                        DevPtr::raw(cd, u * u),
+                        part,
+                        DevPtr::raw(dst, u * u),
                     )
                 };
-                let answer = solver.solve_formed_on_device(u, after, &fill, &mut host_part);
+                let answer = solver.solve_formed_on_device(u, (&ev_noise, after), &fill, &mut host_part);
                 early_start = Some(start);
                 Some((bands, answer, solver.name(), wall.elapsed()))
             }
