@@ -230,7 +230,7 @@ pub fn pairs_from_device(answer: Result<Solution, SolverError>, n: usize, solver
     });
     match answer {
         Ok((values, w, ordered)) if values.len() == n && w.len() == n * n => {
-            if values.iter().chain(&w).all(|v| v.is_finite()) {
+            if all_finite(&values) && all_finite(&w) {
                 let pairs = if ordered { from_descending(n, values, w) } else { order_and_sign_column_major(n, &values, w) };
                 tracing::debug!(
                     target: "hypermnf::timing",
@@ -248,6 +248,14 @@ pub fn pairs_from_device(answer: Result<Solution, SolverError>, n: usize, solver
         Err(e) => tracing::warn!("{solver}: {e}; solving on the host"),
     }
     None
+}
+
+/// Whether every value is finite. In blocks without an early exit, which the compiler vectorizes:
+/// the device's W at 224 bands (50 176 values) is checked in ~10 µs instead of ~25 (`Iterator::all`
+/// stops at the first failure, so it tests one value at a time), on the host's critical path between
+/// the solve and the projection.
+fn all_finite(x: &[f64]) -> bool {
+    x.chunks(64).all(|block| block.iter().fold(true, |ok, v| ok & v.is_finite()))
 }
 
 /// The pairs of a [`Solution::Descending`] as [`EigenPairs`]. Where every eigenvalue is distinct (the
@@ -341,6 +349,22 @@ mod tests {
             s ^= s >> 7;
             s ^= s << 17;
             s
+        }
+    }
+
+    /// all_finite finds one NaN or infinity anywhere, at a block's edges and in a short tail.
+    #[test]
+    fn all_finite_finds_a_non_finite_value_anywhere() {
+        let n = 224 * 224 + 5;
+        let x: Vec<f64> = (0..n).map(|i| i as f64 - 1000.0).collect();
+        assert!(all_finite(&x));
+        assert!(all_finite(&[]));
+        for at in [0, 63, 64, 127, 4096, n - 5, n - 1] {
+            for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+                let mut y = x.clone();
+                y[at] = bad;
+                assert!(!all_finite(&y), "{bad} at {at}");
+            }
         }
     }
 
