@@ -159,9 +159,9 @@ impl CudaCube<'_> {
 
     /// Page-locked resident cube: queues the upload of every chunk not yet uploaded, at once. Chunks
     /// go in copies of up to UPLOAD_GROUP chunks, the last UPLOAD_SINGLES one by one. Every copy costs
-    /// the copy engine a few µs of its own: the 4.8 GB of a 16× cube took 87.37 ms in 121-line copies
-    /// and 86.84 in 968-line copies, against 86.42 in one (page-locked by cuMemHostRegister; an H200,
-    /// 2026-11-29). In the whole job the gain is within the spread between runs: 97.05 and 97.17 ms
+    /// the copy engine a few µs of its own: the 4.8 GB of a 16× cube took 87.15–87.37 ms in 121-line
+    /// copies and 86.81–86.84 in 968-line copies, as in one copy (86.75–86.96), all from the same
+    /// memory page-locked by cuMemHostRegister (an H200, two calls, 2026-11-29). In the whole job the gain is within the spread between runs: 97.05 and 97.17 ms
     /// at 16× pinned in and out, against 97.56 and 97.25 one chunk a copy, in the same processes.
     pub(super) fn issue_all_chunks(&mut self) -> Result<(), BackendError> {
         let n = self.lay.chunks();
