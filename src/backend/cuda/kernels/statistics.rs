@@ -203,16 +203,16 @@ impl Kernels {
         counters.holds(2);
         used.holds(u);
         out.holds(u * u);
-        // The kernel writes only the part asked for: the other pointer is never written.
-        let (which, cn, cd) = match part {
-            FormedPart::Noise => (1i32, out, out),
-            FormedPart::Data => (2i32, out, out),
+        // The kernel writes only the part asked for (`which`), into `out`; its other pointer is unused.
+        let which: i32 = match part {
+            FormedPart::Noise => 1,
+            FormedPart::Data => 2,
         };
         let cfg = grid_for((u * u) as u64, self.sms);
         #[rustfmt::skip]
         let args = [noise.into(), noise.skip(bb).into(), data.into(), data.skip(bb).into(), counters.into(),
             (masked as i32).into(), (total as i64).into(), (bands as i32).into(), used.into(), (u as i32).into(),
-            noise_scale.into(), which.into(), cn.into(), cd.into()];
+            noise_scale.into(), which.into(), out.into(), out.into()];
         self.launch(s, &self.cov_pair_from_sums, cfg, &args, "launch cov_pair_from_sums")
     }
 

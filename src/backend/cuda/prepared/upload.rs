@@ -161,35 +161,24 @@ impl CudaCube<'_> {
     /// go in copies of up to UPLOAD_GROUP chunks, the last UPLOAD_SINGLES one by one. Every copy costs
     /// the copy engine a few µs of its own: the 4.8 GB of a 16× cube took 87.15–87.37 ms in 121-line
     /// copies and 86.81–86.84 in 968-line copies, as in one copy (86.75–86.96), all from the same
-    /// memory page-locked by cuMemHostRegister (an H200, two calls, 2026-11-29). In the whole job the gain is within the spread between runs: 97.05 and 97.17 ms
-    /// at 16× pinned in and out, against 97.56 and 97.25 one chunk a copy, in the same processes.
+    /// memory page-locked by cuMemHostRegister (an H200, two calls, 2026-11-29). In the whole job the
+    /// gain is within the spread between runs: 97.05 and 97.17 ms at 16× pinned in and out, against
+    /// 97.56 and 97.25 one chunk a copy, in the same processes.
     pub(super) fn issue_all_chunks(&mut self) -> Result<(), BackendError> {
         let n = self.lay.chunks();
         let grouped_end = n.saturating_sub(UPLOAD_SINGLES);
+        let uploaded = |me: &Self, c: usize| me.resident.as_ref().expect("resident cube").uploaded[c];
         let mut c = 0;
         while c < n {
-            let uploaded = |me: &Self, c: usize| me.resident.as_ref().expect("resident cube").uploaded[c];
+            if uploaded(self, c) {
+                c += 1;
+                continue;
+            }
             let mut end = c + 1;
-            if c < grouped_end {
-                while end < grouped_end && end - c < UPLOAD_GROUP && uploaded(self, end) == uploaded(self, c) {
-                    end += 1;
-                }
+            while end < grouped_end && end - c < UPLOAD_GROUP && !uploaded(self, end) {
+                end += 1;
             }
-            if end - c == 1 || uploaded(self, c) {
-                for x in c..end {
-                    self.issue_chunk(x)?;
-                }
-            } else {
-                let lb = self.lay.line_bytes();
-                let (l0, l1) = (self.lay.chunk(c).0, self.lay.chunk(end - 1).1);
-                let dst = self.resident.as_ref().expect("resident cube").raw.at(l0 * lb);
-                self.send(l0 * lb..l1 * lb, dst)?;
-                let res = self.resident.as_mut().expect("resident cube");
-                for x in c..end {
-                    res.arrived[x].record(&self.copy).map_err(cuda("cuEventRecord"))?;
-                    res.uploaded[x] = true;
-                }
-            }
+            self.send_chunks(c, end)?;
             c = end;
         }
         Ok(())
@@ -197,15 +186,23 @@ impl CudaCube<'_> {
 
     /// Resident cube: starts the upload of chunk c on the copy stream, unless already started.
     pub(super) fn issue_chunk(&mut self, c: usize) -> Result<(), BackendError> {
-        let (l0, l1) = self.lay.chunk(c);
+        if !self.resident.as_ref().expect("resident cube").uploaded[c] {
+            self.send_chunks(c, c + 1)?;
+        }
+        Ok(())
+    }
+
+    /// Resident cube: sends chunks c..end (none of them uploaded yet) in one copy and records each
+    /// one's arrival after it.
+    fn send_chunks(&mut self, c: usize, end: usize) -> Result<(), BackendError> {
         let lb = self.lay.line_bytes();
-        let res = self.resident.as_ref().expect("resident cube");
-        if !res.uploaded[c] {
-            let dst = res.raw.at(l0 * lb);
-            self.send(l0 * lb..l1 * lb, dst)?;
-            let res = self.resident.as_mut().expect("resident cube");
-            res.arrived[c].record(&self.copy).map_err(cuda("cuEventRecord"))?;
-            res.uploaded[c] = true;
+        let (l0, l1) = (self.lay.chunk(c).0, self.lay.chunk(end - 1).1);
+        let dst = self.resident.as_ref().expect("resident cube").raw.at(l0 * lb);
+        self.send(l0 * lb..l1 * lb, dst)?;
+        let res = self.resident.as_mut().expect("resident cube");
+        for x in c..end {
+            res.arrived[x].record(&self.copy).map_err(cuda("cuEventRecord"))?;
+            res.uploaded[x] = true;
         }
         Ok(())
     }
